@@ -1,0 +1,71 @@
+"""The environment runner interface: how envsched runs an episode of a task in a real environment.
+
+An :class:`Environment` hosts the tasks of one or more environments. A runner resets it on a task spec
+(optionally with a seed), steps it with the policy's actions (a tool call, a list of calls or a text
+answer, as the environment documents) and reads the final reward from the environment's own verifier.
+A final reward of ``None`` means the environment could not score the episode (its own failure, RFC 013);
+a failure of the infrastructure (connection lost, capacity reached, timeout) raises
+:class:`InfrastructureError` instead, so that callers keep the two apart.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Environment", "EnvironmentUnavailable", "InfrastructureError", "StepResult"]
+
+
+class InfrastructureError(RuntimeError):
+    """The environment's infrastructure failed (connection lost, capacity reached, timeout, server error).
+
+    Not the policy's fault and not a score: evaluation reports it as ``infra_error_rate`` and retries it.
+    """
+
+
+class EnvironmentUnavailable(ImportError):
+    """An optional environment package is not installed; the message says how to install it."""
+
+
+@dataclass
+class StepResult:
+    """What one step returns."""
+
+    observation: Any
+    reward: float | None = None
+    done: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Environment(ABC):
+    """A runner over one kind of executable environment.
+
+    Call order: :meth:`reset` once per episode, then :meth:`step` until ``done``, then
+    :meth:`final_reward`. :meth:`close` releases resources; environments are context managers.
+    """
+
+    #: Short name used in CLI specs and records (``"bfcl"``, ``"reasoning_gym"``, ``"openenv"``...).
+    name: str = "environment"
+
+    @abstractmethod
+    def reset(self, task: Mapping[str, Any], seed: int | None = None) -> Any:
+        """Start an episode of ``task``; return the first observation (what the agent sees)."""
+
+    @abstractmethod
+    def step(self, action: Any) -> StepResult:
+        """Apply one action of the policy."""
+
+    @abstractmethod
+    def final_reward(self) -> float | None:
+        """The environment's own verdict on the episode, or ``None`` if it cannot score it."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (connections, processes)."""
+
+    def __enter__(self) -> Environment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

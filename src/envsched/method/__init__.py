@@ -1,0 +1,1 @@
+"""envsched.method"""

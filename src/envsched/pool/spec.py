@@ -1,0 +1,142 @@
+"""Task specs: the JSON objects a :class:`~envsched.pool.TaskPool` holds.
+
+A task spec is a plain JSON object (``dict``). RFC 013 reserves ``id``, ``split``, ``index``,
+``difficulty`` and ``group``; envsched adds ``env`` (the environment the task runs in) and the static
+fields the EnvSched graph reads. Any other key is kept untouched and passed back to the trainer.
+
+========================  =================  ==================================================
+key                       type               meaning
+========================  =================  ==================================================
+``id``                    str (required)     stable task id, unique within a pool
+``env``                   str (required)     environment the task runs in
+``split``                 str                split name (``train``, ``test``, ...)
+``index``                 int                position in the split (OpenEnv ``reset(index=)``)
+``difficulty``            int or float       higher is harder (tiers ``0..K`` or a score)
+``group``                 str                task family (e.g. a reasoning-gym dataset)
+``instruction``           str                task text shown to the agent
+``tools``                 list of objects    operations the environment offers the task:
+                                             ``{"name": str, "description": str, ...}``
+``initial_state``         any JSON           initial configuration / context of the episode
+``verifier``              object             ``{"checks": [str, ...], "code": str}``
+========================  =================  ==================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "OPTIONAL_STATIC_FIELDS",
+    "REQUIRED_FIELDS",
+    "TaskSpecError",
+    "task_key",
+    "validate_task_spec",
+]
+
+REQUIRED_FIELDS: tuple[str, ...] = ("id", "env")
+#: Static fields EnvSched's graph reads; a task without one of them still works (the view is empty).
+OPTIONAL_STATIC_FIELDS: tuple[str, ...] = ("instruction", "tools", "initial_state", "verifier")
+
+
+class TaskSpecError(ValueError):
+    """A task spec (or a file of them) is malformed.
+
+    ``source`` names the file (or ``"<iterable>"``), ``line`` the 1-based line of a JSONL file (or the
+    position of the task in a JSON list / iterable), ``field`` the offending key, when known.
+    """
+
+    def __init__(self, message: str, *, source: str | None = None, line: int | None = None,
+                 field: str | None = None) -> None:
+        self.source = source
+        self.line = line
+        self.field = field
+        where = []
+        if source is not None:
+            where.append(str(source))
+        if line is not None:
+            where.append(f"line {line}")
+        if field is not None:
+            where.append(f"field {field!r}")
+        prefix = ", ".join(where)
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+def _check(cond: bool, message: str, field: str, source: str | None, line: int | None) -> None:
+    if not cond:
+        raise TaskSpecError(message, source=source, line=line, field=field)
+
+
+def validate_task_spec(obj: Any, *, source: str | None = None, line: int | None = None) -> dict[str, Any]:
+    """Check one task spec and return it as a ``dict`` (a shallow copy; the input is not modified).
+
+    Raises :class:`TaskSpecError` naming ``source``, ``line`` and the field that is wrong.
+    """
+    _check(isinstance(obj, Mapping), f"a task spec must be a JSON object, got {_type_name(obj)}",
+           None, source, line)
+    spec = dict(obj)
+    for key in REQUIRED_FIELDS:
+        _check(key in spec, f"missing required field {key!r}", key, source, line)
+        value = spec[key]
+        _check(isinstance(value, str), f"must be a string, got {_type_name(value)}", key, source, line)
+        _check(value.strip() != "", "must be a non-empty string", key, source, line)
+    for key in ("split", "group", "instruction"):
+        if key in spec and spec[key] is not None:
+            _check(isinstance(spec[key], str), f"must be a string, got {_type_name(spec[key])}",
+                   key, source, line)
+    if "index" in spec and spec["index"] is not None:
+        value = spec["index"]
+        _check(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+               f"must be a non-negative integer, got {value!r}", "index", source, line)
+    if "difficulty" in spec and spec["difficulty"] is not None:
+        value = spec["difficulty"]
+        _check(isinstance(value, int | float) and not isinstance(value, bool) and value == value
+               and abs(value) != float("inf"),
+               f"must be a finite number, got {value!r}", "difficulty", source, line)
+    if "tools" in spec and spec["tools"] is not None:
+        tools = spec["tools"]
+        _check(isinstance(tools, list), f"must be a list of objects, got {_type_name(tools)}",
+               "tools", source, line)
+        for i, tool in enumerate(tools):
+            _check(isinstance(tool, Mapping), f"tools[{i}] must be an object, got {_type_name(tool)}",
+                   "tools", source, line)
+            _check(isinstance(tool.get("name"), str) and tool["name"] != "",
+                   f"tools[{i}] needs a non-empty string 'name'", "tools", source, line)
+            if tool.get("description") is not None:
+                _check(isinstance(tool["description"], str),
+                       f"tools[{i}].description must be a string", "tools", source, line)
+    if "verifier" in spec and spec["verifier"] is not None:
+        verifier = spec["verifier"]
+        _check(isinstance(verifier, Mapping),
+               f"must be an object with 'checks' and/or 'code', got {_type_name(verifier)}",
+               "verifier", source, line)
+        checks = verifier.get("checks")
+        if checks is not None:
+            _check(isinstance(checks, list) and all(isinstance(c, str) for c in checks),
+                   "verifier.checks must be a list of strings", "verifier", source, line)
+        code = verifier.get("code")
+        if code is not None:
+            _check(isinstance(code, str), "verifier.code must be a string", "verifier", source, line)
+    return spec
+
+
+def task_key(task: Any) -> str:
+    """The key a sampler identifies a task by: its ``id``, else ``"{split}/{index}"``.
+
+    Accepts a mapping or an object with an ``id`` attribute (e.g. a typed spec).
+    Raises ``KeyError`` when the task carries neither.
+    """
+    if isinstance(task, Mapping):
+        if isinstance(task.get("id"), str):
+            return task["id"]
+        if "split" in task and "index" in task:
+            return f"{task['split']}/{task['index']}"
+    else:
+        ident = getattr(task, "id", None)
+        if isinstance(ident, str):
+            return ident
+    raise KeyError(f"task has no 'id' (nor 'split' and 'index') to identify it: {task!r:.200}")

@@ -1,0 +1,417 @@
+"""The ``TaskSampler`` protocol of OpenEnv RFC 013 and the semantics every envsched sampler shares.
+
+A trainer uses a sampler through two hooks (RFC 013, latest revision):
+
+1. it draws the tasks of the next batch with :meth:`TaskSampler.sample` -- one task per GRPO group;
+2. it calls :meth:`TaskSampler.update` once per group with the reward of every rollout of that group,
+   *before* any dynamic-sampling filter drops all-pass or all-fail groups.
+
+A reward of ``None`` is a rollout the environment could not score (its own failure). It counts in
+``groups``, ``episodes`` and ``cost``, and in nothing estimated from rewards -- never as zero.
+
+:class:`BaseSampler` implements the shared part once: input validation (bad input raises and changes no
+state), the RFC's counters, dispatch bookkeeping for asynchronous trainers, ``metrics()``, and
+``state_dict()``/``load_state_dict()`` with the random generator's state, so that a restored sampler
+continues with exactly the same draws. A concrete sampler implements :meth:`BaseSampler._select` and,
+if it learns from rewards, :meth:`BaseSampler._observe`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import inspect
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+
+from envsched.pool.pool import TaskPool
+from envsched.pool.spec import task_key
+
+__all__ = ["STATE_FORMAT", "BaseSampler", "GroupResult", "TaskSampler"]
+
+STATE_FORMAT = "envsched.sampler/1"
+_RANGE_TOLERANCE = 1e-9
+
+
+@runtime_checkable
+class TaskSampler(Protocol):
+    """RFC 013's sampler protocol (latest revision). Any object with these methods plugs into envsched's
+    trainers, evaluation and benchmark."""
+
+    def sample(self, n: int) -> list[Any]:
+        """Return ``n`` task specs for the next ``n`` prompts (one per GRPO group)."""
+        ...
+
+    def update(self, task: Any, rewards: Sequence[float | None], costs: Sequence[float] | None = None) -> None:
+        """Report the rewards (and optional per-rollout costs) of every rollout of one group."""
+        ...
+
+    def metrics(self) -> dict[str, float]:
+        """Counters and derived rates, for logging."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: save it with the model and optimizer."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state produced by :meth:`state_dict` of a sampler over the same tasks."""
+        ...
+
+
+class GroupResult:
+    """One validated group, as :meth:`BaseSampler._observe` receives it.
+
+    Attributes:
+        position: the task's position in the sampler's task list.
+        rewards: every rollout's reward as given (``None`` for an unscored rollout).
+        scored: the scored rewards only, as a float array (``None`` never appears here).
+        costs: per-rollout costs, or ``None`` if the trainer gave none.
+        has_signal: at least two scored rollouts whose rewards differ.
+    """
+
+    __slots__ = ("costs", "has_signal", "position", "rewards", "scored")
+
+    def __init__(self, position: int, rewards: list[float | None], costs: np.ndarray | None) -> None:
+        self.position = position
+        self.rewards = rewards
+        self.scored = np.asarray([r for r in rewards if r is not None], dtype=float)
+        self.costs = costs
+        self.has_signal = bool(self.scored.size >= 2 and np.ptp(self.scored) > 0)
+
+    @property
+    def variance(self) -> float:
+        """Population variance of the scored rewards (``nan`` when none is scored)."""
+        return float(np.var(self.scored)) if self.scored.size else math.nan
+
+
+class BaseSampler(ABC):
+    """Shared semantics of every envsched sampler.
+
+    Args:
+        tasks: a :class:`~envsched.pool.TaskPool` or a sequence of task specs. Each spec is identified by
+            its ``id`` (else ``"{split}/{index}"``); keys must be unique.
+        seed: seed of the sampler's random generator (``numpy.random.PCG64``).
+        reward_range: the declared reward scale; defaults to the pool's, else ``(0, 1)``.
+        require_dispatch: refuse an ``update`` for a task that has no outstanding dispatch (it was never
+            drawn by :meth:`sample`, or its group was already reported). Turn off to feed a sampler
+            rewards of tasks it did not choose (e.g. replaying another sampler's log).
+    """
+
+    #: Largest ``n`` relative to the pool: subclasses drawing distinct tasks per batch keep ``True``.
+    distinct_per_batch: ClassVar[bool] = True
+
+    def __init__(self, tasks: TaskPool | Sequence[Any], *, seed: int | None = 0,
+                 reward_range: tuple[float, float] | None = None, require_dispatch: bool = True) -> None:
+        if isinstance(tasks, TaskPool):
+            self.tasks: list[Any] = list(tasks)
+            pool_range = tasks.reward_range
+        else:
+            if isinstance(tasks, str | bytes | Mapping) or not hasattr(tasks, "__iter__"):
+                raise TypeError(f"tasks must be a TaskPool or a sequence of task specs, got {type(tasks).__name__}")
+            self.tasks = list(tasks)
+            pool_range = (0.0, 1.0)
+        if not self.tasks:
+            raise ValueError("a sampler needs at least one task; the task list is empty")
+        self._keys: list[str] = []
+        self._pos: dict[str, int] = {}
+        for i, t in enumerate(self.tasks):
+            k = task_key(t)
+            if k in self._pos:
+                raise ValueError(f"duplicate task key {k!r} at positions {self._pos[k]} and {i}")
+            self._pos[k] = i
+            self._keys.append(k)
+        low, high = reward_range if reward_range is not None else pool_range
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ValueError(f"reward_range must be two finite numbers with low < high, got {(low, high)!r}")
+        self.reward_range: tuple[float, float] = (float(low), float(high))
+        if seed is not None and (not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0):
+            raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
+        self.seed = seed
+        self.require_dispatch = require_dispatch
+        self._rng = np.random.default_rng(seed)
+        self._counters: dict[str, float] = dict.fromkeys(
+            ("groups", "signal_groups", "episodes", "unscored_episodes", "cost", "dispatched_groups",
+             "discarded_groups"), 0)
+        self._counters["cost"] = 0.0
+        self._outstanding: dict[int, int] = {}
+        self._last_batch: list[int] = []
+
+    # ------------------------------------------------------------------ introspection
+    def get_params(self) -> dict[str, Any]:
+        """Constructor configuration (scikit-learn style), without the task list."""
+        params = {}
+        for name in inspect.signature(type(self).__init__).parameters:
+            if name in ("self", "tasks") or not hasattr(self, name):
+                continue
+            params[name] = getattr(self, name)
+        return params
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({len(self.tasks)} tasks, {args})"
+
+    @property
+    def keys(self) -> list[str]:
+        """Task keys in the sampler's order."""
+        return list(self._keys)
+
+    def position_of(self, task: Any) -> int:
+        """Position of a task (a spec or a key) in the sampler's task list; ``KeyError`` if unknown."""
+        key = task if isinstance(task, str) else task_key(task)
+        try:
+            return self._pos[key]
+        except KeyError:
+            raise KeyError(f"unknown task {key!r}: not in this sampler's {len(self.tasks)} tasks") from None
+
+    def env_of(self, position: int) -> str | None:
+        """Environment of the task at ``position`` (``None`` when the spec names none)."""
+        t = self.tasks[position]
+        return t.get("env") if isinstance(t, Mapping) else getattr(t, "env", None)
+
+    # ------------------------------------------------------------------ counters (RFC 013 attributes)
+    @property
+    def groups(self) -> int:
+        return int(self._counters["groups"])
+
+    @property
+    def signal_groups(self) -> int:
+        return int(self._counters["signal_groups"])
+
+    @property
+    def episodes(self) -> int:
+        return int(self._counters["episodes"])
+
+    @property
+    def unscored_episodes(self) -> int:
+        return int(self._counters["unscored_episodes"])
+
+    @property
+    def cost(self) -> float:
+        return float(self._counters["cost"])
+
+    @property
+    def signal_groups_per_episode(self) -> float:
+        return self.signal_groups / self.episodes if self.episodes else 0.0
+
+    @property
+    def signal_groups_per_cost(self) -> float:
+        """Signal groups per unit of reported cost (0.0 while no cost was reported)."""
+        return self.signal_groups / self.cost if self.cost > 0 else 0.0
+
+    @property
+    def zero_signal_fraction(self) -> float:
+        """Share of reported groups without signal. Misleading alone: log it with the two rates above."""
+        return 1.0 - self.signal_groups / self.groups if self.groups else 0.0
+
+    @property
+    def outstanding_groups(self) -> int:
+        """Groups drawn by :meth:`sample` whose :meth:`update` has not arrived (nor been discarded)."""
+        return sum(self._outstanding.values())
+
+    def outstanding(self) -> dict[str, int]:
+        """Outstanding dispatches per task key."""
+        return {self._keys[p]: c for p, c in self._outstanding.items()}
+
+    # ------------------------------------------------------------------ the protocol
+    def sample(self, n: int) -> list[Any]:
+        """Return the next ``n`` task specs (one per GRPO group). Raises ``ValueError`` if ``n`` is not a
+        positive integer or exceeds what the sampler can draw, with no state changed."""
+        if not isinstance(n, int | np.integer) or isinstance(n, bool):
+            raise ValueError(f"n must be a positive integer, got {n!r}")
+        n = int(n)
+        if n <= 0:
+            raise ValueError(f"n must be a positive integer, got {n}")
+        limit = self.max_sample_size()
+        if limit is not None and n > limit:
+            raise ValueError(f"n={n} exceeds what {type(self).__name__} can draw in one batch ({limit}: "
+                             f"distinct tasks available)")
+        positions = [int(p) for p in self._select(n)]
+        for p in positions:
+            self._outstanding[p] = self._outstanding.get(p, 0) + 1
+        self._counters["dispatched_groups"] += len(positions)
+        self._last_batch = positions
+        return [self._emit(p) for p in positions]
+
+    def update(self, task: Any, rewards: Sequence[float | None], costs: Sequence[float] | None = None) -> None:
+        """Report one group: every rollout's reward (``None`` = unscored) and optionally its cost.
+
+        Raises ``KeyError`` for a task the sampler does not know and ``ValueError`` for bad rewards or
+        costs or an update without an outstanding dispatch; on error no state changes.
+        """
+        group = self._validate_update(task, rewards, costs)
+        pos = group.position
+        if self._outstanding.get(pos, 0) > 0:
+            self._release(pos)
+        self._counters["groups"] += 1
+        self._counters["signal_groups"] += int(group.has_signal)
+        self._counters["episodes"] += len(group.rewards)
+        self._counters["unscored_episodes"] += sum(r is None for r in group.rewards)
+        if group.costs is not None:
+            self._counters["cost"] += float(group.costs.sum())
+        self._observe(group)
+
+    def discard(self, task: Any) -> None:
+        """Release one outstanding dispatch of ``task`` without reporting rewards (a dropped group)."""
+        pos = self.position_of(task)
+        if self._outstanding.get(pos, 0) == 0:
+            raise ValueError(f"task {self._keys[pos]!r} has no outstanding dispatch to discard")
+        self._release(pos)
+        self._counters["discarded_groups"] += 1
+        self._on_discard(pos)
+
+    def metrics(self) -> dict[str, float]:
+        """RFC 013 counters and rates, plus dispatch bookkeeping and sampler-specific figures."""
+        m: dict[str, float] = {
+            "groups": float(self.groups),
+            "signal_groups": float(self.signal_groups),
+            "episodes": float(self.episodes),
+            "unscored_episodes": float(self.unscored_episodes),
+            "cost": self.cost,
+            "signal_groups_per_episode": self.signal_groups_per_episode,
+            "signal_groups_per_cost": self.signal_groups_per_cost,
+            "zero_signal_fraction": self.zero_signal_fraction,
+            "dispatched_groups": float(self._counters["dispatched_groups"]),
+            "discarded_groups": float(self._counters["discarded_groups"]),
+            "outstanding_groups": float(self.outstanding_groups),
+            "last_batch_size": float(len(self._last_batch)),
+            "last_batch_envs": float(len({self.env_of(p) for p in self._last_batch})),
+        }
+        m.update(self._extra_metrics())
+        return m
+
+    def state_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable snapshot: counters, outstanding dispatches, RNG state and sampler state."""
+        return {
+            "format": STATE_FORMAT,
+            "sampler": type(self).__name__,
+            "tasks_sha256": self._keys_digest(),
+            "num_tasks": len(self.tasks),
+            "counters": dict(self._counters),
+            "outstanding": {self._keys[p]: c for p, c in self._outstanding.items()},
+            "last_batch": [self._keys[p] for p in self._last_batch],
+            "rng": copy.deepcopy(self._rng.bit_generator.state),
+            "extra": self._extra_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output. Raises ``ValueError`` (state unchanged) if it was written by
+        another sampler class, for another task list, or is malformed."""
+        if not isinstance(state, Mapping):
+            raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+        if state.get("format") != STATE_FORMAT:
+            raise ValueError(f"unsupported sampler state format {state.get('format')!r} (expected {STATE_FORMAT!r})")
+        if state.get("sampler") != type(self).__name__:
+            raise ValueError(f"state was saved by {state.get('sampler')!r}, cannot load into {type(self).__name__}")
+        if state.get("tasks_sha256") != self._keys_digest():
+            raise ValueError(f"state was saved for another task list ({state.get('num_tasks')} tasks, "
+                             f"digest {str(state.get('tasks_sha256'))[:12]}...) than this sampler's "
+                             f"{len(self.tasks)} tasks (digest {self._keys_digest()[:12]}...)")
+        try:
+            counters = {k: state["counters"][k] for k in self._counters}
+            if any(not isinstance(v, int | float) or v < 0 for v in counters.values()):
+                raise ValueError("counters must be non-negative numbers")
+            outstanding = {self._pos[k]: int(c) for k, c in state["outstanding"].items() if int(c) > 0}
+            last_batch = [self._pos[k] for k in state.get("last_batch", [])]
+            rng = np.random.default_rng()
+            rng.bit_generator.state = copy.deepcopy(state["rng"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed sampler state: {exc}") from None
+        self._load_extra_state(state.get("extra", {}))  # validates before it changes anything
+        self._counters = {k: (float(v) if k == "cost" else int(v)) for k, v in counters.items()}
+        self._outstanding = outstanding
+        self._last_batch = last_batch
+        self._rng = rng
+
+    # ------------------------------------------------------------------ hooks for subclasses
+    def max_sample_size(self) -> int | None:
+        """Largest ``n`` one call to :meth:`sample` accepts (``None``: unbounded)."""
+        return len(self.tasks) if self.distinct_per_batch else None
+
+    @abstractmethod
+    def _select(self, n: int) -> list[int]:
+        """Called by :meth:`sample` with a validated ``n``: return ``n`` task positions."""
+
+    def _emit(self, position: int) -> Any:
+        """Called by :meth:`sample` for each selected position: the object handed to the trainer."""
+        return self.tasks[position]
+
+    def _observe(self, group: GroupResult) -> None:  # noqa: B027 - optional hook
+        """Called by :meth:`update` after validation and counting; learning samplers override it."""
+
+    def _on_discard(self, position: int) -> None:  # noqa: B027 - optional hook
+        """Called by :meth:`discard` after a dispatch of ``position`` was released."""
+
+    def _extra_metrics(self) -> dict[str, float]:
+        return {}
+
+    def _extra_state(self) -> dict[str, Any]:
+        """Subclass state for :meth:`state_dict` (JSON-serialisable)."""
+        return {}
+
+    def _load_extra_state(self, extra: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Restore :meth:`_extra_state`'s output; validate fully before changing anything."""
+
+    # ------------------------------------------------------------------ internals
+    def _release(self, pos: int) -> None:
+        c = self._outstanding[pos] - 1
+        if c:
+            self._outstanding[pos] = c
+        else:
+            del self._outstanding[pos]
+
+    def _keys_digest(self) -> str:
+        h = hashlib.sha256()
+        for k in self._keys:
+            h.update(k.encode())
+            h.update(b"\0")
+        return h.hexdigest()
+
+    def _validate_update(self, task: Any, rewards: Any, costs: Any) -> GroupResult:
+        pos = self.position_of(task)
+        key = self._keys[pos]
+        if isinstance(rewards, str | bytes | Mapping) or not isinstance(rewards, Sequence | np.ndarray):
+            raise ValueError(f"rewards for task {key!r} must be a sequence of numbers or None, "
+                             f"got {type(rewards).__name__}")
+        if len(rewards) == 0:
+            raise ValueError(f"rewards for task {key!r} are empty: a group has at least one rollout")
+        low, high = self.reward_range
+        clean: list[float | None] = []
+        for i, r in enumerate(rewards):
+            if r is None:
+                clean.append(None)
+                continue
+            if isinstance(r, bool) or not isinstance(r, int | float | np.integer | np.floating):
+                raise ValueError(f"rewards[{i}] for task {key!r} must be a number or None, got {r!r}")
+            r = float(r)
+            if not math.isfinite(r):
+                raise ValueError(f"rewards[{i}] for task {key!r} is {r}: rewards must be finite "
+                                 "(use None for a rollout the environment could not score)")
+            if r < low - _RANGE_TOLERANCE or r > high + _RANGE_TOLERANCE:
+                raise ValueError(f"rewards[{i}] for task {key!r} is {r}, outside the declared reward range "
+                                 f"[{low}, {high}]")
+            clean.append(min(max(r, low), high))
+        cost_arr: np.ndarray | None = None
+        if costs is not None:
+            if isinstance(costs, str | bytes | Mapping) or not isinstance(costs, Sequence | np.ndarray):
+                raise ValueError(f"costs for task {key!r} must be a sequence of numbers, got {type(costs).__name__}")
+            if len(costs) != len(clean):
+                raise ValueError(f"costs for task {key!r} have {len(costs)} entries for {len(clean)} rewards: "
+                                 "give one cost per rollout")
+            vals = []
+            for i, c in enumerate(costs):
+                if c is None or isinstance(c, bool) or not isinstance(c, int | float | np.integer | np.floating):
+                    raise ValueError(f"costs[{i}] for task {key!r} must be a number, got {c!r}")
+                c = float(c)
+                if not math.isfinite(c) or c < 0:
+                    raise ValueError(f"costs[{i}] for task {key!r} is {c}: costs must be finite and >= 0")
+                vals.append(c)
+            cost_arr = np.asarray(vals, dtype=float)
+        if self.require_dispatch and self._outstanding.get(pos, 0) == 0:
+            raise ValueError(f"update for task {key!r} without an outstanding dispatch: it was not drawn by "
+                             "sample(), or its group was already reported")
+        return GroupResult(pos, clean, cost_arr)

@@ -1,0 +1,250 @@
+"""RFC 013's three samplers: sequential (evaluation), uniform (the baseline) and the signal curriculum."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from envsched.pool.pool import TaskPool
+from envsched.samplers.base import BaseSampler, GroupResult
+
+__all__ = ["CurriculumSampler", "SequentialSampler", "UniformSampler"]
+
+
+class SequentialSampler(BaseSampler):
+    """Deterministic enumeration of ``tasks`` crossed with ``seeds``, for evaluation.
+
+    Order: task-major -- ``(task0, seed0), (task0, seed1), ..., (task1, seed0), ...``. Each emitted spec is
+    a copy of the task with its ``seed`` set (when ``seeds`` is given). When the enumeration is exhausted,
+    ``sample(n)`` returns the remaining items (possibly fewer than ``n``, then ``[]``), unless
+    ``wrap=True``, in which case it starts over. :attr:`exhausted` tells whether anything is left.
+    ``update`` only moves the counters. The sampler is also an iterable over the whole enumeration.
+    """
+
+    distinct_per_batch = False
+
+    def __init__(self, tasks: TaskPool | Sequence[Any], seeds: Sequence[int] | None = None, *,
+                 wrap: bool = False, reward_range: tuple[float, float] | None = None,
+                 require_dispatch: bool = True) -> None:
+        super().__init__(tasks, seed=0, reward_range=reward_range, require_dispatch=require_dispatch)
+        if seeds is not None:
+            seeds = list(seeds)
+            if not seeds or any(isinstance(s, bool) or not isinstance(s, int | np.integer) for s in seeds):
+                raise ValueError(f"seeds must be a non-empty list of integers, got {seeds!r}")
+        self.seeds = seeds
+        self.wrap = wrap
+        self._cursor = 0
+
+    def __len__(self) -> int:
+        return len(self.tasks) * (len(self.seeds) if self.seeds else 1)
+
+    @property
+    def exhausted(self) -> bool:
+        return not self.wrap and self._cursor >= len(self)
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self._item(i)
+
+    def _item(self, i: int) -> Any:
+        per = len(self.seeds) if self.seeds else 1
+        task = self.tasks[i // per]
+        if self.seeds is None:
+            return task
+        seed = int(self.seeds[i % per])
+        return {**task, "seed": seed} if isinstance(task, Mapping) else task
+
+    def _select(self, n: int) -> list[int]:
+        total = len(self)
+        per = len(self.seeds) if self.seeds else 1
+        if self.wrap:
+            idx = [(self._cursor + j) % total for j in range(n)]
+            self._cursor = (self._cursor + n) % total
+        else:
+            idx = list(range(self._cursor, min(self._cursor + n, total)))
+            self._cursor += len(idx)
+        self._pending_items = idx
+        return [i // per for i in idx]
+
+    def sample(self, n: int) -> list[Any]:
+        positions = super().sample(n)
+        return [self._item(i) for i in self._pending_items][: len(positions)]
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"cursor": self._cursor}
+
+    def _load_extra_state(self, extra: dict[str, Any]) -> None:
+        cursor = extra.get("cursor")
+        if not isinstance(cursor, int) or cursor < 0 or cursor > len(self):
+            raise ValueError(f"malformed SequentialSampler state: cursor {cursor!r}")
+        self._cursor = cursor
+
+
+class UniformSampler(BaseSampler):
+    """Uniform sampling without replacement per epoch: the training baseline.
+
+    Each epoch is a fresh random permutation of the tasks. When a batch crosses an epoch boundary, it
+    takes the rest of the old epoch, then continues in a new permutation from which the tasks already in
+    this batch are moved to the end, so a batch never holds a task twice. ``n`` can be at most the pool
+    size.
+    """
+
+    def __init__(self, tasks: TaskPool | Sequence[Any], seed: int | None = 0, *,
+                 reward_range: tuple[float, float] | None = None, require_dispatch: bool = True) -> None:
+        super().__init__(tasks, seed=seed, reward_range=reward_range, require_dispatch=require_dispatch)
+        self.epoch = 0
+        self._order: np.ndarray = np.empty(0, dtype=np.int64)
+        self._cursor = 0
+
+    def _new_epoch(self, avoid: set[int]) -> None:
+        order = self._rng.permutation(len(self.tasks))
+        if avoid:
+            mask = np.isin(order, list(avoid))
+            order = np.concatenate([order[~mask], order[mask]])
+        self._order = order
+        self._cursor = 0
+        self.epoch += 1
+
+    def _select(self, n: int) -> list[int]:
+        out: list[int] = []
+        while len(out) < n:
+            if self._cursor >= len(self._order):
+                self._new_epoch(set(out))
+            take = min(n - len(out), len(self._order) - self._cursor)
+            out.extend(int(x) for x in self._order[self._cursor:self._cursor + take])
+            self._cursor += take
+        return out
+
+    def _extra_metrics(self) -> dict[str, float]:
+        return {"epoch": float(self.epoch)}
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "order": self._order.tolist(), "cursor": self._cursor}
+
+    def _load_extra_state(self, extra: dict[str, Any]) -> None:
+        try:
+            order = np.asarray(extra["order"], dtype=np.int64)
+            cursor, epoch = int(extra["cursor"]), int(extra["epoch"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed UniformSampler state: {exc}") from None
+        if order.size and (sorted(order.tolist()) != list(range(len(self.tasks)))):
+            raise ValueError("malformed UniformSampler state: order is not a permutation of the tasks")
+        if not 0 <= cursor <= order.size:
+            raise ValueError(f"malformed UniformSampler state: cursor {cursor} outside the epoch")
+        self._order, self._cursor, self.epoch = order, cursor, epoch
+
+
+CurriculumKey = Literal["difficulty", "group", "id"]
+
+
+class CurriculumSampler(BaseSampler):
+    """RFC 013's signal-only curriculum.
+
+    Statistics are kept per key ``k`` -- the task's ``difficulty`` tier, its ``group``, or its ``id``
+    (a task without the chosen field is keyed by its id). After each group,
+    ``s_k <- decay * s_k + successes`` and ``f_k <- decay * f_k + failures`` over the *scored* rollouts
+    (success: ``reward >= success_threshold``). With ``p_k = (s_k + 1) / (s_k + f_k + 2)`` the key's weight
+    is ``w_k = 1 - p_k**G - (1 - p_k)**G + epsilon``, ``G = group_size``: the probability that a group of
+    binary rewards carries signal, floored so every key stays reachable. ``sample`` draws a key with
+    probability proportional to ``w_k``, then a task uniformly without replacement within the key.
+    No cost weighting (the RFC's latest revision removed it).
+    """
+
+    distinct_per_batch = False
+
+    def __init__(self, tasks: TaskPool | Sequence[Any], group_size: int, key: CurriculumKey = "difficulty", *,
+                 decay: float = 0.9, success_threshold: float = 1.0, epsilon: float = 0.05, seed: int | None = 0,
+                 reward_range: tuple[float, float] | None = None, require_dispatch: bool = True) -> None:
+        super().__init__(tasks, seed=seed, reward_range=reward_range, require_dispatch=require_dispatch)
+        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+            raise ValueError(f"group_size must be a positive integer, got {group_size!r}")
+        if key not in ("difficulty", "group", "id"):
+            raise ValueError(f"key must be 'difficulty', 'group' or 'id', got {key!r}")
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"decay must be in (0, 1], got {decay!r}")
+        if not epsilon > 0:
+            raise ValueError(f"epsilon must be > 0 to keep every key reachable, got {epsilon!r}")
+        self.group_size = group_size
+        self.key = key
+        self.decay = decay
+        self.success_threshold = success_threshold
+        self.epsilon = epsilon
+        key_of = []
+        for i, t in enumerate(self.tasks):
+            value = t.get(key) if isinstance(t, Mapping) else getattr(t, key, None)
+            key_of.append(str(value) if value is not None else f"id:{self._keys[i]}")
+        self.curriculum_keys: list[str] = sorted(set(key_of), key=_natural)
+        kpos = {k: j for j, k in enumerate(self.curriculum_keys)}
+        self._key_of = np.array([kpos[k] for k in key_of], dtype=np.int64)
+        self._members = [np.flatnonzero(self._key_of == j) for j in range(len(self.curriculum_keys))]
+        self._successes = np.zeros(len(self.curriculum_keys))
+        self._failures = np.zeros(len(self.curriculum_keys))
+        self._queues: list[list[int]] = [[] for _ in self.curriculum_keys]
+
+    def success_probabilities(self) -> dict[str, float]:
+        """``p_k`` per key (Beta(1, 1) prior: unseen keys at 0.5)."""
+        p = (self._successes + 1) / (self._successes + self._failures + 2)
+        return dict(zip(self.curriculum_keys, p.tolist(), strict=True))
+
+    def weights(self) -> dict[str, float]:
+        """Unnormalised ``w_k`` per key."""
+        return dict(zip(self.curriculum_keys, self._weights().tolist(), strict=True))
+
+    def _weights(self) -> np.ndarray:
+        p = (self._successes + 1) / (self._successes + self._failures + 2)
+        g = self.group_size
+        return 1.0 - p**g - (1.0 - p) ** g + self.epsilon
+
+    def _select(self, n: int) -> list[int]:
+        w = self._weights()
+        chosen_keys = self._rng.choice(len(w), size=n, p=w / w.sum())
+        out = []
+        for k in chosen_keys:
+            queue = self._queues[k]
+            if not queue:
+                queue.extend(int(x) for x in self._rng.permutation(self._members[k]))
+            out.append(queue.pop())
+        return out
+
+    def _observe(self, group: GroupResult) -> None:
+        k = self._key_of[group.position]
+        successes = float(np.sum(group.scored >= self.success_threshold))
+        failures = float(group.scored.size) - successes
+        self._successes[k] = self.decay * self._successes[k] + successes
+        self._failures[k] = self.decay * self._failures[k] + failures
+
+    def _extra_metrics(self) -> dict[str, float]:
+        p = (self._successes + 1) / (self._successes + self._failures + 2)
+        return {"curriculum_keys": float(len(self.curriculum_keys)), "mean_key_success_p": float(p.mean())}
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"keys": list(self.curriculum_keys), "successes": self._successes.tolist(),
+                "failures": self._failures.tolist(), "queues": [list(q) for q in self._queues]}
+
+    def _load_extra_state(self, extra: dict[str, Any]) -> None:
+        try:
+            if list(extra["keys"]) != self.curriculum_keys:
+                raise ValueError("curriculum keys differ")
+            s = np.asarray(extra["successes"], dtype=float)
+            f = np.asarray(extra["failures"], dtype=float)
+            queues = [[int(x) for x in q] for q in extra["queues"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed CurriculumSampler state: {exc}") from None
+        k = len(self.curriculum_keys)
+        if s.shape != (k,) or f.shape != (k,) or len(queues) != k or (s < 0).any() or (f < 0).any():
+            raise ValueError("malformed CurriculumSampler state: statistics do not match the keys")
+        if any(x < 0 or x >= len(self.tasks) or self._key_of[x] != j for j, q in enumerate(queues) for x in q):
+            raise ValueError("malformed CurriculumSampler state: a queued task is not in its key")
+        self._successes, self._failures, self._queues = s, f, queues
+
+
+def _natural(value: str) -> tuple[int, float | str]:
+    """Sort numeric keys numerically (tiers ``2 < 10``), then the rest alphabetically."""
+    try:
+        x = float(value)
+        return (0, x) if math.isfinite(x) else (1, value)
+    except ValueError:
+        return (1, value)
