@@ -63,10 +63,12 @@ class TaskPool(Sequence[dict[str, Any]]):
         lines: list[int] = []
         for position, obj in enumerate(tasks, start=1):
             line = getattr(obj, "lineno", position)
-            spec = validate_task_spec(obj, source=source, line=line)
+            unit = "line" if hasattr(obj, "lineno") else "item"
+            spec = validate_task_spec(obj, source=source, line=line, unit=unit)
             if spec["id"] in index:
-                raise TaskSpecError(f"duplicate task id {spec['id']!r} (first at line/position "
-                                    f"{lines[index[spec['id']]]})", source=source, line=line, field="id")
+                raise TaskSpecError(f"duplicate task id {spec['id']!r} (first at {unit} "
+                                    f"{lines[index[spec['id']]]})", source=source, line=line, field="id",
+                                    unit=unit)
             index[spec["id"]] = len(specs)
             specs.append(spec)
             lines.append(line)

@@ -43,11 +43,12 @@ class TaskSpecError(ValueError):
     """A task spec (or a file of them) is malformed.
 
     ``source`` names the file (or ``"<iterable>"``), ``line`` the 1-based line of a JSONL file (or the
-    position of the task in a JSON list / iterable), ``field`` the offending key, when known.
+    1-based position of the task in a JSON list / iterable, then called "item" in the message), ``field``
+    the offending key, when known.
     """
 
     def __init__(self, message: str, *, source: str | None = None, line: int | None = None,
-                 field: str | None = None) -> None:
+                 field: str | None = None, unit: str = "line") -> None:
         self.source = source
         self.line = line
         self.field = field
@@ -55,7 +56,7 @@ class TaskSpecError(ValueError):
         if source is not None:
             where.append(str(source))
         if line is not None:
-            where.append(f"line {line}")
+            where.append(f"{unit} {line}")
         if field is not None:
             where.append(f"field {field!r}")
         prefix = ", ".join(where)
@@ -66,16 +67,16 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _check(cond: bool, message: str, field: str, source: str | None, line: int | None) -> None:
-    if not cond:
-        raise TaskSpecError(message, source=source, line=line, field=field)
-
-
-def validate_task_spec(obj: Any, *, source: str | None = None, line: int | None = None) -> dict[str, Any]:
+def validate_task_spec(obj: Any, *, source: str | None = None, line: int | None = None,
+                       unit: str = "line") -> dict[str, Any]:
     """Check one task spec and return it as a ``dict`` (a shallow copy; the input is not modified).
 
-    Raises :class:`TaskSpecError` naming ``source``, ``line`` and the field that is wrong.
+    Raises :class:`TaskSpecError` naming ``source``, ``line`` (or item, per ``unit``) and the wrong field.
     """
+
+    def _check(cond: bool, message: str, field: str | None, source: str | None, line: int | None) -> None:
+        if not cond:
+            raise TaskSpecError(message, source=source, line=line, field=field, unit=unit)
     _check(isinstance(obj, Mapping), f"a task spec must be a JSON object, got {_type_name(obj)}",
            None, source, line)
     spec = dict(obj)
