@@ -1,0 +1,615 @@
+"""BFCL multi-turn (PyPI ``bfcl-eval``, Apache-2.0): task pool and in-process episodes.
+
+BFCL's multi-turn categories (``multi_turn_base``, ``multi_turn_miss_func``, ``multi_turn_miss_param``,
+``multi_turn_long_context``; 200 questions each in ``bfcl-eval`` 2026.3.23) run against eight executable
+Python classes (file system, math, messaging, posting, tickets, trading, travel, vehicle control) and are
+scored by the package's own ``multi_turn_checker`` (per-turn state and execution-response checks against a
+replay of the ground-truth calls). Everything here reads the installed package; nothing is copied.
+
+Install without the gigabytes of optional ML dependencies (CUDA torch etc.) that the full install pulls::
+
+    pip install --no-deps bfcl-eval==2026.3.23 mpmath==1.3.0
+
+**Environment of a task.** Every task is in exactly one environment: one of its ``involved_classes``.
+BFCL pairs one of four main backends (file system, trading, travel, vehicle control; 200 tasks each) with at
+most one auxiliary API (math, tickets, posting, messaging). A task belongs to the involved class that the
+fewest multi-turn tasks involve, by the fixed precedence :data:`ENV_PRECEDENCE` (MathAPI < TicketAPI <
+TwitterAPI < MessageAPI < GorillaFileSystem < TradingBot < TravelAPI < VehicleControlAPI, from the 800
+tasks of ``bfcl-eval`` 2026.3.23): a paired task goes to its auxiliary API, a single-class task to its
+class. So every class is an environment and sizes stay balanced (52 to 160 tasks); the task's ``tools``
+still list the operations of all its involved classes.
+
+**Episode protocol** (:class:`BFCLEnvironment`), as BFCL's own inference loop: an episode has the task's
+user turns; within a turn the policy takes any number of steps, each a list of call strings in BFCL's
+syntax (``"cd(folder='document')"``), executed with the package's ``execute_multi_turn_func_call`` against
+class instances created from the task's initial configuration and kept for the episode. A step that is an
+empty list, ``None`` or a text reply (``str``) ends the current turn; the observation is then the next user
+turn, and after the last turn ``StepResult(done=True, reward=final_reward())``. More than
+``max_steps_per_turn`` (BFCL's ``MAXIMUM_STEP_LIMIT``, 20) steps in a turn force-terminates the episode,
+which BFCL scores 0. ``final_reward()`` runs ``multi_turn_checker`` on the calls of the episode: 1.0 or
+0.0, or ``None`` when the checker itself fails (the reason is in :attr:`BFCLEnvironment.last_check`).
+
+Security: BFCL's executor ``eval``s call strings. Before anything reaches it, each call is parsed and only a
+plain call of a documented function of the task's involved classes, with literal arguments, is let through;
+others get an error result and are left out of the record the checker re-executes. As in BFCL, a function
+held out by ``miss_func`` is not shown before its turn but executes if called.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import functools
+import importlib
+import inspect
+import json
+import re
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from envsched.envs.base import Environment, EnvironmentUnavailable, StepResult
+
+__all__ = [
+    "BFCL_INSTALL",
+    "BFCL_VERSION",
+    "ENV_PRECEDENCE",
+    "MULTI_TURN_CATEGORIES",
+    "BFCLEnvironment",
+    "bfcl_available",
+    "build_bfcl_pool",
+    "ground_truth_calls",
+    "replay_reward",
+]
+
+#: The bfcl-eval release this module was written and tested against.
+BFCL_VERSION = "2026.3.23"
+#: The documented install: data and environment classes only, without the optional ML stack.
+BFCL_INSTALL = f"pip install --no-deps bfcl-eval=={BFCL_VERSION} mpmath==1.3.0"
+#: BFCL's multi-turn categories, in the package's order.
+MULTI_TURN_CATEGORIES: tuple[str, ...] = (
+    "multi_turn_base",
+    "multi_turn_miss_func",
+    "multi_turn_miss_param",
+    "multi_turn_long_context",
+)
+#: Which involved class a task belongs to: the first of these that the task involves (rarest first).
+ENV_PRECEDENCE: tuple[str, ...] = (
+    "MathAPI",
+    "TicketAPI",
+    "TwitterAPI",
+    "MessageAPI",
+    "GorillaFileSystem",
+    "TradingBot",
+    "TravelAPI",
+    "VehicleControlAPI",
+)
+_FORBIDDEN = frozenset({"kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"})
+
+
+# ---------------------------------------------------------------------------------------------- package
+class _Bfcl:
+    """The pieces of bfcl-eval this module uses, imported once."""
+
+    def __init__(self) -> None:
+        try:
+            import bfcl_eval
+            from bfcl_eval.constants import default_prompts
+            from bfcl_eval.constants import executable_backend_config as backend
+            from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
+            from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+        except ImportError as exc:  # pragma: no cover - exercised where bfcl-eval is absent
+            raise EnvironmentUnavailable(
+                f"BFCL multi-turn needs the bfcl-eval package, which could not be imported ({exc}). Install "
+                f"its data and environment classes without the optional ML dependencies: {BFCL_INSTALL}"
+            ) from exc
+        self.root = Path(bfcl_eval.__file__).resolve().parent
+        self.data = self.root / "data"
+        self.answers = self.data / "possible_answer"
+        self.func_docs = self.data / "multi_turn_func_doc"
+        self.doc_files: dict[str, str] = dict(backend.MULTI_TURN_FUNC_DOC_FILE_MAPPING)
+        self.class_modules: dict[str, str] = dict(backend.CLASS_FILE_PATH_MAPPING)
+        self.stateless = set(backend.STATELESS_CLASSES)
+        self.utils = multi_turn_utils
+        self.execute = multi_turn_utils.execute_multi_turn_func_call
+        self.checker = multi_turn_checker
+        self.max_steps = int(getattr(default_prompts, "MAXIMUM_STEP_LIMIT", 20))
+        self.added_functions_prompt = str(getattr(
+            default_prompts, "DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC",
+            "I have updated some more functions you can choose from. What about now?"))
+        try:
+            from importlib.metadata import version
+            self.version = version("bfcl-eval")
+        except Exception:  # pragma: no cover
+            self.version = "unknown"
+        self._classes: dict[str, type] = {}
+
+    def cls(self, name: str) -> type:
+        if name not in self._classes:
+            if name not in self.class_modules:
+                raise KeyError(f"unknown BFCL class {name!r}")
+            self._classes[name] = getattr(importlib.import_module(self.class_modules[name]), name)
+        return self._classes[name]
+
+    def public_methods(self, name: str) -> set[str]:
+        return {n for n, _ in inspect.getmembers(self.cls(name), inspect.isfunction) if not n.startswith("_")}
+
+
+@functools.cache
+def _bfcl() -> _Bfcl:
+    return _Bfcl()
+
+
+def bfcl_available() -> bool:
+    """True when bfcl-eval's multi-turn data, classes and checker import."""
+    try:
+        _bfcl()
+    except EnvironmentUnavailable:
+        return False
+    return True
+
+
+def _norm_category(category: str) -> str:
+    name = category if category.startswith("multi_turn_") else f"multi_turn_{category}"
+    if name not in MULTI_TURN_CATEGORIES:
+        raise ValueError(f"unknown BFCL multi-turn category {category!r}; choose from "
+                         f"{', '.join(MULTI_TURN_CATEGORIES)} (the 'multi_turn_' prefix is optional)")
+    return name
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+@functools.cache
+def _load_category(category: str) -> tuple[dict[str, Any], ...]:
+    """The category's entries (question file joined with its possible answers), in file order."""
+    b = _bfcl()
+    prefix = _file_prefix()
+    questions = _read_jsonl(b.data / f"{prefix}_{category}.json")
+    answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(b.answers / f"{prefix}_{category}.json")}
+    out = []
+    for q in questions:
+        if q["id"] not in answers:
+            raise RuntimeError(f"bfcl-eval data: no possible answer for {q['id']!r}")
+        out.append({**q, "ground_truth": answers[q["id"]]})
+    return tuple(out)
+
+
+@functools.cache
+def _file_prefix() -> str:
+    b = _bfcl()
+    found = sorted(p.name.split("_multi_turn_base")[0] for p in b.data.glob("*_multi_turn_base.json"))
+    if not found:
+        raise EnvironmentUnavailable(f"bfcl-eval at {b.root} has no multi-turn data files; reinstall: "
+                                     f"{BFCL_INSTALL}")
+    return found[-1]
+
+
+@functools.cache
+def _entries_by_id() -> dict[str, dict[str, Any]]:
+    return {e["id"]: e for c in MULTI_TURN_CATEGORIES for e in _load_category(c)}
+
+
+@functools.cache
+def _func_docs(class_name: str) -> tuple[dict[str, Any], ...]:
+    b = _bfcl()
+    return tuple(_read_jsonl(b.func_docs / b.doc_files[class_name]))
+
+
+def _entry(task: Mapping[str, Any] | str) -> dict[str, Any]:
+    """The bfcl-eval entry of a task spec (its ``bfcl.entry_id``) or of a BFCL entry id."""
+    if isinstance(task, str):
+        entry_id = task
+    else:
+        meta = task.get("bfcl")
+        if not isinstance(meta, Mapping) or not isinstance(meta.get("entry_id"), str):
+            raise ValueError(f"task {task.get('id')!r} is not a BFCL task: it has no 'bfcl.entry_id' "
+                             "(build it with envsched.envs.bfcl.build_bfcl_pool)")
+        entry_id = meta["entry_id"]
+    try:
+        return _entries_by_id()[entry_id]
+    except KeyError:
+        raise KeyError(f"no BFCL multi-turn entry {entry_id!r} in bfcl-eval {_bfcl().version}") from None
+
+
+# ---------------------------------------------------------------------------------------------- pool
+def _env_of(involved: Sequence[str]) -> str:
+    for name in ENV_PRECEDENCE:
+        if name in involved:
+            return name
+    return sorted(involved)[0]
+
+
+def _call_name(call: str) -> str:
+    node = ast.parse(call.strip(), mode="eval").body
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return node.func.id
+    raise ValueError(f"not a plain function call: {call!r}")
+
+
+def _method_owner(involved: Sequence[str]) -> dict[str, str]:
+    """method name -> class, with the executor's rule (a later involved class overrides an earlier one)."""
+    owner: dict[str, str] = {}
+    for cls in involved:
+        for m in _bfcl().public_methods(cls):
+            owner[m] = cls
+    return owner
+
+
+@functools.cache
+def _method_source(class_name: str, method: str) -> str:
+    fn = getattr(_bfcl().cls(class_name), method)
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):  # pragma: no cover
+        return f"# source of {class_name}.{method} unavailable\n"
+
+
+def _tools(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+    missed: dict[str, int] = {}
+    for turn, names in (entry.get("missed_function") or {}).items():
+        for n in names:
+            missed[n] = int(turn)
+    tools = []
+    for cls in entry["involved_classes"]:
+        for doc in _func_docs(cls):
+            tool: dict[str, Any] = {"name": doc["name"], "description": doc.get("description", ""),
+                                    "class": cls, "parameters": doc.get("parameters", {})}
+            if "response" in doc:
+                tool["response"] = doc["response"]
+            if doc["name"] in missed:
+                tool["available_from_turn"] = missed[doc["name"]]
+            tools.append(tool)
+    return tools
+
+
+def _turn_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    return "\n".join(str(m.get("content", "")) for m in messages)
+
+
+def _spec(entry: Mapping[str, Any], category: str, split: str, index: int) -> dict[str, Any]:
+    involved = list(entry["involved_classes"])
+    gt: list[list[str]] = entry["ground_truth"]
+    owner = _method_owner(involved)
+    lines = []
+    for t, msgs in enumerate(entry["question"]):
+        if msgs:
+            lines.append(f"[turn {t + 1}] {_turn_text(msgs)}")
+        else:
+            lines.append(f"[turn {t + 1}] (user) {_bfcl().added_functions_prompt}")
+    checks: list[str] = []
+    used: dict[tuple[str, str], None] = {}
+    for t, calls in enumerate(gt):
+        if not calls:
+            checks.append(f"after turn {t + 1}: no call is expected (the request cannot be done yet); the "
+                          "state is checked again at the next turn")
+            continue
+        for call in calls:
+            checks.append(f"after turn {t + 1}: {call}")
+            name = _call_name(call)
+            if name in owner:
+                used[(owner[name], name)] = None
+        classes = ", ".join(c for c in involved if c not in _bfcl().stateless)
+        if classes:
+            checks.append(f"after turn {t + 1}: state of {classes} equals the ground truth's")
+        checks.append(f"after turn {t + 1}: execution results include every ground-truth call's result")
+    code_parts = [f"# {cls}.{m}\n{_method_source(cls, m)}" for cls, m in used]
+    n_calls = sum(len(c) for c in gt)
+    return {
+        "id": f"bfcl/{entry['id']}",
+        "env": _env_of(involved),
+        "split": split,
+        "index": index,
+        "group": category,
+        "difficulty": n_calls,
+        "instruction": "\n".join(lines),
+        "tools": _tools(entry),
+        "initial_state": copy.deepcopy(entry.get("initial_config", {})),
+        "verifier": {"checks": checks, "code": "\n".join(code_parts)},
+        "bfcl": {
+            "entry_id": entry["id"],
+            "category": category,
+            "involved_classes": involved,
+            "num_turns": len(entry["question"]),
+            "excluded_function": list(entry.get("excluded_function", [])),
+            "version": _bfcl().version,
+        },
+    }
+
+
+def build_bfcl_pool(categories: Iterable[str] | None = None, *, split: str = "train",
+                    limit: int | None = None) -> list[dict[str, Any]]:
+    """BFCL multi-turn questions as envsched task specs (one per question, in package order).
+
+    Args:
+        categories: multi-turn categories (``"base"`` or ``"multi_turn_base"``...); default all four.
+        split: the ``split`` given to every spec; ``index`` numbers the specs 0..N-1 in order.
+        limit: keep only the first ``limit`` questions of each category (for quick pools).
+
+    Each spec has ``env`` (see the module doc for the rule), ``group`` (the category), ``difficulty``
+    (number of ground-truth calls), ``instruction`` (the user turns), ``tools`` (BFCL's function docs of
+    all involved classes, with ``parameters``; a held-out function of ``miss_func`` carries
+    ``available_from_turn``), ``initial_state`` (BFCL's ``initial_config``), ``verifier`` (per-turn checks
+    from the ground truth; ``code``: source of the methods the ground truth calls) and ``bfcl``
+    (``entry_id``, ``category``, ``involved_classes``... what the episode runner needs).
+
+    Raises :class:`EnvironmentUnavailable` (with the pip command) when bfcl-eval is not installed.
+    """
+    cats = [_norm_category(c) for c in (categories if categories is not None else MULTI_TURN_CATEGORIES)]
+    if isinstance(categories, str):
+        raise TypeError("categories must be a list of category names, not a string")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    specs: list[dict[str, Any]] = []
+    for cat in dict.fromkeys(cats):
+        entries = _load_category(cat)
+        for entry in entries[:limit] if limit is not None else entries:
+            specs.append(_spec(entry, cat, split, len(specs)))
+    return specs
+
+
+def ground_truth_calls(task: Mapping[str, Any] | str) -> list[list[str]]:
+    """The ground-truth calls of a BFCL task, one list per user turn (a task spec or a BFCL entry id)."""
+    return copy.deepcopy(_entry(task)["ground_truth"])
+
+
+# ---------------------------------------------------------------------------------------------- episodes
+def _sanitize(name: str) -> str:
+    return re.sub(r"[-./:]", "_", name)
+
+
+def _safe_call(call: Any, allowed: set[str]) -> str | None:
+    """``None`` if ``call`` may be executed; else why not."""
+    if not isinstance(call, str) or not call.strip():
+        return f"a call must be a non-empty string, got {call!r:.80}"
+    try:
+        node = ast.parse(call.strip(), mode="eval").body
+    except SyntaxError as exc:
+        return f"invalid call syntax: {exc.msg}"
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        return "not a plain function call"
+    if node.func.id not in allowed:
+        return f"no such function available: {node.func.id}"
+    if node.func.id in _FORBIDDEN:
+        return f"Function call {node.func.id} is not allowed."
+    try:
+        for arg in node.args:
+            ast.literal_eval(arg)
+        for kw in node.keywords:
+            if kw.arg is None:
+                return "**kwargs is not allowed"
+            ast.literal_eval(kw.value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return "arguments must be literals (strings, numbers, lists, dicts, booleans, None)"
+    return None
+
+
+class BFCLEnvironment(Environment):
+    """Runs BFCL multi-turn episodes in process against fresh instances of the package's classes.
+
+    See the module docstring for the step protocol. ``reset`` returns a dict: ``turn`` (0-based),
+    ``num_turns``, ``messages`` (the user messages of the turn), ``tools`` (the function docs available
+    now) and ``new_tools`` (docs added at this turn, ``miss_func``). A call step returns
+    ``{"turn", "results"}`` (one execution result string per call); an end-of-turn step returns the next
+    turn's observation (with ``done=True`` and the reward after the last turn).
+
+    Not thread-safe per instance; use one instance per concurrent episode.
+    """
+
+    name = "bfcl"
+
+    def __init__(self, *, max_steps_per_turn: int | None = None) -> None:
+        self._b = _bfcl()
+        self.max_steps_per_turn = int(max_steps_per_turn or self._b.max_steps)
+        if self.max_steps_per_turn <= 0:
+            raise ValueError("max_steps_per_turn must be positive")
+        self._entry: dict[str, Any] | None = None
+        self._model_name = ""
+        self._calls: list[list[list[str]]] = []
+        self._turn = 0
+        self._steps_in_turn = 0
+        self._done = False
+        self._terminated: str | None = None
+        self._available: set[str] = set()
+        self._executable: set[str] = set()
+        self._reward: float | None = None
+        self._scored = False
+        #: The last checker verdict: ``{"valid": bool, ...}`` or ``{"error": ...}`` when it could not score.
+        self.last_check: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ protocol
+    def reset(self, task: Mapping[str, Any] | str, seed: int | None = None) -> dict[str, Any]:
+        """Start an episode of ``task`` (a spec from :func:`build_bfcl_pool` or a BFCL entry id).
+
+        ``seed`` is accepted for the interface and unused: BFCL episodes are deterministic.
+        """
+        entry = _entry(task)
+        self._cleanup()
+        self._entry = entry
+        self._model_name = f"envsched_{uuid.uuid4().hex}"
+        self._calls = [[] for _ in entry["question"]]
+        self._turn = 0
+        self._steps_in_turn = 0
+        self._done = False
+        self._terminated = None
+        self._reward = None
+        self._scored = False
+        self.last_check = {}
+        missed = {n for names in (entry.get("missed_function") or {}).values() for n in names}
+        # What the policy is shown excludes the held-out functions of ``miss_func`` until their turn ...
+        self._available = {d["name"] for c in entry["involved_classes"] for d in _func_docs(c)} - missed
+        # ... but, as in BFCL's executor, every documented function of the involved classes executes
+        # (the ground truth of multi_turn_miss_func_49 calls a held-out function two turns early).
+        self._executable = {d["name"] for c in entry["involved_classes"] for d in _func_docs(c)}
+        return self._turn_observation()
+
+    def step(self, action: Sequence[str] | str | None) -> StepResult:
+        """One step of the current turn: a list of call strings, or end of turn (``[]``/``None``/text)."""
+        if self._entry is None:
+            raise RuntimeError("call reset(task) before step()")
+        if self._done:
+            raise RuntimeError("the episode is over; call reset(task) to start another")
+        if action is None or isinstance(action, str) or (isinstance(action, Sequence) and len(action) == 0):
+            return self._end_turn()
+        if not isinstance(action, Sequence) or not all(isinstance(c, str) for c in action):
+            raise TypeError("a BFCL action is a list of call strings (or [] / None / a text reply to end the turn)")
+        self._steps_in_turn += 1
+        if self._steps_in_turn > self.max_steps_per_turn:
+            self._done = True
+            self._terminated = f"force-terminated: more than {self.max_steps_per_turn} steps in turn {self._turn}"
+            reward = self.final_reward()
+            return StepResult(observation={"turn": self._turn, "results": []}, reward=reward, done=True,
+                              info={"terminated": self._terminated})
+        results: list[str | None] = [None] * len(action)
+        runnable: list[str] = []
+        positions: list[int] = []
+        for i, call in enumerate(action):
+            why = _safe_call(call, self._executable)
+            if why is None:
+                runnable.append(call.strip())
+                positions.append(i)
+            else:
+                results[i] = f"Error during execution: {why}"
+        if runnable:
+            out, _ = self._b.execute(
+                func_call_list=runnable,
+                initial_config=self._entry.get("initial_config", {}),
+                involved_classes=self._entry["involved_classes"],
+                model_name=self._model_name,
+                test_entry_id=self._entry["id"],
+                long_context=self._long_context(),
+                is_evaL_run=False,
+            )
+            for pos, res in zip(positions, out, strict=True):
+                results[pos] = res
+            self._calls[self._turn].append(runnable)
+        return StepResult(observation={"turn": self._turn, "results": results}, done=False,
+                          info={"rejected": len(action) - len(runnable)})
+
+    def final_reward(self) -> float | None:
+        """BFCL's ``multi_turn_checker`` verdict on the episode's calls: 1.0, 0.0, or None if it failed."""
+        if self._entry is None:
+            raise RuntimeError("call reset(task) first")
+        if self._scored:
+            return self._reward
+        self._scored = True
+        if self._terminated is not None or self._turn < len(self._entry["question"]):
+            reason = self._terminated or (f"episode ended after {self._turn} of "
+                                          f"{len(self._entry['question'])} turns")
+            self.last_check = {"valid": False, "error_type": "multi_turn:force_terminated",
+                               "error_message": reason}
+            self._reward = 0.0
+            return self._reward
+        self._reward, self.last_check = _check(self._entry, self._calls)
+        self._cleanup()
+        return self._reward
+
+    def close(self) -> None:
+        self._cleanup()
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def calls(self) -> list[list[list[str]]]:
+        """The executed calls so far: per turn, per step, the call strings."""
+        return copy.deepcopy(self._calls)
+
+    def _long_context(self) -> bool:
+        assert self._entry is not None
+        return "long_context" in self._entry["id"] or "composite" in self._entry["id"]
+
+    def _turn_observation(self) -> dict[str, Any]:
+        assert self._entry is not None
+        entry = self._entry
+        messages = list(entry["question"][self._turn])
+        new_names = list((entry.get("missed_function") or {}).get(str(self._turn), []))
+        if new_names:
+            self._available |= set(new_names)
+            if not messages:
+                messages = [{"role": "user", "content": self._b.added_functions_prompt}]
+        docs = [d for c in entry["involved_classes"] for d in _func_docs(c)]
+        return {
+            "turn": self._turn,
+            "num_turns": len(entry["question"]),
+            "messages": messages,
+            "tools": [d for d in docs if d["name"] in self._available],
+            "new_tools": [d for d in docs if d["name"] in new_names],
+        }
+
+    def _end_turn(self) -> StepResult:
+        assert self._entry is not None
+        self._turn += 1
+        self._steps_in_turn = 0
+        if self._turn >= len(self._entry["question"]):
+            self._done = True
+            reward = self.final_reward()
+            return StepResult(observation=None, reward=reward, done=True, info={"check": self.last_check})
+        return StepResult(observation=self._turn_observation(), done=False)
+
+    def _cleanup(self) -> None:
+        """Drop the class instances BFCL's executor cached for this episode (it keys them by model name)."""
+        if not self._model_name:
+            return
+        prefix = _sanitize(self._model_name)
+        store = vars(self._b.utils)
+        for key in [k for k in store if k.startswith(prefix)]:
+            store.pop(key, None)
+
+
+def _check(entry: Mapping[str, Any], calls: list[list[list[str]]]) -> tuple[float | None, dict[str, Any]]:
+    b = _bfcl()
+    name = f"envsched_check_{uuid.uuid4().hex}"
+    # Steps with no calls are not steps to BFCL's evaluator (it drops empty decoded responses).
+    decoded = [[step for step in turn if step] for turn in calls]
+    try:
+        verdict = b.checker(decoded, entry["ground_truth"], dict(entry), entry["id"].rsplit("_", 1)[0], name)
+    except Exception as exc:  # the checker itself failed: not a score
+        result: tuple[float | None, dict[str, Any]] = (None, {"error": f"{type(exc).__name__}: {exc}"})
+    else:
+        result = (1.0 if verdict.get("valid") else 0.0, _summarise(verdict))
+    finally:
+        prefix = _sanitize(name)
+        store = vars(b.utils)
+        for key in [k for k in store if k.startswith(prefix)]:
+            store.pop(key, None)
+    return result
+
+
+def _summarise(verdict: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"valid": bool(verdict.get("valid"))}
+    for key in ("error_type", "error_message"):
+        if key in verdict:
+            out[key] = verdict[key]
+    return out
+
+
+def replay_reward(task: Mapping[str, Any] | str, calls_per_turn: Sequence[Sequence[Any]],
+                  *, return_info: bool = False) -> float | None | tuple[float | None, dict[str, Any]]:
+    """Run a whole trajectory through :class:`BFCLEnvironment` and return its final reward.
+
+    ``calls_per_turn[t]`` holds turn ``t``'s calls: either a flat list of call strings (one step) or a
+    list of steps, each a list of call strings. Missing turns count as not taken (BFCL scores the
+    episode 0). With ``return_info=True`` returns ``(reward, checker verdict)``.
+    """
+    entry = _entry(task)
+    if len(calls_per_turn) > len(entry["question"]):
+        raise ValueError(f"{len(calls_per_turn)} turns of calls for a task with {len(entry['question'])} turns")
+    env = BFCLEnvironment(max_steps_per_turn=10**9)
+    try:
+        env.reset(entry["id"])
+        result: StepResult | None = None
+        for t in range(len(entry["question"])):
+            turn = calls_per_turn[t] if t < len(calls_per_turn) else None
+            if turn is None:
+                break
+            steps = [turn] if all(isinstance(c, str) for c in turn) else list(turn)
+            for step in steps:
+                if step:
+                    env.step(list(step))
+            result = env.step([])
+        reward = result.reward if result is not None and result.done else env.final_reward()
+        return (reward, dict(env.last_check)) if return_info else reward
+    finally:
+        env.close()
