@@ -50,6 +50,7 @@ every task (BFCL tasks included), so it carries no sampling noise.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
@@ -66,12 +67,12 @@ __all__ = ["LearnerConfig", "LearnerModel", "task_structure"]
 class LearnerConfig:
     """Knobs of :class:`LearnerModel` (see the module docstring for the model)."""
 
-    sharing: float = 1.0
+    sharing: float = 0.5
     """Structure sharing strength ``s`` in [0, 1]; 0 = tasks share nothing."""
     feature_noise: float = 0.0
     """Share ``q`` of tasks whose real skills differ from what their static features say."""
     reward: Literal["graded", "binary"] = "graded"
-    lr: float = 0.6
+    lr: float = 0.01
     """Competence gain (logits) per unit of group reward std."""
     transfer: float = 0.2
     """Fraction of a shared-skill move that also reaches related skills."""
@@ -112,28 +113,61 @@ class LearnerConfig:
 _PATTERN_FIELDS = ("pattern", "category", "group")
 
 
+def _rg_category(dataset: str) -> str | None:
+    """reasoning-gym's module family of a dataset (``arithmetic``, ``algorithmic``, ``games``...)."""
+    try:
+        from reasoning_gym.factory import DATASETS
+    except Exception:
+        return None
+    entry = DATASETS.get(dataset)
+    if entry is None:
+        return None
+    parts = entry[0].__module__.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
 def task_structure(task: Mapping[str, Any]) -> tuple[list[str], str, str, int]:
     """What a task statically says it uses: (env-qualified tool names, abstract pattern, env, #checks).
 
-    The pattern is the spec's ``pattern``/``category``/``group`` field (or ``metadata`` of that name);
-    without one, a signature of the task's shape (number of tools and of verifier checks, bucketed),
-    which is the same across environments for tasks of the same shape.
+    The abstract pattern is a family that cuts across environments: the spec's ``pattern`` field if any;
+    for a reasoning-gym task its dataset's reasoning-gym family (``arithmetic``, ``games``...); for a BFCL
+    task its multi-turn category (``multi_turn_base``, ``multi_turn_miss_func``...); else the spec's
+    ``category``/``group``; else a signature of the task's shape (numbers of tools and checks, bucketed).
+    #checks is the number of verifier checks, except 1 for answer-scored reasoning-gym tasks (their
+    listed checks describe one ``score_answer`` call).
     """
     env = str(task.get("env"))
     tools = sorted({f"{env}::{t.get('name')}" for t in (task.get("tools") or []) if isinstance(t, Mapping)})
     checks = ((task.get("verifier") or {}).get("checks")) or []
+    n_checks = len(checks)
     pattern = None
     meta = task.get("metadata") if isinstance(task.get("metadata"), Mapping) else {}
-    for f in _PATTERN_FIELDS:
-        v = task.get(f, meta.get(f))
-        if v is not None and str(v) != "":
-            pattern = f"{f}:{v}"
-            break
+    rg = task.get("reasoning_gym")
+    bf = task.get("bfcl")
+    if task.get("pattern") is not None:
+        pattern = f"pattern:{task['pattern']}"
+    elif isinstance(rg, Mapping) and rg.get("dataset"):
+        fam = _rg_category(str(rg["dataset"]))
+        pattern = f"rg:{fam}" if fam else None
+        n_checks = 1
+    elif isinstance(bf, Mapping) and bf.get("category"):
+        pattern = f"bfcl:{bf['category']}"
+    if pattern is None:
+        for f in _PATTERN_FIELDS[1:]:
+            v = task.get(f, meta.get(f))
+            if v is not None and str(v) != "":
+                pattern = f"{f}:{v}"
+                break
     if pattern is None:
         nt = len(tools)
-        nc = len(checks)
-        pattern = f"shape:t{min(nt, 8) // 2}-c{min(nc, 12) // 3}"
-    return tools, pattern, env, len(checks)
+        pattern = f"shape:t{min(nt, 8) // 2}-c{min(n_checks, 12) // 3}"
+    return tools, pattern, env, n_checks
+
+
+#: Real-checker results memoised per process on the exact corrupted call sequence: (task id, bit mask of
+#: the task's sorted ground-truth tools got wrong) -> reward. The checker is deterministic, so it is shared
+#: by every learner (run) in the process.
+_BFCL_MEMO: dict[tuple[str, int], float] = {}
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -173,8 +207,15 @@ class LearnerModel:
         self.static_tools = [s[0] for s in structs]
         self.static_pattern = [s[1] for s in structs]
         self.envs = [s[2] for s in structs]
-        # Real dependencies: corrupted for a share feature_noise of tasks (see module docstring).
-        true_tools = list(self.static_tools)
+        self.num_checks = np.array([max(1, min(s[3], cfg.max_checks)) for s in structs], dtype=np.int64)
+        self._bfcl: dict[int, dict[str, Any]] = {}
+        self._bfcl_module = None
+        if cfg.real_envs:
+            self._setup_bfcl()
+        # Real dependencies: BFCL tasks use the functions their ground truth calls; corrupted for a share
+        # feature_noise of tasks (see module docstring).
+        true_tools = [[f"bfcl::{t}" for t in self._bfcl[i]["tools"]] if i in self._bfcl else ts
+                      for i, ts in enumerate(self.static_tools)]
         true_pattern = list(self.static_pattern)
         patterns_all = sorted(set(self.static_pattern))
         by_env: dict[str, list[int]] = {}
@@ -185,7 +226,8 @@ class LearnerModel:
             for i in np.flatnonzero(flip):
                 true_pattern[i] = patterns_all[int(init_rng.integers(len(patterns_all)))]
                 same = by_env[self.envs[i]]
-                true_tools[i] = self.static_tools[same[int(init_rng.integers(len(same)))]]
+                j = same[int(init_rng.integers(len(same)))]
+                true_tools[i] = true_tools[j] if (i in self._bfcl) == (j in self._bfcl) else true_tools[i]
             self.misleading = flip
         else:
             self.misleading = np.zeros(n, dtype=bool)
@@ -232,13 +274,11 @@ class LearnerModel:
         self.theta = self.theta0.copy()
         self.phi = self.phi0.copy()
         self.difficulty = init_rng.normal(cfg.difficulty_mean, cfg.difficulty_sd, size=n)
-        # Checks: count per task and fixed offsets (padded with NaN-free zeros, masked).
-        self.num_checks = np.array([max(1, min(s[3], cfg.max_checks)) for s in structs], dtype=np.int64)
-        self._bfcl: dict[int, dict[str, Any]] = {}
-        self._bfcl_module = None
-        if cfg.real_envs:
-            self._setup_bfcl()
+        # Check offsets (a matrix padded to the largest count, masked).
         self.max_m = int(self.num_checks.max())
+        # Tasks scored all-or-nothing: every task in binary mode, and BFCL tasks (BFCL's checker is 0/1).
+        self.binary = np.full(n, cfg.reward == "binary")
+        self.binary[list(self._bfcl)] = True
         self.check_offset = init_rng.normal(0.0, cfg.check_sd, size=(n, self.max_m))
         self.check_mask = np.arange(self.max_m)[None, :] < self.num_checks[:, None]
         self.cost_per_rollout = np.ones(n)
@@ -246,7 +286,6 @@ class LearnerModel:
             self.cost_per_rollout[i] = float(max(1, info["num_calls"]))
         gh_x, gh_w = np.polynomial.hermite_e.hermegauss(self._GH_POINTS)
         self._gh_x, self._gh_w = gh_x, gh_w / gh_w.sum()
-        self._memo: dict[tuple[int, int], float] = {}
         self.bfcl_executions = 0
         self.bfcl_rollouts = 0
         self.steps_trained = 0
@@ -259,9 +298,7 @@ class LearnerModel:
             return
         for i, task in enumerate(self.tasks):
             try:
-                is_bfcl = bool(bfcl.is_bfcl_task(task)) if hasattr(bfcl, "is_bfcl_task") else \
-                    str(task.get("env", "")).startswith("bfcl")
-                if not is_bfcl:
+                if not isinstance(task.get("bfcl"), Mapping):
                     continue
                 calls = bfcl.ground_truth_calls(task)
             except Exception:
@@ -269,7 +306,7 @@ class LearnerModel:
             tools = sorted({_call_name(c) for turn in calls for c in turn})
             if not tools or len(tools) > 20:
                 continue
-            self._bfcl[i] = {"calls": calls, "tools": tools, "num_calls": sum(len(t) for t in calls)}
+            self._bfcl[i] = {"id": str(task.get("id")), "calls": calls, "tools": tools, "num_calls": sum(len(t) for t in calls)}
             self.num_checks[i] = len(tools)
         if self._bfcl:
             self._bfcl_module = bfcl
@@ -280,16 +317,16 @@ class LearnerModel:
         return sorted(self._bfcl)
 
     def _bfcl_reward(self, i: int, failed_mask: int) -> float:
-        key = (i, failed_mask)
-        hit = self._memo.get(key)
+        info = self._bfcl[i]
+        key = (info["id"], failed_mask)
+        hit = _BFCL_MEMO.get(key)
         if hit is not None:
             return hit
-        info = self._bfcl[i]
         bad = {t for j, t in enumerate(info["tools"]) if failed_mask >> j & 1}
         calls = [[c for c in turn if _call_name(c) not in bad] for turn in info["calls"]]
-        r = float(self._bfcl_module.replay_reward(self.tasks[i], calls))
-        r = min(max(r, 0.0), 1.0)
-        self._memo[key] = r
+        raw = self._bfcl_module.replay_reward(self.tasks[i], calls)
+        r = math.nan if raw is None else min(max(float(raw), 0.0), 1.0)  # None: the checker failed
+        _BFCL_MEMO[key] = r
         self.bfcl_executions += 1
         return r
 
@@ -312,10 +349,8 @@ class LearnerModel:
         p = _sigmoid(logit[:, None, None] + eps[:, :, None] + self.check_offset[pos][:, None, :])
         passed = (rng.random(p.shape) < p) & self.check_mask[pos][:, None, :]
         m = self.num_checks[pos][:, None]
-        if self.config.reward == "graded":
-            rewards = passed.sum(axis=2) / m
-        else:
-            rewards = (passed.sum(axis=2) == m).astype(float)
+        rewards = np.where(self.binary[pos][:, None], (passed.sum(axis=2) == m).astype(float),
+                           passed.sum(axis=2) / m)
         for b, i in enumerate(pos.tolist()):
             if i in self._bfcl:
                 k = len(self._bfcl[i]["tools"])
@@ -335,8 +370,10 @@ class LearnerModel:
         if pos.size and (pos.min() < 0 or pos.max() >= len(self.tasks)):
             raise ValueError("positions out of range")
         cfg = self.config
-        g = r.std(axis=1)
-        g[np.ptp(r, axis=1) == 0] = 0.0
+        # Unscored rollouts (NaN) are left out of the group's signal.
+        with np.errstate(invalid="ignore"):
+            g = np.nan_to_num(np.nanstd(r, axis=1)) if np.isnan(r).any() else r.std(axis=1)
+        g[~(g > 1e-12)] = 0.0
         total = float(g.sum())
         moved_theta = np.zeros(self.theta.size, dtype=bool)
         moved_phi = np.zeros(self.phi.size, dtype=bool)
@@ -366,10 +403,8 @@ class LearnerModel:
             + self.check_offset[pos][:, None, :]
         p = _sigmoid(x)
         mask = self.check_mask[pos][:, None, :]
-        if self.config.reward == "graded":
-            per = np.where(mask, p, 0.0).sum(axis=2) / self.num_checks[pos][:, None]
-        else:
-            per = np.where(mask, p, 1.0).prod(axis=2)
+        per = np.where(self.binary[pos][:, None], np.where(mask, p, 1.0).prod(axis=2),
+                       np.where(mask, p, 0.0).sum(axis=2) / self.num_checks[pos][:, None])
         return per @ self._gh_w
 
     def expected_variance(self, positions: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
@@ -381,12 +416,10 @@ class LearnerModel:
         p = _sigmoid(x)
         mask = self.check_mask[pos][:, None, :]
         m = self.num_checks[pos][:, None]
-        if self.config.reward == "graded":
-            mean_e = np.where(mask, p, 0.0).sum(axis=2) / m
-            var_e = np.where(mask, p * (1 - p), 0.0).sum(axis=2) / m**2
-        else:
-            mean_e = np.where(mask, p, 1.0).prod(axis=2)
-            var_e = mean_e * (1 - mean_e)
+        all_pass = np.where(mask, p, 1.0).prod(axis=2)
+        binary = self.binary[pos][:, None]
+        mean_e = np.where(binary, all_pass, np.where(mask, p, 0.0).sum(axis=2) / m)
+        var_e = np.where(binary, all_pass * (1 - all_pass), np.where(mask, p * (1 - p), 0.0).sum(axis=2) / m**2)
         mean = mean_e @ self._gh_w
         second = (var_e + mean_e**2) @ self._gh_w
         return second - mean**2

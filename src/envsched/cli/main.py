@@ -19,9 +19,11 @@ def cli() -> None:
 
 
 def _register() -> None:
+    from envsched.cli.eval import eval_cmd
     from envsched.cli.pool import pool
     from envsched.cli.run import run
 
+    cli.add_command(eval_cmd)
     cli.add_command(pool)
     cli.add_command(run)
 

@@ -50,3 +50,8 @@ def inspect_pool(file: Path | None, as_json: bool) -> None:
     for field, count in summary["missing"].items():
         missing.add_row(field, str(count), f"{count / max(summary['tasks'], 1):.1%}")
     console.print(missing)
+
+
+from envsched.cli.pool_build import build  # noqa: E402  (registered here; defined in its own module)
+
+pool.add_command(build)

@@ -45,7 +45,8 @@ import inspect
 import json
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -321,13 +322,15 @@ def _spec(entry: Mapping[str, Any], category: str, split: str, index: int) -> di
 
 
 def build_bfcl_pool(categories: Iterable[str] | None = None, *, split: str = "train",
-                    limit: int | None = None) -> list[dict[str, Any]]:
+                    limit: int | None = None,
+                    on_progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
     """BFCL multi-turn questions as envsched task specs (one per question, in package order).
 
     Args:
         categories: multi-turn categories (``"base"`` or ``"multi_turn_base"``...); default all four.
         split: the ``split`` given to every spec; ``index`` numbers the specs 0..N-1 in order.
         limit: keep only the first ``limit`` questions of each category (for quick pools).
+        on_progress: called as ``on_progress(done, total)`` after each task.
 
     Each spec has ``env`` (see the module doc for the rule), ``group`` (the category), ``difficulty``
     (number of ground-truth calls), ``instruction`` (the user turns), ``tools`` (BFCL's function docs of
@@ -338,16 +341,18 @@ def build_bfcl_pool(categories: Iterable[str] | None = None, *, split: str = "tr
 
     Raises :class:`EnvironmentUnavailable` (with the pip command) when bfcl-eval is not installed.
     """
-    cats = [_norm_category(c) for c in (categories if categories is not None else MULTI_TURN_CATEGORIES)]
     if isinstance(categories, str):
-        raise TypeError("categories must be a list of category names, not a string")
+        raise TypeError("categories must be a list of category names, not a single string")
+    cats = [_norm_category(c) for c in (categories if categories is not None else MULTI_TURN_CATEGORIES)]
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
+    chosen = [(cat, entry) for cat in dict.fromkeys(cats)
+              for entry in (_load_category(cat)[:limit] if limit is not None else _load_category(cat))]
     specs: list[dict[str, Any]] = []
-    for cat in dict.fromkeys(cats):
-        entries = _load_category(cat)
-        for entry in entries[:limit] if limit is not None else entries:
-            specs.append(_spec(entry, cat, split, len(specs)))
+    for cat, entry in chosen:
+        specs.append(_spec(entry, cat, split, len(specs)))
+        if on_progress is not None:
+            on_progress(len(specs), len(chosen))
     return specs
 
 
@@ -408,6 +413,7 @@ class BFCLEnvironment(Environment):
             raise ValueError("max_steps_per_turn must be positive")
         self._entry: dict[str, Any] | None = None
         self._model_name = ""
+        self._finalizer: weakref.finalize | None = None
         self._calls: list[list[list[str]]] = []
         self._turn = 0
         self._steps_in_turn = 0
@@ -430,6 +436,8 @@ class BFCLEnvironment(Environment):
         self._cleanup()
         self._entry = entry
         self._model_name = f"envsched_{uuid.uuid4().hex}"
+        # An abandoned episode's instances are dropped when this object is garbage-collected.
+        self._finalizer = weakref.finalize(self, _drop_instances, self._model_name)
         self._calls = [[] for _ in entry["question"]]
         self._turn = 0
         self._steps_in_turn = 0
@@ -550,12 +558,17 @@ class BFCLEnvironment(Environment):
 
     def _cleanup(self) -> None:
         """Drop the class instances BFCL's executor cached for this episode (it keys them by model name)."""
-        if not self._model_name:
-            return
-        prefix = _sanitize(self._model_name)
-        store = vars(self._b.utils)
-        for key in [k for k in store if k.startswith(prefix)]:
-            store.pop(key, None)
+        if self._finalizer is not None:
+            self._finalizer()  # runs _drop_instances once
+            self._finalizer = None
+
+
+def _drop_instances(model_name: str) -> None:
+    """Forget the instances BFCL's executor keeps in its module globals under ``model_name``."""
+    prefix = _sanitize(model_name)
+    store = vars(_bfcl().utils)
+    for key in [k for k in store if k.startswith(prefix)]:
+        store.pop(key, None)
 
 
 def _check(entry: Mapping[str, Any], calls: list[list[list[str]]]) -> tuple[float | None, dict[str, Any]]:
@@ -570,10 +583,7 @@ def _check(entry: Mapping[str, Any], calls: list[list[list[str]]]) -> tuple[floa
     else:
         result = (1.0 if verdict.get("valid") else 0.0, _summarise(verdict))
     finally:
-        prefix = _sanitize(name)
-        store = vars(b.utils)
-        for key in [k for k in store if k.startswith(prefix)]:
-            store.pop(key, None)
+        _drop_instances(name)
     return result
 
 
@@ -586,7 +596,7 @@ def _summarise(verdict: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def replay_reward(task: Mapping[str, Any] | str, calls_per_turn: Sequence[Sequence[Any]],
-                  *, return_info: bool = False) -> float | None | tuple[float | None, dict[str, Any]]:
+                  *, return_info: bool = False) -> float | tuple[float | None, dict[str, Any]] | None:
     """Run a whole trajectory through :class:`BFCLEnvironment` and return its final reward.
 
     ``calls_per_turn[t]`` holds turn ``t``'s calls: either a flat list of call strings (one step) or a

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import re
-import socket
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -45,6 +45,7 @@ __all__ = [
 
 #: WebSocket error codes that mean the infrastructure (not the policy, not the task) failed.
 INFRA_CODES = frozenset({"CAPACITY_REACHED", "SESSION_ERROR", "FACTORY_ERROR"})
+_TEXT_FIELDS: dict[str, str] = {}
 _SERVER_ERROR = re.compile(r"Server error: (?P<message>.*) \(code: (?P<code>[A-Z_]+)\)\s*$", re.S)
 
 
@@ -240,7 +241,7 @@ def _http_json(method: str, url: str, body: dict[str, Any] | None, timeout_s: fl
         if status == 422:
             raise ValueError(f"{what}: the server rejected the request (HTTP 422): {detail}") from None
         raise TaskAPIError(f"{what}: server error HTTP {status}: {detail}", status=status, detail=detail) from None
-    except (urllib.error.URLError, ConnectionError, TimeoutError, socket.timeout, HTTPException, OSError) as exc:
+    except (urllib.error.URLError, ConnectionError, TimeoutError, HTTPException, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise InfrastructureError(f"{what}: cannot reach the OpenEnv server at {url}: {reason}") from exc
     try:
@@ -290,6 +291,7 @@ class OpenEnvEnvironment(Environment):
         self.reset_kwargs = dict(reset_kwargs or {})
         self._text_field = text_field
         self._client: Any = None
+        self._socket: Any = None
         self._done = False
         self._reward: float | None = None
         self.steps = 0
@@ -314,16 +316,21 @@ class OpenEnvEnvironment(Environment):
 
     @property
     def text_field(self) -> str:
-        """The action field a text answer is sent in: the schema's single required string field."""
+        """The action field a text answer is sent in: the schema's single required string field
+        (read once per server and cached)."""
         if self._text_field is None:
-            schema = self.action_schema()
-            props = schema.get("properties", {})
-            required = [k for k in schema.get("required", []) if k != "metadata"]
-            strings = [k for k in (required or props) if k != "metadata" and props.get(k, {}).get("type") == "string"]
-            if len(strings) != 1:
-                raise ValueError(f"cannot tell which action field takes a text answer from the schema "
-                                 f"{sorted(props)}; pass text_field=... or send dict actions")
-            self._text_field = strings[0]
+            cached = _TEXT_FIELDS.get(self.base_url)
+            if cached is None:
+                schema = self.action_schema()
+                props = schema.get("properties", {})
+                required = [k for k in schema.get("required", []) if k != "metadata"]
+                strings = [k for k in (required or props)
+                           if k != "metadata" and props.get(k, {}).get("type") == "string"]
+                if len(strings) != 1:
+                    raise ValueError(f"cannot tell which action field takes a text answer from the schema "
+                                     f"{sorted(props)}; pass text_field=... or send dict actions")
+                cached = _TEXT_FIELDS[self.base_url] = strings[0]
+            self._text_field = cached
         return self._text_field
 
     # ------------------------------------------------------------------ episodes
@@ -340,11 +347,14 @@ class OpenEnvEnvironment(Environment):
             kwargs["seed"] = seed
         self._disconnect()
         generic_client = _require_openenv()
+        with contextlib.suppress(ValueError):  # resolve the text field now (cached), not mid-episode
+            _ = self.text_field
         self._done, self._reward, self.steps = False, None, 0
         client = generic_client(base_url=self.base_url, connect_timeout_s=self.connect_timeout_s,
                                 message_timeout_s=self.message_timeout_s).sync()
         self._client = client
         result = self._guard(lambda: client.reset(**kwargs), "reset")
+        self._socket = _socket_of(client)
         self._done = bool(result.done)
         self._reward = _reward(result.reward)
         return result.observation
@@ -358,7 +368,13 @@ class OpenEnvEnvironment(Environment):
         if not isinstance(payload, Mapping):
             raise TypeError(f"an OpenEnv action must be a dict or a text answer, got {type(action).__name__}")
         client = self._client
-        result = self._guard(lambda: client.step(dict(payload)), "step")
+        self._check_session("step")
+        try:
+            result = self._guard(lambda: client.step(dict(payload)), "step")
+        except (OpenEnvServerError, InvalidActionError):
+            self._check_session("step")  # a silent reconnect answers "step before reset": that is a lost session
+            raise
+        self._check_session("step")
         self.steps += 1
         self._done = bool(result.done)
         self._reward = _reward(result.reward)
@@ -367,16 +383,23 @@ class OpenEnvEnvironment(Environment):
     def final_reward(self) -> float | None:
         return self._reward if self._done else None
 
+    def _check_session(self, what: str) -> None:
+        """OpenEnv's client reconnects silently when its socket closed, which would send this step to a
+        new session that never saw the reset: treat a replaced or closed socket as a lost connection."""
+        ws = _socket_of(self._client)
+        if self._socket is not None and (ws is not self._socket or _closed(ws)):
+            self._disconnect()
+            raise InfrastructureError(f"OpenEnv {what} at {self.base_url}: the WebSocket session was lost "
+                                      "mid-episode (the server closed the connection)")
+
     def close(self) -> None:
         self._disconnect()
 
     def _disconnect(self) -> None:
-        client, self._client = self._client, None
+        client, self._client, self._socket = self._client, None, None
         if client is not None:
-            try:
+            with contextlib.suppress(Exception):  # best effort: the server may be gone already
                 client.close()
-            except Exception:  # noqa: S110 - best effort: the server may be gone already
-                pass
 
     def _guard(self, call: Any, what: str) -> Any:
         """Run one WS exchange, mapping failures to envsched's error classes."""
@@ -394,10 +417,10 @@ class OpenEnvEnvironment(Environment):
             if code == "VALIDATION_ERROR":
                 raise InvalidActionError(f"OpenEnv rejected the {what}: {message}") from exc
             raise OpenEnvServerError(f"OpenEnv {what} failed in the environment: {code}: {message}", code) from exc
-        except (ConnectionError, OSError, asyncio.TimeoutError, concurrent.futures.TimeoutError,
-                asyncio.CancelledError, concurrent.futures.CancelledError) as exc:
+        except (TimeoutError, ConnectionError, OSError, asyncio.CancelledError,
+                concurrent.futures.CancelledError) as exc:
             self._disconnect()
-            kind = "timed out" if isinstance(exc, TimeoutError | asyncio.TimeoutError) else "lost the connection"
+            kind = "timed out" if isinstance(exc, TimeoutError) else "lost the connection"
             raise InfrastructureError(f"OpenEnv {what} at {self.base_url} {kind}: "
                                       f"{type(exc).__name__}: {exc}") from exc
         except Exception as exc:
@@ -405,6 +428,18 @@ class OpenEnvEnvironment(Environment):
                 self._disconnect()
                 raise InfrastructureError(f"OpenEnv {what} at {self.base_url} lost the connection: {exc}") from exc
             raise
+
+
+def _socket_of(client: Any) -> Any:
+    inner = getattr(client, "async_client", client)
+    return getattr(inner, "_ws", None)
+
+
+def _closed(ws: Any) -> bool:
+    if ws is None:
+        return True
+    state = getattr(ws, "state", None)
+    return getattr(state, "name", "OPEN") in ("CLOSING", "CLOSED")
 
 
 def _is_connection_closed(exc: BaseException) -> bool:

@@ -41,6 +41,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from functools import lru_cache
+from itertools import pairwise
 from typing import Any
 
 __all__ = [
@@ -91,7 +92,7 @@ _VERBS: dict[str, tuple[str, ...]] = {
     "communicate": ("send", "message", "email", "notify", "reply", "call", "post", "share", "comment",
                     "tweet", "contact", "mention", "respond", "forward", "transfer_to_human"),
     "schedule": ("schedule", "book", "reserve", "reschedule", "appoint", "rebook", "block"),
-    "create": ("create", "add", "register", "open", "insert", "new", "make", "place", "order", "generate",
+    "create": ("create", "add", "register", "open", "insert", "new", "make", "place", "generate",
                "upload", "enroll", "apply", "submit", "write", "record", "assign"),
     "update": ("update", "modify", "edit", "change", "set", "rename", "exchange", "upgrade", "move",
                "replace", "adjust", "resolve", "mark", "approve", "reject", "advance", "toggle", "reset",
@@ -118,33 +119,6 @@ _EFFECT_OF: dict[str, str] = {
     "search": "read", "lookup": "read", "other": "read",
 }
 
-_GATE_PATTERNS: dict[str, str] = {
-    "authentication": r"log(?:ged)?[ _-]?in|login|sign(?:ed)?[ _-]?in|authenticat\w*|password|credential\w*|"
-                      r"verify (?:the )?(?:user|identity|customer)|identity",
-    "authorization": r"authori[sz]\w*|permission\w*|not allowed|allowed to|owner\w*|access rights?|"
-                     r"\badmin\w*|privilege\w*|role\b",
-    "existence": r"not found|does not exist|doesn't exist|must exist|exists?\b|valid (?:\w+ )?ids?\b|"
-                 r"unknown (?:\w+ )?id|locate|resolve",
-    "state": r"\bstatus\b|\bstate\b|must be (?:in |an? )?\w+|only if|pending|delivered|processed|active|"
-             r"available|in stock|wifi|enabled|disabled|turned (?:on|off)|connected|open\b|closed\b",
-    "eligibility": r"eligib\w*|policy|polic(?:ies)|within \d+ (?:hours?|days?)|at most|no more than|"
-                   r"maximum|minimum|limit\w*|cannot exceed|restrict\w*|allowed\b|rule\w*",
-    "confirmation": r"confirm\w*|explicit(?:ly)? (?:consent|agree\w*|approv\w*)|\byes\b|consent",
-    "sufficiency": r"balance|sufficient|insufficient|enough (?:funds|money|credit|points|stock)|funds|"
-                   r"quota|remaining",
-}
-_GATE_RE = re.compile("|".join(f"(?P<{k}>{v})" for k, v in _GATE_PATTERNS.items()), re.IGNORECASE)
-
-_CONFLICT_PATTERNS: dict[str, str] = {
-    "ordering": r"\bbefore\b|\bafter\b|\bfirst\b|\bthen\b|\bonce\b|\bprior to\b|\bfollowed by\b|"
-                r"\bsubsequently\b|\bin order\b|\bfinally\b|\bnext\b",
-    "mutual_exclusion": r"\beither\b|\bonly one\b|\bcannot both\b|\binstead of\b|\bexclusive\w*|"
-                        r"\bonly once\b|\bnot both\b|\bone of\b|\brather than\b|\bunless\b|\bduplicate\w*",
-    "destructive": r"cannot be undone|irreversibl\w*|permanent\w*|non-refundable|overwrit\w*|"
-                   r"\bdelet\w*|\bcancel\w*|\bremov\w*",
-}
-_CONFLICT_RE = re.compile("|".join(f"(?P<{k}>{v})" for k, v in _CONFLICT_PATTERNS.items()), re.IGNORECASE)
-
 # Literal categories, most specific first (one combined pass; each match is one category).
 _LITERAL_PATTERNS: dict[str, str] = {
     "email": r"[\w.+-]+@[\w-]+\.[\w.-]+",
@@ -160,6 +134,125 @@ _LITERAL_PATTERNS: dict[str, str] = {
     "quoted": r"\"[^\"\n]{1,200}\"|'[^'\n]{2,200}'",
 }
 _LITERAL_RE = re.compile("|".join(f"(?P<{k}>{v})" for k, v in _LITERAL_PATTERNS.items()), re.IGNORECASE)
+
+# Fast keyword detection: one tokenisation per text, then set lookups (plus a few phrases).
+_GATE_WORDS: dict[str, tuple[str, ...]] = {
+    "authentication": ("login", "logged", "logon", "signin", "authenticate", "authenticated", "authentication",
+                       "password", "passwords", "credential", "credentials", "identity", "otp", "passcode"),
+    "authorization": ("authorize", "authorized", "authorise", "authorised", "authorization", "authorisation",
+                      "permission", "permissions", "owner", "owners", "ownership", "admin", "administrator",
+                      "privilege", "privileges", "role", "unauthorized"),
+    "existence": ("exist", "exists", "existing", "locate", "resolve", "resolved", "unknown", "found"),
+    "state": ("status", "state", "pending", "delivered", "processed", "active", "inactive", "available",
+              "unavailable", "wifi", "enabled", "disabled", "connected", "disconnected", "open", "closed",
+              "suspended", "expired"),
+    "eligibility": ("eligible", "eligibility", "ineligible", "policy", "policies", "maximum", "minimum", "limit",
+                    "limits", "limited", "restrict", "restricted", "restriction", "restrictions", "rule", "rules",
+                    "allowed", "within"),
+    "confirmation": ("confirm", "confirmed", "confirmation", "consent", "yes", "approve", "approval"),
+    "sufficiency": ("balance", "sufficient", "insufficient", "funds", "quota", "remaining", "enough"),
+}
+_GATE_PHRASES: dict[str, tuple[str, ...]] = {
+    "authentication": ("log in", "logged in", "sign in", "verify the user", "verify identity"),
+    "authorization": ("not allowed", "allowed to", "access rights"),
+    "existence": ("not found", "does not exist", "must exist", "valid id"),
+    "state": ("must be", "only if", "in stock", "turned on", "turned off"),
+    "eligibility": ("at most", "no more than", "cannot exceed"),
+    "confirmation": ("explicit confirmation", "explicitly confirm"),
+    "sufficiency": ("enough money",),
+}
+_CONFLICT_WORDS: dict[str, tuple[str, ...]] = {
+    "ordering": ("before", "after", "first", "then", "once", "subsequently", "finally", "next", "afterwards"),
+    "mutual_exclusion": ("either", "instead", "exclusive", "unless", "duplicate", "duplicates", "otherwise"),
+    "destructive": ("irreversible", "irreversibly", "permanent", "permanently", "overwrite", "overwritten",
+                    "delete", "deleted", "cancel", "cancelled", "canceled", "remove", "removed", "non"),
+}
+_CONFLICT_PHRASES: dict[str, tuple[str, ...]] = {
+    "ordering": ("prior to", "followed by", "in order"),
+    "mutual_exclusion": ("only one", "cannot both", "only once", "not both", "one of", "rather than"),
+    "destructive": ("cannot be undone", "non-refundable"),
+}
+
+
+def _word_index(table: dict[str, tuple[str, ...]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for kind, words in table.items():
+        for w in words:
+            out.setdefault(w, []).append(kind)
+    return out
+
+
+_GATE_INDEX = _word_index(_GATE_WORDS)
+_CONFLICT_INDEX = _word_index(_CONFLICT_WORDS)
+
+
+def _hits(low: str, words: set[str], index: dict[str, list[str]],
+          phrases: dict[str, tuple[str, ...]]) -> set[str]:
+    found: set[str] = set()
+    for w in words & index.keys():
+        found.update(index[w])
+    for kind, ps in phrases.items():
+        if kind not in found and any(p in low for p in ps):
+            found.add(kind)
+    return found
+
+
+def _gates_in(text: str) -> set[str]:
+    low = text.lower()
+    return _hits(low, set(_WORD_RE.findall(low)), _GATE_INDEX, _GATE_PHRASES)
+
+
+def _conflicts_in(text: str) -> set[str]:
+    low = text.lower()
+    return _hits(low, set(_WORD_RE.findall(low)), _CONFLICT_INDEX, _CONFLICT_PHRASES)
+
+
+_LIT_TOKEN_RE = re.compile(r"[^\s,;()\[\]{}]*\d[^\s,;()\[\]{}]*|[^\s,;()]+@[^\s,;()]+|https?://\S+")
+_DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[t ]\d{1,2}:\d{2}(?::\d{2})?)?|\d{1,2}/\d{1,2}/\d{2,4}")
+_TIME_RE = re.compile(r"\d{1,2}:\d{2}(?::\d{2})?(?:[ap]m)?")
+_PHONE_RE = re.compile(r"\+?\d{1,3}?[-.]?\(?\d{3}\)?[-.]\d{3}[-.]\d{4}")
+_NUMBER_RE = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?")
+
+
+def _literal_category(tok: str) -> str | None:
+    t = tok.strip(".,!?:;'\"<>")
+    if not t:
+        return None
+    low = t.lower()
+    if low.startswith(("http://", "https://")):
+        return "url"
+    if "@" in t and "." in t.split("@")[-1]:
+        return "email"
+    if not any(c.isdigit() for c in t):
+        return None
+    if t[0] in "$€£¥" or low.endswith(("usd", "eur", "yuan", "rmb")):
+        return "money"
+    if t.endswith("%"):
+        return "percent"
+    if _DATE_RE.fullmatch(low):
+        return "date"
+    if _TIME_RE.fullmatch(low):
+        return "time"
+    if _PHONE_RE.fullmatch(t):
+        return "phone"
+    if t.startswith("#") or any(c.isalpha() for c in t) or (t.isdigit() and len(t) >= 5):
+        return "identifier"
+    if _NUMBER_RE.fullmatch(t):
+        return "number"
+    return "identifier"
+
+
+def _literal_counts(text: str) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for tok in _LIT_TOKEN_RE.findall(text):
+        cat = _literal_category(tok)
+        if cat:
+            counts[cat] += 1
+    q = text.count('"') // 2
+    if q:
+        counts["quoted"] += q
+    return counts
+
 
 _CHECK_KIND_PATTERNS: dict[str, str] = {
     "negative": r"\bnot\b|\bnever\b|\bno\b|!=|\bshould not\b|\bmust not\b|\brefus\w*|\bwithout\b",
@@ -195,6 +288,19 @@ def mask_literals(text: str) -> tuple[str, Counter[str]]:
 
 
 # --------------------------------------------------------------------------- operations
+def _verb_family(word: str) -> str | None:
+    """Family of a verb, also in inflected form (``cancelled`` -> delete, ``updating`` -> update)."""
+    fam = _VERB_TO_FAMILY.get(word)
+    if fam is None and len(word) > 4:
+        for suffix in ("led", "ied", "ed", "d", "ing", "es", "s"):
+            if word.endswith(suffix):
+                stem = word[: -len(suffix)] + ("y" if suffix == "ied" else "")
+                fam = _VERB_TO_FAMILY.get(stem) or _VERB_TO_FAMILY.get(stem + "e")
+                if fam:
+                    break
+    return fam
+
+
 def _family_of(words: list[str], joined: str) -> str:
     for fam in OPERATION_FAMILIES[:-1]:
         for v in _VERBS[fam]:
@@ -213,7 +319,7 @@ def _input_category(pname: str, ptype: str, pdesc: str) -> str:
     ptype = (ptype or "").lower()
     if words & {"password", "token", "otp", "pin", "secret", "credential", "credentials"}:
         return "credential"
-    if low == "id" or low.endswith("_id") or low.endswith("id") and len(low) > 2 and low[-3] in "_dD" \
+    if low == "id" or low.endswith("_id") or (low.endswith("id") and len(low) > 2 and low[-3] in "_dD") \
             or words & {"id", "ids", "code", "number", "sku", "uuid", "key", "reference", "ref"}:
         return "identifier"
     if words & {"email", "mail"}:
@@ -235,7 +341,7 @@ def _input_category(pname: str, ptype: str, pdesc: str) -> str:
         return "quantity"
     if ptype in ("boolean", "bool") or words & {"is", "enable", "enabled", "flag"}:
         return "flag"
-    if ptype in ("array", "list", "tuple") or low.endswith("s") and ptype == "":
+    if ptype in ("array", "list", "tuple") or (low.endswith("s") and ptype == ""):
         return "collection"
     if words & {"type", "mode", "status", "category", "class", "kind", "option", "method", "cabin"} \
             or "enum" in pdesc.lower() or "one of" in pdesc.lower():
@@ -284,9 +390,8 @@ def _analyse_tool(name: str, description: str, params_json: str) -> dict[str, An
         pw = split_identifier(pname)
         if pw and pw[-1] in ("id", "ids", "number", "code"):
             id_entities.update(w for w in pw[:-1] if len(w) > 2)
-    gates = sorted({m.lastgroup for m in _GATE_RE.finditer(description) if m.lastgroup})
-    destructive_text = bool(re.search(_CONFLICT_PATTERNS["destructive"], description, re.IGNORECASE)) \
-        and fam in ("delete", "transfer", "update")
+    gates = sorted(_gates_in(description))
+    destructive_text = "destructive" in _conflicts_in(description) and fam in ("delete", "transfer", "update")
     effect = _EFFECT_OF[fam]
     if destructive_text and effect == "write" and fam == "delete":
         effect = "destructive"
@@ -344,12 +449,16 @@ def _bin(n: int) -> str:
 
 
 # --------------------------------------------------------------------------- extractor
-def extract_abstraction(spec: Mapping[str, Any], *, max_chars: int = 4000) -> dict[str, Any]:
+def extract_abstraction(spec: Mapping[str, Any], *, max_chars: int = 4000,
+                        tool_cache: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The E.1 abstract representation of one task spec, by the deterministic static extractor.
 
     Reads ``tools`` (names, descriptions, parameters), ``instruction``, ``verifier`` (checks and code)
     and ``initial_state``. Missing fields simply contribute nothing. The result holds no tool name,
     entity id, database field or literal: only families, categories and counts (see the module doc).
+
+    ``tool_cache``: a dict the caller keeps while all the specs it passes stay alive; tool objects
+    shared between tasks (one environment's tool list) are then analysed once.
     """
     instruction = spec.get("instruction") or ""
     verifier = spec.get("verifier") or {}
@@ -366,9 +475,13 @@ def extract_abstraction(spec: Mapping[str, Any], *, max_chars: int = 4000) -> di
     operations: list[dict[str, Any]] = []
     analysed = []
     for t in tools:
-        params = _tool_params(t)
-        info = _analyse_tool(str(t["name"]), str(t.get("description") or "")[:2000],
-                             json.dumps(params, separators=(",", ":")))
+        info = tool_cache.get(id(t)) if tool_cache is not None else None
+        if info is None:
+            params = _tool_params(t)
+            info = _analyse_tool(str(t["name"]), str(t.get("description") or "")[:2000],
+                                 json.dumps(params, separators=(",", ":")))
+            if tool_cache is not None:
+                tool_cache[id(t)] = info
         name_low = str(t["name"]).lower()
         words = info["words"]
         required = name_low in evidence_low or (
@@ -385,12 +498,10 @@ def extract_abstraction(spec: Mapping[str, Any], *, max_chars: int = 4000) -> di
     for info, _req, _pos in analysed:
         for g in info["gates"]:
             gates.add((g, "tool_description"))
-    for g in {m.lastgroup for m in _GATE_RE.finditer(instruction[:max_chars]) if m.lastgroup}:
+    for g in _gates_in(instr_low):
         gates.add((g, "instruction"))
-    for text in (*checks, code):
-        for m in _GATE_RE.finditer(text[:max_chars]):
-            if m.lastgroup:
-                gates.add((m.lastgroup, "verifier"))
+    for g in _gates_in(" \n ".join([*checks_low, code_low])):
+        gates.add((g, "verifier"))
     for g in _state_gates(spec.get("initial_state")):
         gates.add((g, "initial_state"))
 
@@ -401,7 +512,7 @@ def extract_abstraction(spec: Mapping[str, Any], *, max_chars: int = 4000) -> di
     for info, _r, _p in focus:
         for ent in info["id_entities"]:
             for rfam, rents in readers:
-                if ent in rents and rfam != info["family"] or (ent in rents and info["effect"] != "read"):
+                if ent in rents and (rfam != info["family"] or info["effect"] != "read"):
                     deps.add((rfam, info["family"], "data"))
     gate_types = {g for g, _p in gates}
     writers = {info["family"] for info, _r, _p in focus if info["effect"] != "read"}
@@ -410,7 +521,7 @@ def extract_abstraction(spec: Mapping[str, Any], *, max_chars: int = 4000) -> di
         for fam in writers:
             deps.add((g, fam, "gate"))
     ordered = sorted((p, info["family"]) for info, r, p in analysed if r and p >= 0)
-    for (_p1, f1), (_p2, f2) in zip(ordered, ordered[1:], strict=False):
+    for (_p1, f1), (_p2, f2) in pairwise(ordered):
         if f1 != f2:
             deps.add((f1, f2, "order"))
 
@@ -429,8 +540,9 @@ def extract_abstraction(spec: Mapping[str, Any], *, max_chars: int = 4000) -> di
         words = _WORD_RE.findall(low)
         controller = None
         for w in words:
-            if w in _VERB_TO_FAMILY:
-                controller = _VERB_TO_FAMILY[w]
+            fam = _verb_family(w)
+            if fam is not None and fam not in ("lookup", "search"):
+                controller = fam
                 break
         if controller is None:
             for w in words:
@@ -438,8 +550,8 @@ def extract_abstraction(spec: Mapping[str, Any], *, max_chars: int = 4000) -> di
                     controller = families_by_word[w]
                     break
         if controller is None:
-            gm = _GATE_RE.search(low)
-            controller = f"gate_{gm.lastgroup}" if gm and gm.lastgroup else "other"
+            gh = sorted(_hits(low, set(words), _GATE_INDEX, _GATE_PHRASES))
+            controller = f"gate_{gh[0]}" if gh else "other"
         km = _CHECK_KIND_RE.search(low)
         kind = km.lastgroup if km and km.lastgroup else "other"
         groups.setdefault(controller, Counter())[kind] += 1
@@ -448,16 +560,15 @@ def extract_abstraction(spec: Mapping[str, Any], *, max_chars: int = 4000) -> di
 
     # conflicts
     conflicts: set[tuple[str, tuple[str, ...]]] = set()
-    for text in (instruction[:max_chars], *checks):
-        for m in _CONFLICT_RE.finditer(text):
-            if m.lastgroup == "destructive":
-                fams = tuple(sorted({info["family"] for info, _r, _p in focus if info["effect"] == "destructive"
-                                     or info["family"] in ("delete", "transfer")}))
-                conflicts.add(("destructive", fams))
-            elif m.lastgroup == "ordering":
-                conflicts.add(("ordering", tuple(f for _p, f in ordered[:2])))
-            elif m.lastgroup:
-                conflicts.add((m.lastgroup, ()))
+    for kind in _conflicts_in(" \n ".join([instr_low, *checks_low])):
+        if kind == "destructive":
+            fams = tuple(sorted({info["family"] for info, _r, _p in focus if info["effect"] == "destructive"
+                                 or info["family"] in ("delete", "transfer")}))
+            conflicts.add(("destructive", fams))
+        elif kind == "ordering":
+            conflicts.add(("ordering", tuple(f for _p, f in ordered[:2])))
+        else:
+            conflicts.add((kind, ()))
     for info, req, _p in analysed:
         if req and info["effect"] == "destructive":
             conflicts.add(("destructive", (info["family"],)))
@@ -465,7 +576,7 @@ def extract_abstraction(spec: Mapping[str, Any], *, max_chars: int = 4000) -> di
     # literals (instruction and checks), by category only
     literals: Counter[str] = Counter()
     for text in (instruction[:max_chars], *[c[:max_chars] for c in checks]):
-        literals.update(m.lastgroup for m in _LITERAL_RE.finditer(text) if m.lastgroup)
+        literals.update(_literal_counts(text))
 
     return {
         "operations": operations,

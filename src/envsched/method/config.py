@@ -36,6 +36,46 @@ exact vs approximate neighbours        ``GraphConfig.exact_max_nodes``          
 (not in the paper)                     ``GraphConfig.ann_*`` (hnswlib)          see the fields
 =====================================  =======================================  ==========================
 
+Scheduler (``SchedulerConfig``; paper sections 2.3, 2.4, 3.1, B, B.1, C)
+=====================================  =======================================  ==========================
+paper symbol / wording                 parameter                                default
+=====================================  =======================================  ==========================
+``B`` batch of pairs (3.1, D)          ``SchedulerConfig.batch_size``           64
+coverage / exploitation split (3.1)    ``SchedulerConfig.coverage_slots``       32 (exploitation: 32)
+``K`` rollouts per pair (B.1, D)       ``SchedulerConfig.rollouts_per_task``    8
+``C1`` (C)                             ``SchedulerConfig.max_per_env_coverage`` 4 tasks of one env in the
+                                                                                coverage phase of a batch
+``C3`` (C)                             ``SchedulerConfig.env_quota_per_batch``  11 tasks of one env in a
+                                                                                batch (env quota)
+``C_task`` (C)                         ``SchedulerConfig.max_consecutive_``     2 consecutive batches
+                                       ``selections``
+long / short half-life (B.1)           ``SchedulerConfig.long_half_life`` /     8 / 2 steps (values not
+                                       ``short_half_life``                      in the summary)
+equal-weight relation fusion (F)       ``SchedulerConfig.within_fusion_weight`` 0.5
+fusion with own history (2.3)          ``SchedulerConfig.prior_strength``       1.0 (pseudo-groups)
+second variance ``d m (1 - m)`` (B.1)  ``SchedulerConfig.reconstruction_``      0.5
+                                       ``weight``
+recent decline (2.3, B.1)              ``SchedulerConfig.decline_penalty``      0.5
+batch-similarity penalty (2.4, C)      ``SchedulerConfig.similarity_penalty``   0.5
+exposure discounting (2.4)             ``SchedulerConfig.exposure_power``       0.5
+progress filter: >= 3 scorable         ``SchedulerConfig.progress_min_``        3
+transitions (C)                        ``transitions``
+progress filter: residual <= 0 (C)     ``SchedulerConfig.progress_residual_``   0.0
+                                       ``threshold``
+clip of centered v / m / d (B)         ``SchedulerConfig.variance_clip`` ...    [0, 0.25], [0, 1], [0, 1]
+step-level reference (B)               ``SchedulerConfig.reference_min_``       0.5 of the step's groups
+                                       ``fraction``
+cold start: <= 2 per env (C)           ``SchedulerConfig.cold_start_max_``      2
+                                       ``per_env``
+cold start novelty mix (C)             ``SchedulerConfig.cold_start_within_``   0.5
+                                       ``novelty_weight``
+identifier filter "high reward" (C)    ``SchedulerConfig.identifier_min_``      1.0 (full marks)
+                                       ``reward``
+ablations (3.4.1)                      ``mode`` (``coverage_only`` /            ``"full"``, True, True
+                                       ``exploitation_only``),
+                                       ``use_within_edges``, ``use_cross_edges``
+=====================================  =======================================  ==========================
+
 The paper gives the view weights and the two neighbour counts; it does not publish the bandwidth rule.
 The rule used here is local scaling (Zelnik-Manor & Perona, 2004): each node's bandwidth is its distance
 to a middle-ranked neighbour, so dense and sparse regions of the pool both get informative weights.
@@ -52,7 +92,9 @@ __all__ = [
     "DEFAULT_ABSTRACT_VIEW_WEIGHTS",
     "DEFAULT_VIEW_WEIGHTS",
     "FULL_VIEWS",
+    "SCHEDULER_MODES",
     "GraphConfig",
+    "SchedulerConfig",
 ]
 
 #: The six concrete views of appendix D, in the paper's order.
@@ -122,6 +164,8 @@ class GraphConfig:
         exact_max_nodes: pools (or environments, for the within relation) of at most this many tasks use
             exact search; larger ones use the approximate index.
         exact_block_rows: rows per block of the exact search (bounds its memory).
+        ann_backend: ``"hnswlib"`` (default, chosen by measurement: see ``docs/graph.md``) or
+            ``"pynndescent"``.
         ann_dense_dim: abstract features are densified for the approximate index; when their vocabulary is
             larger than this they are first reduced with truncated SVD to this many dimensions.
         ann_m, ann_ef_construction, ann_ef_search: hnswlib graph degree and search breadths.
@@ -150,6 +194,7 @@ class GraphConfig:
     initial_context_max_chars: int = 4000
     exact_max_nodes: int = 20_000
     exact_block_rows: int = 1024
+    ann_backend: str = "hnswlib"
     ann_dense_dim: int = 128
     ann_m: int = 16
     ann_ef_construction: int = 100
@@ -182,6 +227,8 @@ class GraphConfig:
             problems.append(f"abstraction must be 'static' or 'llm', got {self.abstraction!r}")
         if self.abstraction == "llm" and not (self.llm_endpoint and self.llm_model):
             problems.append("abstraction='llm' needs llm_endpoint and llm_model")
+        if self.ann_backend not in ("hnswlib", "pynndescent"):
+            problems.append(f"ann_backend must be 'hnswlib' or 'pynndescent', got {self.ann_backend!r}")
         if self.bandwidth_rank < 0:
             problems.append(f"bandwidth_rank must be >= 0, got {self.bandwidth_rank}")
         if not self.min_bandwidth > 0:
@@ -227,3 +274,178 @@ class GraphConfig:
 
 
 # --- scheduler configuration (SchedulerConfig) below ---
+
+#: Scheduler modes: the full method and the two component ablations of section 3.4.1.
+SCHEDULER_MODES: tuple[str, ...] = ("full", "coverage_only", "exploitation_only")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Every hyperparameter of the EnvSched scheduler (sections 2.3, 2.4, B, B.1, C), with the paper's
+    defaults where the paper gives one. The symbol table in this module's docstring maps each paper
+    symbol to its field; fields marked "not in the paper" are this implementation's choices.
+
+    Attributes:
+        batch_size: ``B``, pairs per batch (64). ``sample(n)`` with another ``n`` scales the split.
+        coverage_slots: slots of a ``batch_size`` batch given to coverage (32; the rest, 32, to
+            exploitation).
+        rollouts_per_task: rollouts per selected pair (8). Informational: the trainer decides; the
+            benchmark and ``envsched run`` use it.
+        max_per_env_coverage: ``C1`` (4): at most this many tasks of one environment in the coverage
+            phase of one batch.
+        env_quota_per_batch: ``C3`` (11): at most this many tasks of one environment in one batch
+            (coverage and exploitation picks together); the environment quota of exploitation.
+        max_consecutive_selections: ``C_task`` (2): a task selected in this many consecutive batches is
+            not eligible in the next one (both phases).
+        long_half_life, short_half_life: half-lives, in scheduler steps, of the two recency-weighted task
+            histories (B.1). The summary of the paper does not give their values: 8 and 2 (our choice).
+        within_fusion_weight: weight of the within-environment estimate when it is fused with the
+            cross-environment estimate (0.5: equal weight, as in F.1-F.3).
+        prior_strength: pseudo-count of the graph prior when it is fused with a task's own history: the
+            posterior is ``(prior_strength * prior + W * own) / (prior_strength + W)`` with ``W`` the
+            task's recency-weighted number of observed groups (not in the paper: 1.0).
+        reconstruction_weight: weight of the variance reconstructed from predicted mean and dispersion
+            (``d * m * (1 - m)``) against the direct variance prediction, as a share of the percentile
+            rank that is mapped through the quantile function (0.5; not in the paper).
+        decline_penalty: how much a recent decline (short half-life score below the long one) lowers the
+            priority: ``priority = mean(long, short) - decline_penalty * max(0, long - short)``. With 0.5 a
+            declining task gets its short-term score (not in the paper).
+        similarity_penalty: batch-similarity penalty ``lambda``: a candidate's score is multiplied by
+            ``1 - lambda * max_sim`` where ``max_sim`` is its largest similarity to the tasks already in
+            the batch (``S_full`` within an environment, ``S_abs`` across) (0.5; not in the paper).
+        exposure_power: exposure discounting in exploitation: the score is multiplied by
+            ``(1 + exposure) ** -exposure_power``, exposure being the long-half-life-weighted number of
+            past selections of the task (0.5; not in the paper).
+        progress_min_transitions: the progress filter needs at least this many scorable transitions
+            (consecutive pairs of scorable observations of the task) (3, appendix C).
+        progress_residual_threshold: a task whose estimated residual is ``<=`` this leaves exploitation
+            (0.0: "non-positive", appendix C).
+        min_scored_rollouts: an observation is scorable (counts for transitions) when it has at least this
+            many scored rollouts (2: a variance needs two).
+        reference_min_fraction: a scheduler step has its own step-level reference once this share of its
+            dispatched groups has been observed; before any step has one, the first observed batch is
+            the reference (B) (0.5; not in the paper).
+        variance_clip, mean_clip, dispersion_clip: clipping ranges of centered observations, on the
+            pool's reward scale mapped to [0, 1]: [0, 0.25], [0, 1], [0, 1] (B).
+        cold_start_max_per_env: at most this many tasks per environment in the first batch (2, C).
+        cold_start_within_novelty_weight: weight of within-environment novelty against global novelty
+            when cold start fills the slots after one representative per environment (0.5; not in the
+            paper).
+        identifier_min_reward: saved trajectories with a reward (scaled to [0, 1]) at least this high are
+            checked by the identifier filter (1.0: full marks; "high-reward", appendix C).
+        mode: ``"full"``, ``"coverage_only"`` or ``"exploitation_only"`` (ablations of 3.4.1).
+        use_within_edges, use_cross_edges: ablations "without within-environment edges" / "without
+            cross-environment edges" (3.4.1). With both off the prior is the global reference.
+        use_progress_filter, use_identifier_filter: switch the two candidate filters off.
+        explain_max_neighbors: neighbours listed per relation in an explanation record (``None``: all).
+    """
+
+    batch_size: int = 64
+    coverage_slots: int = 32
+    rollouts_per_task: int = 8
+    max_per_env_coverage: int = 4
+    env_quota_per_batch: int = 11
+    max_consecutive_selections: int = 2
+    long_half_life: float = 8.0
+    short_half_life: float = 2.0
+    within_fusion_weight: float = 0.5
+    prior_strength: float = 1.0
+    reconstruction_weight: float = 0.5
+    decline_penalty: float = 0.5
+    similarity_penalty: float = 0.5
+    exposure_power: float = 0.5
+    progress_min_transitions: int = 3
+    progress_residual_threshold: float = 0.0
+    min_scored_rollouts: int = 2
+    reference_min_fraction: float = 0.5
+    variance_clip: tuple[float, float] = (0.0, 0.25)
+    mean_clip: tuple[float, float] = (0.0, 1.0)
+    dispersion_clip: tuple[float, float] = (0.0, 1.0)
+    cold_start_max_per_env: int = 2
+    cold_start_within_novelty_weight: float = 0.5
+    identifier_min_reward: float = 1.0
+    mode: str = "full"
+    use_within_edges: bool = True
+    use_cross_edges: bool = True
+    use_progress_filter: bool = True
+    use_identifier_filter: bool = True
+    explain_max_neighbors: int | None = None
+
+    def __post_init__(self) -> None:
+        problems = []
+
+        def _int(name: str, low: int) -> None:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                problems.append(f"{name} must be an integer >= {low}, got {v!r}")
+
+        def _num(name: str, low: float, high: float, *, open_low: bool = False) -> None:
+            v = getattr(self, name)
+            ok = isinstance(v, int | float) and not isinstance(v, bool) and v == v
+            if ok:
+                ok = (v > low if open_low else v >= low) and v <= high
+            if not ok:
+                lo = "(" if open_low else "["
+                problems.append(f"{name} must be a number in {lo}{low}, {high}], got {v!r}")
+
+        for name in ("batch_size", "max_per_env_coverage", "env_quota_per_batch",
+                     "max_consecutive_selections", "rollouts_per_task", "cold_start_max_per_env",
+                     "min_scored_rollouts"):
+            _int(name, 1)
+        _int("coverage_slots", 0)
+        _int("progress_min_transitions", 1)
+        if isinstance(self.coverage_slots, int) and isinstance(self.batch_size, int) \
+                and self.coverage_slots > self.batch_size:
+            problems.append(f"coverage_slots ({self.coverage_slots}) must be <= batch_size ({self.batch_size})")
+        inf = float("inf")
+        _num("long_half_life", 0.0, inf, open_low=True)
+        _num("short_half_life", 0.0, inf, open_low=True)
+        for name in ("within_fusion_weight", "reconstruction_weight", "similarity_penalty",
+                     "cold_start_within_novelty_weight", "reference_min_fraction", "identifier_min_reward"):
+            _num(name, 0.0, 1.0)
+        _num("prior_strength", 0.0, inf, open_low=True)
+        for name in ("decline_penalty", "exposure_power"):
+            _num(name, 0.0, inf)
+        _num("progress_residual_threshold", -inf, inf)
+        for name, hi in (("variance_clip", 0.25), ("mean_clip", 1.0), ("dispersion_clip", 1.0)):
+            v = getattr(self, name)
+            if not (isinstance(v, tuple | list) and len(v) == 2 and all(isinstance(x, int | float) for x in v)
+                    and 0.0 <= v[0] <= v[1] <= hi):
+                problems.append(f"{name} must be (low, high) with 0 <= low <= high <= {hi}, got {v!r}")
+        if self.mode not in SCHEDULER_MODES:
+            problems.append(f"mode must be one of {list(SCHEDULER_MODES)}, got {self.mode!r}")
+        if self.explain_max_neighbors is not None:
+            _int("explain_max_neighbors", 0)
+        if problems:
+            raise ValueError("invalid SchedulerConfig: " + "; ".join(problems))
+        for name in ("variance_clip", "mean_clip", "dispersion_clip"):
+            object.__setattr__(self, name, (float(getattr(self, name)[0]), float(getattr(self, name)[1])))
+
+    def coverage_share(self, n: int) -> int:
+        """Coverage slots of a batch of ``n``: ``round(n * coverage_slots / batch_size)``, or all / none in
+        the ``coverage_only`` / ``exploitation_only`` ablations."""
+        if self.mode == "coverage_only":
+            return n
+        if self.mode == "exploitation_only":
+            return 0
+        return min(n, round(n * self.coverage_slots / self.batch_size))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (saved in the sampler state and run files)."""
+        d = dataclasses.asdict(self)
+        for name in ("variance_clip", "mean_clip", "dispersion_clip"):
+            d[name] = list(d[name])
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SchedulerConfig:
+        """Inverse of :meth:`to_dict`; unknown keys are an error naming them."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown SchedulerConfig field(s): {sorted(unknown)}")
+        d = dict(data)
+        for name in ("variance_clip", "mean_clip", "dispersion_clip"):
+            if name in d and isinstance(d[name], list):
+                d[name] = tuple(d[name])
+        return cls(**d)

@@ -39,6 +39,10 @@ class DualRelationGraph:
         pool_fingerprint: :meth:`TaskPool.fingerprint` of the pool the graph was built from.
         config: the parameters used to build it.
         report: build diagnostics (missing fields, timings, neighbour search method, recall...).
+        within_bandwidth, cross_bandwidth: ``float32 (N,)`` adaptive per-node bandwidths (or ``None``).
+        feature_space: the fitted :class:`~envsched.method.features.FeatureSpace` (vocabularies, IDF), so
+            new tasks can be added (:func:`~envsched.method.graph_build.extend_graph`) and shared
+            features named (:meth:`shared_features`); ``None`` when unknown.
     """
 
     task_ids: list[str]
@@ -55,6 +59,9 @@ class DualRelationGraph:
     pool_fingerprint: str = ""
     config: dict[str, Any] = field(default_factory=dict)
     report: dict[str, Any] = field(default_factory=dict)
+    within_bandwidth: np.ndarray | None = None
+    cross_bandwidth: np.ndarray | None = None
+    feature_space: Any = None
 
     @property
     def num_nodes(self) -> int:
@@ -83,3 +90,21 @@ class DualRelationGraph:
         abstract = np.asarray((self.abstract_features[others] @ self.abstract_features[node].T).todense()).ravel()
         same_env = self.env_codes[others] == self.env_codes[node]
         return np.where(same_env, full, abstract)
+
+    def shared_features(self, node: int, other: int, relation: str, top: int = 8) -> list[tuple[str, float]]:
+        """The features ``node`` and ``other`` share, by contribution to their similarity (largest first).
+
+        ``relation`` picks the matrix: ``"within"`` (concrete, ``S_full``) or ``"cross"`` (abstract,
+        ``S_abs``). Names are ``view:term`` when the feature space is known, else ``column:<j>``.
+        """
+        if relation not in ("within", "cross"):
+            raise ValueError(f"relation must be 'within' or 'cross', got {relation!r}")
+        mat = self.full_features if relation == "within" else self.abstract_features
+        prod = mat[node].multiply(mat[other]).tocoo()
+        order = np.argsort(-prod.data, kind="stable")[:top]
+        names = None
+        if self.feature_space is not None:
+            names = self.feature_space.column_names("full" if relation == "within" else "abstract")
+        return [(names[c] if names is not None else f"column:{c}", float(v))
+                for c, v in zip(prod.col[order], prod.data[order], strict=True)]
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -21,14 +22,46 @@ __all__ = ["DEFAULT_MAX_LINE_BYTES", "TaskPool"]
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _DuplicateKey(k)
+            seen.add(k)
+    return obj
+
+
+_LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
 def _parse_json(text: str, *, source: str, line: int | None) -> Any:
     try:
-        return json.loads(text)
+        obj = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise TaskSpecError(f"invalid JSON ({exc.msg} at column {exc.colno})", source=source,
                             line=line if line is not None else exc.lineno) from None
     except RecursionError:
         raise TaskSpecError("JSON nested too deeply", source=source, line=line) from None
+    except _DuplicateKey as exc:
+        raise TaskSpecError(f"duplicate key {exc.args[0]!r} in one JSON object (which one counts is ambiguous)",
+                            source=source, line=line) from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python's int conversion limit
+        raise TaskSpecError(f"invalid JSON ({exc})", source=source, line=line) from None
+    if _LONE_SURROGATE.search(text):  # escaped surrogates: valid JSON text, but not valid Unicode strings
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise TaskSpecError("a string holds an unpaired UTF-16 surrogate escape (not valid Unicode)",
+                                source=source, line=line) from None
+        except (ValueError, RecursionError):
+            pass
+    return obj
 
 
 def _decode(raw: bytes, *, source: str, line: int | None) -> str:
@@ -120,11 +153,16 @@ class TaskPool(Sequence[dict[str, Any]]):
             else:
                 raise TaskSpecError("a .json pool must be a list of task specs or an object with a 'tasks' list",
                                     source=source)
-        rr = reward_range if reward_range is not None else tuple(meta.get("reward_range", (0.0, 1.0)))
-        if len(rr) != 2:
-            raise TaskSpecError(f"reward_range must have two numbers, got {rr!r}", source=source,
-                                field="reward_range")
-        return cls(tasks, reward_range=rr, name=meta.get("name", path.stem), source=source)  # type: ignore[arg-type]
+        rr = reward_range if reward_range is not None else meta.get("reward_range", (0.0, 1.0))
+        if (isinstance(rr, str | bytes | Mapping) or not isinstance(rr, Sequence) or len(rr) != 2
+                or not all(isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool) for x in rr)
+                or not (np.isfinite(float(rr[0])) and np.isfinite(float(rr[1])) and float(rr[0]) < float(rr[1]))):
+            raise TaskSpecError(f"reward_range must be two finite numbers [low, high] with low < high, got {rr!r}",
+                                source=source, field="reward_range")
+        name = meta.get("name", path.stem)
+        if name is not None and not isinstance(name, str):
+            raise TaskSpecError(f"name must be a string, got {type(name).__name__}", source=source, field="name")
+        return cls(tasks, reward_range=tuple(rr), name=name, source=source)  # type: ignore[arg-type]
 
     @staticmethod
     def _read_jsonl(path: Path, max_line_bytes: int) -> Iterator[Any]:

@@ -1,0 +1,479 @@
+"""The rollout-efficiency benchmark: samplers x seeds at a matched rollout budget, against the learner model.
+
+**Budget.** Every sampler spends exactly ``batch_size * group_size`` rollouts per benchmark step (default
+64 x 8 = 512). For samplers that train on every group (uniform, curriculum, MoPPS, PLR, EnvSched) a step
+is one generation round and one GRPO update. For post-filtering samplers (DAPO dynamic sampling, GRESO's
+residual filter; ``sampler.post_filter``) a step is one generation round of ``batch_size`` groups: kept
+(mixed) groups go to a buffer, and a GRPO update happens when the buffer holds ``batch_size`` groups (the
+extras are dropped, as DAPO does) or after ``max_gen_rounds`` rounds. Dropped groups are reported to the
+sampler with ``update`` first, so they count in its ``episodes``/``cost`` and in signal per episode. All
+curves are therefore plotted against rollouts spent, and "after t steps" means "after t x 512 rollouts".
+
+**Per-step record** (one JSON object per (sampler, seed, step)): rollouts spent, GRPO updates, the
+batch's mean within-task reward variance (population variance over each group, averaged over groups),
+mean reward, environments and tools covered, signal groups (mixed groups) in the batch and cumulated,
+signal groups per episode and per unit cost (cumulated), the learner score after the step, and for
+samplers that mark exploitation picks (EnvSched), the exploitation picks and hits (mixed groups) of the
+batch.
+
+**Cold-start runs** (the paper's Table 4 form): ``coldstart_runs`` fresh runs of ``coldstart_steps`` steps
+per sampler, each with its own learner and sampler seed; runs are split at the median of their step-1
+batch variance into a low and a high initial-variance group.
+
+**Resume.** The run directory keeps one file per finished (sampler, seed) run and per finished cold-start
+block (sampler); a restarted ``run_benchmark`` with the same configuration skips them. An interrupted
+(sampler, seed) run restarts from its first step: the resume granularity is one whole run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import multiprocessing as mp
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envsched.bench.learner import LearnerConfig, LearnerModel, task_structure
+from envsched.pool.pool import TaskPool
+from envsched.samplers.base import BaseSampler
+
+__all__ = ["SAMPLER_NAMES", "BenchConfig", "available_samplers", "make_bench_sampler", "run_benchmark", "run_one"]
+
+DEFAULT_SAMPLERS = ("uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "envsched",
+                    "envsched-coverage-only", "envsched-exploitation-only", "envsched-no-within",
+                    "envsched-no-cross")
+
+_DESCRIPTIONS = {
+    "uniform": "uniform without replacement per epoch (RFC 013 baseline)",
+    "uniform-ds": "uniform + DAPO dynamic sampling (drop all-pass/all-fail groups, refill; dropped rollouts spent)",
+    "curriculum": "RFC 013 CurriculumSampler (signal weight per difficulty tier)",
+    "mopps": "MoPPS: per-task Beta posterior, Thompson sampling toward p = 0.5 (candidates 8x, lambda 0.5)",
+    "greso": "GRESO: skip tasks with zero-variance runs (1% floor, self-tuned rates) + residual DS filter",
+    "plr": "prioritized level replay: rank(mean |advantage|), beta 0.1, staleness rho 0.1",
+    "envsched": "EnvSched (paper defaults)",
+    "envsched-coverage-only": "EnvSched ablation: coverage only",
+    "envsched-exploitation-only": "EnvSched ablation: exploitation only",
+    "envsched-no-within": "EnvSched ablation: without within-environment edges",
+    "envsched-no-cross": "EnvSched ablation: without cross-environment edges",
+}
+SAMPLER_NAMES = tuple(_DESCRIPTIONS)
+
+
+def available_samplers() -> dict[str, str]:
+    """Benchmark sampler names and what they are (EnvSched ones only when importable)."""
+    out = {k: v for k, v in _DESCRIPTIONS.items() if not k.startswith("envsched")}
+    if envsched_available():
+        out.update({k: v for k, v in _DESCRIPTIONS.items() if k.startswith("envsched")})
+    return out
+
+
+def envsched_available() -> bool:
+    try:
+        import envsched.method.config  # noqa: F401
+        import envsched.method.sampler  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+_ENVSCHED_VARIANTS: dict[str, dict[str, Any]] = {
+    "envsched": {},
+    "envsched-coverage-only": {"mode": "coverage_only"},
+    "envsched-exploitation-only": {"mode": "exploitation_only"},
+    "envsched-no-within": {"use_within_edges": False},
+    "envsched-no-cross": {"use_cross_edges": False},
+}
+
+_GRAPH_CACHE: dict[str, Any] = {}
+
+
+def make_bench_sampler(name: str, pool: TaskPool, *, seed: int, batch_size: int = 64,
+                       group_size: int = 8, options: Mapping[str, Any] | None = None) -> BaseSampler:
+    """Build the benchmark sampler ``name`` over ``pool`` (``ValueError`` lists the known names)."""
+    from envsched.samplers import baselines
+    from envsched.samplers.simple import CurriculumSampler, UniformSampler
+
+    opts = dict(options or {})
+    if name == "uniform":
+        return UniformSampler(pool, seed=seed, **opts)
+    if name == "uniform-ds":
+        return baselines.DynamicSamplingSampler(pool, seed=seed, **opts)
+    if name == "curriculum":
+        return CurriculumSampler(pool, group_size=group_size, seed=seed, **opts)
+    if name == "mopps":
+        return baselines.MoPPSSampler(pool, seed=seed, **opts)
+    if name == "greso":
+        return baselines.GRESOSampler(pool, seed=seed, **opts)
+    if name == "plr":
+        return baselines.PLRSampler(pool, seed=seed, **opts)
+    if name in _ENVSCHED_VARIANTS:
+        if not envsched_available():
+            raise ValueError(f"sampler {name!r} needs envsched.method.sampler, which is not importable yet")
+        from envsched.method.config import SchedulerConfig
+        from envsched.method.sampler import EnvSchedSampler
+
+        fields_ = {"batch_size": batch_size, "rollouts_per_task": group_size, **_ENVSCHED_VARIANTS[name], **opts}
+        cfg = SchedulerConfig(**{k: v for k, v in fields_.items()
+                                 if k in getattr(SchedulerConfig, "__dataclass_fields__", fields_)})
+        graph = _GRAPH_CACHE.get(pool.fingerprint())
+        kwargs: dict[str, Any] = {"config": cfg, "seed": seed}
+        if graph is not None:
+            kwargs["graph"] = graph
+        try:
+            sampler = EnvSchedSampler(pool, **kwargs)
+        except TypeError:
+            kwargs.pop("graph", None)
+            sampler = EnvSchedSampler(pool, **kwargs)
+        g = getattr(sampler, "graph", None)
+        if g is not None:
+            _GRAPH_CACHE[pool.fingerprint()] = g
+        return sampler
+    raise ValueError(f"unknown sampler {name!r}; choose from: {', '.join(SAMPLER_NAMES)}")
+
+
+@dataclass
+class BenchConfig:
+    """What a benchmark run does (saved as ``config.json``; a resumed run must match it)."""
+
+    samplers: list[str] = field(default_factory=lambda: list(DEFAULT_SAMPLERS))
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    steps: int = 200
+    batch_size: int = 64
+    group_size: int = 8
+    learner: dict[str, Any] = field(default_factory=dict)
+    sampler_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    coldstart_runs: int = 100
+    coldstart_steps: int = 10
+    coldstart_samplers: list[str] = field(default_factory=lambda: ["envsched", "uniform"])
+    score_steps: list[int] = field(default_factory=lambda: [40, 120, 200])
+    target_step: int = 120
+    pool: str = "default"
+
+    def validate(self) -> None:
+        for name in set(self.samplers) | set(self.coldstart_samplers):
+            if name not in SAMPLER_NAMES:
+                raise ValueError(f"unknown sampler {name!r}; choose from: {', '.join(SAMPLER_NAMES)}")
+        if not self.samplers:
+            raise ValueError("no sampler to run")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
+            raise ValueError(f"seeds must be distinct non-negative integers, got {self.seeds}")
+        for k in ("steps", "batch_size", "group_size"):
+            if getattr(self, k) < 1:
+                raise ValueError(f"{k} must be >= 1, got {getattr(self, k)}")
+        if self.coldstart_runs < 0 or self.coldstart_steps < 1:
+            raise ValueError("coldstart_runs must be >= 0 and coldstart_steps >= 1")
+        LearnerConfig.from_dict(self.learner)
+
+    def digest(self, pool_fingerprint: str) -> str:
+        blob = json.dumps({"config": asdict(self), "pool": pool_fingerprint}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------- one run
+def _exploitation_mask(sampler: Any, n: int) -> np.ndarray | None:
+    """Which groups of the last batch the sampler chose for exploitation (``None``: no such notion)."""
+    for attr in ("last_phases", "last_picks"):
+        picks = getattr(sampler, attr, None)
+        if picks is None:
+            continue
+        if callable(picks):
+            picks = picks()
+        phases = [p if isinstance(p, str) else p.get("phase") if isinstance(p, Mapping)
+                  else getattr(p, "phase", None) for p in picks]
+        if len(phases) == n:
+            return np.array([ph == "exploitation" for ph in phases])
+    return None
+
+
+class _Structure:
+    """Per-task environment and tool sets of a pool, for coverage figures."""
+
+    def __init__(self, pool: TaskPool) -> None:
+        self.env = np.asarray(pool.env_codes)
+        names: dict[str, int] = {}
+        self.tools: list[np.ndarray] = []
+        for t in pool:
+            tools, _, _, _ = task_structure(t)
+            self.tools.append(np.array([names.setdefault(x, len(names)) for x in tools], dtype=np.int64))
+
+    def coverage(self, pos: np.ndarray) -> tuple[int, int]:
+        tools = {int(x) for p in pos for x in self.tools[p]}
+        return len(set(self.env[pos].tolist())), len(tools)
+
+
+def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_size: int = 64, group_size: int = 8,
+            learner: Mapping[str, Any] | None = None, sampler_options: Mapping[str, Any] | None = None,
+            learner_seed: int | None = None, on_step: Callable[[int], None] | None = None,
+            structure: _Structure | None = None) -> list[dict[str, Any]]:
+    """Run one sampler for ``steps`` budget steps against a fresh learner; returns the per-step records.
+
+    The learner is seeded with ``learner_seed`` (default ``seed``), so samplers run with the same seed
+    face the same initial learner and task difficulties.
+    """
+    model = LearnerModel(pool, LearnerConfig.from_dict(dict(learner or {})),
+                         seed=seed if learner_seed is None else learner_seed)
+    sampler = make_bench_sampler(sampler_name, pool, seed=seed, batch_size=batch_size, group_size=group_size,
+                                 options=sampler_options)
+    structure = structure or _Structure(pool)
+    post_filter = bool(getattr(sampler, "post_filter", False))
+    keep = getattr(sampler, "keep_group", None)
+    max_rounds = int(getattr(sampler, "max_gen_rounds", 10))
+    buf_pos: list[int] = []
+    buf_rew: list[np.ndarray] = []
+    rounds = updates = 0
+    cum_signal = 0
+    cum_episodes = 0
+    cum_cost = 0.0
+    records: list[dict[str, Any]] = []
+    for step in range(1, steps + 1):
+        tasks = sampler.sample(batch_size)
+        pos = np.array([sampler.position_of(t) for t in tasks], dtype=np.int64)
+        rewards, costs = model.rollout(pos, group_size)
+        exploit = _exploitation_mask(sampler, len(tasks))
+        mixed = np.zeros(len(tasks), dtype=bool)
+        for b, task in enumerate(tasks):
+            row = rewards[b]
+            vals = [None if math.isnan(x) else float(x) for x in row]
+            sampler.update(task, vals, costs[b].tolist())
+            scored = row[~np.isnan(row)]
+            mixed[b] = scored.size >= 2 and np.ptp(scored) > 0
+        with np.errstate(invalid="ignore"):
+            group_var = np.nanvar(rewards, axis=1)
+        if post_filter:
+            rounds += 1
+            for b in range(len(tasks)):
+                if (keep(rewards[b].tolist()) if keep is not None else mixed[b]):
+                    buf_pos.append(int(pos[b]))
+                    buf_rew.append(rewards[b])
+            if len(buf_pos) >= batch_size or rounds >= max_rounds:
+                if buf_pos:
+                    model.train(np.array(buf_pos[:batch_size]), np.nan_to_num(np.array(buf_rew[:batch_size])))
+                    updates += 1
+                buf_pos, buf_rew, rounds = [], [], 0
+        else:
+            model.train(pos, _fill_nan(rewards))
+            updates += 1
+        envs, tools = structure.coverage(pos)
+        cum_signal += int(mixed.sum())
+        cum_episodes += int(rewards.size)
+        cum_cost += float(costs.sum())
+        rec = {
+            "sampler": sampler_name, "seed": seed, "step": step,
+            "rollouts": step * batch_size * group_size, "updates": updates,
+            "batch_variance": float(np.nanmean(group_var)), "mean_reward": float(np.nanmean(rewards)),
+            "envs_covered": envs, "tools_covered": tools, "signal_groups": int(mixed.sum()),
+            "cum_signal_groups": cum_signal, "cum_episodes": cum_episodes, "cum_cost": cum_cost,
+            "signal_per_episode": cum_signal / cum_episodes, "signal_per_cost": cum_signal / cum_cost,
+            "score": model.score(),
+            "exploit_picks": int(exploit.sum()) if exploit is not None else -1,
+            "exploit_hits": int((exploit & mixed).sum()) if exploit is not None else -1,
+        }
+        records.append(rec)
+        if on_step is not None:
+            on_step(step)
+    return records
+
+
+def _fill_nan(rewards: np.ndarray) -> np.ndarray:
+    """Unscored rollouts take their group's mean (no advantage), so they move nothing in training."""
+    if not np.isnan(rewards).any():
+        return rewards
+    out = rewards.copy()
+    with np.errstate(invalid="ignore"):
+        means = np.nan_to_num(np.nanmean(out, axis=1))
+    r, c = np.nonzero(np.isnan(out))
+    out[r, c] = means[r]
+    return out
+
+
+def run_coldstart(pool: TaskPool, sampler_name: str, runs: int, steps: int, *, batch_size: int, group_size: int,
+                  learner: Mapping[str, Any] | None = None, sampler_options: Mapping[str, Any] | None = None,
+                  on_step: Callable[[int], None] | None = None,
+                  structure: _Structure | None = None) -> list[dict[str, Any]]:
+    """``runs`` cold-start runs of ``steps`` steps (learner and sampler seeds ``10_000 + run``)."""
+    out = []
+    structure = structure or _Structure(pool)
+    for r in range(runs):
+        recs = run_one(pool, sampler_name, 10_000 + r, steps=steps, batch_size=batch_size, group_size=group_size,
+                       learner=learner, sampler_options=sampler_options, on_step=on_step, structure=structure)
+        for rec in recs:
+            rec["run"] = r
+        out.extend(recs)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- parallel driver
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(pool: TaskPool, queue: Any) -> None:
+    _WORKER["pool"] = pool
+    _WORKER["queue"] = queue
+    _WORKER["structure"] = _Structure(pool)
+    with contextlib.suppress(Exception):
+        os.nice(0)
+
+
+def _job(job: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    pool = _WORKER["pool"]
+    queue = _WORKER.get("queue")
+
+    def tick(_step: int) -> None:
+        if queue is not None:
+            queue.put(1)
+
+    return job, _execute(pool, job, tick, _WORKER.get("structure"))
+
+
+def _execute(pool: TaskPool, job: Mapping[str, Any], tick: Callable[[int], None] | None,
+             structure: _Structure | None = None) -> list[dict[str, Any]]:
+    cfg = job["config"]
+    opts = cfg["sampler_options"].get(job["sampler"], {})
+    if job["kind"] == "run":
+        return run_one(pool, job["sampler"], job["seed"], steps=cfg["steps"], batch_size=cfg["batch_size"],
+                       group_size=cfg["group_size"], learner=cfg["learner"], sampler_options=opts, on_step=tick,
+                       structure=structure)
+    return run_coldstart(pool, job["sampler"], cfg["coldstart_runs"], cfg["coldstart_steps"],
+                         batch_size=cfg["batch_size"], group_size=cfg["group_size"], learner=cfg["learner"],
+                         sampler_options=opts, on_step=tick, structure=structure)
+
+
+def _job_file(run_dir: Path, job: Mapping[str, Any]) -> Path:
+    if job["kind"] == "run":
+        return run_dir / "runs" / f"{job['sampler']}__seed{job['seed']}.jsonl"
+    return run_dir / "runs" / f"{job['sampler']}__coldstart.jsonl"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _job_units(job: Mapping[str, Any]) -> int:
+    cfg = job["config"]
+    return cfg["steps"] if job["kind"] == "run" else cfg["coldstart_runs"] * cfg["coldstart_steps"]
+
+
+def run_benchmark(config: BenchConfig, run_dir: str | os.PathLike[str], *, pool: TaskPool,
+                  pool_source: str = "", workers: int | None = None, ray_address: str | None = None,
+                  use_ray: bool = False, progress: Callable[[int, int], None] | None = None,
+                  plots: bool = True) -> dict[str, Any]:
+    """Run (or resume) a benchmark into ``run_dir`` and return its summary.
+
+    ``progress(done_units, total_units)`` is called as steps finish (units: sampler steps).
+    Raises ``FileExistsError`` when ``run_dir`` holds a run with another configuration or pool.
+    """
+    config.validate()
+    run_path = Path(run_dir)
+    run_path.mkdir(parents=True, exist_ok=True)
+    digest = config.digest(pool.fingerprint())
+    cfg_file = run_path / "config.json"
+    if cfg_file.exists():
+        old = json.loads(cfg_file.read_text())
+        if old.get("digest") != digest:
+            raise FileExistsError(f"{run_path} holds a benchmark run with another configuration or pool "
+                                  f"(digest {old.get('digest')} != {digest}); use another directory")
+    else:
+        _write_atomic(cfg_file, json.dumps({"digest": digest, "config": asdict(config), "pool_source": pool_source,
+                                            "pool_fingerprint": pool.fingerprint(), "pool_tasks": len(pool),
+                                            "pool_envs": len(pool.envs)}, indent=2))
+    cfg_dict = asdict(config)
+    jobs: list[dict[str, Any]] = []
+    for name in config.samplers:
+        for seed in config.seeds:
+            jobs.append({"kind": "run", "sampler": name, "seed": seed, "config": cfg_dict})
+    if config.coldstart_runs > 0:
+        for name in config.coldstart_samplers:
+            jobs.append({"kind": "coldstart", "sampler": name, "seed": -1, "config": cfg_dict})
+    total = sum(_job_units(j) for j in jobs)
+    todo = [j for j in jobs if not _job_file(run_path, j).exists()]
+    done_units = total - sum(_job_units(j) for j in todo)
+    # Long jobs first (EnvSched variants and cold starts) for better packing.
+    todo.sort(key=lambda j: (j["kind"] != "coldstart", not j["sampler"].startswith("envsched")))
+    if progress:
+        progress(done_units, total)
+
+    def finish(job: Mapping[str, Any], recs: list[dict[str, Any]]) -> None:
+        _write_atomic(_job_file(run_path, job), "".join(json.dumps(r) + "\n" for r in recs))
+
+    if todo:
+        if use_ray or ray_address:
+            done_units = _run_ray(todo, pool, ray_address, finish, progress, done_units, total)
+        elif (workers or 1) <= 1:
+            for job in todo:
+                def tick(_s: int) -> None:
+                    nonlocal done_units
+                    done_units += 1
+                    if progress:
+                        progress(done_units, total)
+                finish(job, _execute(pool, job, tick))
+        else:
+            ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+            queue = ctx.Queue()
+            with ctx.Pool(processes=workers, initializer=_init_worker, initargs=(pool, queue)) as mpool:
+                pending = mpool.imap_unordered(_job, todo)
+                remaining = len(todo)
+                while remaining:
+                    try:
+                        job, recs = pending.next(timeout=0.2)
+                    except mp.TimeoutError:
+                        job = None
+                    while not queue.empty():
+                        queue.get_nowait()
+                        done_units += 1
+                    if job is not None:
+                        finish(job, recs)
+                        remaining -= 1
+                    if progress:
+                        progress(min(done_units, total), total)
+    from envsched.bench.report import write_report
+
+    return write_report(run_path, config, plots=plots)
+
+
+def _run_ray(todo: Sequence[dict[str, Any]], pool: TaskPool, address: str | None,
+             finish: Callable[[Mapping[str, Any], list[dict[str, Any]]], None],
+             progress: Callable[[int, int], None] | None, done_units: int, total: int) -> int:
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError("--ray needs Ray: pip install 'envsched[ray]'") from None
+    if not ray.is_initialized():
+        ray.init(address=address or None, ignore_reinit_error=True, log_to_driver=False)
+    pool_ref = ray.put(list(pool))
+
+    @ray.remote
+    def remote_job(specs: list[dict[str, Any]], job: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        return job, _execute(TaskPool(specs), job, None)
+
+    refs = [remote_job.remote(pool_ref, j) for j in todo]
+    while refs:
+        ready, refs = ray.wait(refs, num_returns=1)
+        job, recs = ray.get(ready[0])
+        finish(job, recs)
+        done_units += _job_units(job)
+        if progress:
+            progress(done_units, total)
+    return done_units
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t

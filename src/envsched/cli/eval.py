@@ -1,0 +1,270 @@
+"""``envsched eval SPEC``: evaluate a checkpoint served behind an OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["eval_cmd", "resolve_spec"]
+
+_URL = re.compile(r"^(https?|wss?)://", re.I)
+_HOSTPORT = re.compile(r"^[\w.-]+:\d+(/.*)?$")
+
+
+def resolve_spec(spec: str, *, split: str, num_tasks: int = 100, env_name: str | None = None,
+                 message_timeout_s: float = 60.0) -> dict[str, Any]:
+    """Map an environment SPEC to ``{env_factory, tasks, adapter, kind}``.
+
+    Forms: an OpenEnv server (``http(s)://host:port[/path]``, ``ws(s)://.../ws``, ``host:port``);
+    ``reasoning_gym:DATASET[,DATASET...]`` (run in process, ``num_tasks`` generated items per dataset);
+    ``bfcl[:CATEGORY[,CATEGORY...]]`` (BFCL multi-turn in process).
+    """
+    from envsched.evaluation.policy import AnswerAdapter, FunctionCallAdapter
+
+    if not isinstance(spec, str) or not spec.strip():
+        raise click.BadParameter("SPEC is empty", param_hint="SPEC")
+    spec = spec.strip()
+    if _URL.match(spec) or _HOSTPORT.match(spec):
+        from envsched.envs.openenv import OpenEnvEnvironment, TaskAPIClient, http_base_url
+
+        try:
+            base = http_base_url(spec)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="SPEC") from None
+        name = env_name or _single_env(base)
+        client = TaskAPIClient(base, name)
+
+        def factory() -> OpenEnvEnvironment:
+            return OpenEnvEnvironment(base, name, message_timeout_s=message_timeout_s)
+
+        return {"env_factory": factory, "tasks": client, "adapter": AnswerAdapter(), "kind": "openenv",
+                "base_url": base, "env_name": name}
+    family, _, variant = spec.partition(":")
+    family = family.lower().replace("-", "_")
+    if family in ("reasoning_gym", "rg"):
+        from envsched.envs.reasoning_gym import ReasoningGymEnvironment, build_reasoning_gym_pool
+
+        names = [v.strip() for v in variant.split(",") if v.strip()]
+        if not names:
+            raise click.BadParameter("name the dataset(s): reasoning_gym:chain_sum[,gcd...]", param_hint="SPEC")
+        try:
+            tasks = build_reasoning_gym_pool(names, tasks_per_dataset=num_tasks, split=split)
+        except (ValueError, KeyError) as exc:
+            raise click.BadParameter(str(exc), param_hint="SPEC") from None
+        return {"env_factory": ReasoningGymEnvironment, "tasks": tasks, "adapter": AnswerAdapter(),
+                "kind": "reasoning_gym"}
+    if family == "bfcl":
+        from envsched.envs.base import EnvironmentUnavailable
+        from envsched.envs.bfcl import BFCLEnvironment, build_bfcl_pool
+
+        cats = [v.strip() for v in variant.split(",") if v.strip()] or None
+        try:
+            tasks = build_bfcl_pool(cats, split=split, limit=num_tasks)
+        except EnvironmentUnavailable as exc:
+            raise click.ClickException(str(exc)) from None
+        except (ValueError, KeyError) as exc:
+            raise click.BadParameter(str(exc), param_hint="SPEC") from None
+        return {"env_factory": BFCLEnvironment, "tasks": tasks, "adapter": FunctionCallAdapter(), "kind": "bfcl"}
+    raise click.BadParameter(
+        f"unknown environment spec {spec!r}: use an OpenEnv server URL (http://host:port[/path], ws://.../ws), "
+        "reasoning_gym:DATASET[,...] or bfcl[:CATEGORY,...]", param_hint="SPEC")
+
+
+def _single_env(base: str) -> str:
+    from envsched.envs.base import InfrastructureError
+    from envsched.envs.openenv import TaskAPIClient
+
+    try:
+        names = TaskAPIClient.list_environments(base)
+    except (InfrastructureError, LookupError) as exc:
+        raise click.ClickException(f"cannot list the environments of {base}: {exc}") from None
+    if len(names) != 1:
+        raise click.ClickException(f"{base} serves {names}; choose one with --env-name")
+    return names[0]
+
+
+def _seeds(values: tuple[str, ...]) -> list[int]:
+    out: list[int] = []
+    for v in values:
+        for part in str(v).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            try:
+                seed = int(part)
+            except ValueError:
+                raise click.BadParameter(f"{part!r} is not an integer", param_hint="--seeds") from None
+            if seed < 0:
+                raise click.BadParameter(f"seeds must be >= 0, got {seed}", param_hint="--seeds")
+            out.append(seed)
+    if len(set(out)) != len(out):
+        raise click.BadParameter(f"seeds repeat: {out}", param_hint="--seeds")
+    return out or [0]
+
+
+def _fmt(x: Any, pct: bool = False) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    if isinstance(x, float):
+        return f"{100 * x:.1f}%" if pct else f"{x:.4g}"
+    return str(x)
+
+
+@click.command("eval")
+@click.argument("spec")
+@click.option("--split", default="test", show_default=True, help="Split to evaluate.")
+@click.option("--llm-endpoint", required=True, help="OpenAI-compatible endpoint serving the checkpoint.")
+@click.option("--model", required=True, help="Model name the endpoint knows the checkpoint by.")
+@click.option("--output-dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Where episodes.jsonl and result.json go (an existing run there is resumed).")
+@click.option("--compare", "compare_to", type=click.Path(exists=True, path_type=Path), default=None,
+              help="Another result.json (or its folder) to compare with: fixed, regressed, left out.")
+@click.option("--samples-per-task", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Completions per (task, seed); pass@k for k up to it.")
+@click.option("--seeds", multiple=True, default=("0",), show_default=True,
+              help="Episode seeds, comma-separated or repeated.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N tasks of the split.")
+@click.option("--num-tasks", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Tasks generated per dataset / category for in-process specs (reasoning_gym:, bfcl:).")
+@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Episodes run at once.")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+              help="Spread episodes over Ray workers (a local Ray, or the cluster at ADDRESS).")
+@click.option("--env-name", default=None, help="Task API environment name (OpenEnv servers with several).")
+@click.option("--max-turns", default=10, show_default=True, type=click.IntRange(min=1))
+@click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0))
+@click.option("--max-tokens", default=512, show_default=True, type=click.IntRange(min=1))
+@click.option("--success-threshold", default=1.0, show_default=True, type=float)
+@click.option("--episode-timeout", default=300.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds per episode (a timeout is an infrastructure failure).")
+@click.option("--retries", default=3, show_default=True, type=click.IntRange(min=0),
+              help="Retries of an episode after an infrastructure failure (exponential backoff).")
+@click.option("--backoff", default=1.0, show_default=True, type=click.FloatRange(min=0),
+              help="First backoff in seconds (doubles per retry, at most 30 s).")
+@click.option("--no-repro-check", is_flag=True, help="Skip the reproducibility check.")
+@click.option("--json", "as_json", is_flag=True, help="Print result.json instead of tables.")
+def eval_cmd(spec: str, split: str, llm_endpoint: str, model: str, output_dir: Path, compare_to: Path | None,
+             samples_per_task: int, seeds: tuple[str, ...], limit: int | None, num_tasks: int, concurrency: int,
+             ray_address: str | None, env_name: str | None, max_turns: int, temperature: float, max_tokens: int,
+             success_threshold: float, episode_timeout: float, retries: int, backoff: float,
+             no_repro_check: bool, as_json: bool) -> None:
+    """Evaluate the policy at --llm-endpoint on the --split tasks of SPEC (RFC 013's `openenv eval`).
+
+    SPEC: an OpenEnv server URL (http://127.0.0.1:8000, ws://host:port/prefix/ws, host:port),
+    reasoning_gym:DATASET[,DATASET...] or bfcl[:CATEGORY,...]. Episodes are written to
+    OUTPUT_DIR/episodes.jsonl as they finish; running the same command again resumes the evaluation.
+    """
+    from rich.console import Console
+
+    from envsched.evaluation import ChatCompletionsPolicy, EvalHarness, EvalResult, compare_eval_results
+
+    if samples_per_task > 1 and temperature == 0:
+        raise click.BadParameter("--samples-per-task > 1 needs --temperature > 0 (otherwise every sample is "
+                                 "the same)", param_hint="--temperature")
+    seed_list = _seeds(seeds)
+    console = Console(stderr=as_json)
+    before = None
+    if compare_to is not None:
+        try:
+            before = EvalResult.load(compare_to)
+        except (ValueError, FileNotFoundError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--compare") from None
+    try:
+        policy = ChatCompletionsPolicy(llm_endpoint, model, temperature=temperature, max_tokens=max_tokens,
+                                       timeout_s=min(120.0, episode_timeout))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--llm-endpoint") from None
+    env = resolve_spec(spec, split=split, num_tasks=num_tasks, env_name=env_name,
+                       message_timeout_s=min(60.0, episode_timeout))
+    meta = {"spec": spec, "model": model, "llm_endpoint": llm_endpoint, "temperature": temperature,
+            "max_tokens": max_tokens, "kind": env["kind"]}
+    try:
+        harness = EvalHarness(env["env_factory"], policy, env["tasks"], adapter=env["adapter"], split=split,
+                              seeds=seed_list, samples_per_task=samples_per_task, limit=limit,
+                              max_turns=max_turns, success_threshold=success_threshold, concurrency=concurrency,
+                              episode_timeout_s=episode_timeout, max_retries=retries, backoff_s=backoff,
+                              check_reproducibility=not no_repro_check, ray_address=ray_address, meta=meta)
+        n = len(harness.plan())
+    except (ValueError, IndexError, LookupError, NotImplementedError) as exc:
+        raise click.ClickException(f"cannot plan the evaluation: {exc}") from None
+    except RuntimeError as exc:  # InfrastructureError from the Task API
+        raise click.ClickException(f"cannot read the tasks of {spec}: {exc}") from None
+    if not as_json:
+        console.print(f"[bold]envsched eval[/] {spec} split={split}: {n} episodes "
+                      f"({len(harness.tasks)} tasks x {len(seed_list)} seeds x {samples_per_task} samples)")
+    try:
+        result = harness.run(output_dir, resume=True)
+    except (ValueError, FileExistsError) as exc:
+        raise click.ClickException(str(exc)) from None
+    comparison = compare_eval_results(before, result) if before is not None else None
+    if comparison is not None:
+        (output_dir / "comparison.json").write_text(json.dumps(comparison.to_dict(), indent=2, sort_keys=True))
+    if as_json:
+        payload = result.to_dict()
+        if comparison is not None:
+            payload["comparison"] = comparison.to_dict()
+        click.echo(json.dumps(payload, indent=2, sort_keys=True))
+        return
+    _print_result(console, result)
+    if comparison is not None:
+        _print_comparison(console, comparison)
+    console.print(f"wrote {output_dir / 'result.json'}")
+
+
+def _print_result(console: Any, result: Any) -> None:
+    from rich.table import Table
+
+    s = result.scores
+    t = Table(title="evaluation", show_header=True)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    t.add_column("± se", justify="right")
+    rows = [("episodes", s.get("episodes"), None), ("scored", s.get("scored"), None),
+            ("success_rate", s.get("success_rate"), s.get("success_rate_se")),
+            ("mean_reward", s.get("mean_reward"), s.get("mean_reward_se")),
+            ("error_rate", s.get("error_rate"), s.get("error_rate_se")),
+            ("unscored_rate", s.get("unscored_rate"), s.get("unscored_rate_se")),
+            ("infra_error_rate", s.get("infra_error_rate"), s.get("infra_error_rate_se")),
+            ("mean_turns", s.get("mean_turns"), s.get("mean_turns_se")),
+            ("mean_completion_tokens", s.get("mean_completion_tokens"), s.get("mean_completion_tokens_se"))]
+    rows += [(k, v, None) for k, v in s.items() if k.startswith("pass@") and not k.endswith("_problems")]
+    rows.append(("reproducible", result.reproducible, None))
+    for name, value, se in rows:
+        t.add_row(name, _fmt(value), _fmt(se))
+    console.print(t)
+    outcomes = s.get("outcomes", {})
+    console.print("outcomes: " + ", ".join(f"{k}={v}" for k, v in outcomes.items() if v))
+    for title, table in (("by group", result.by_group), ("by difficulty", result.by_difficulty)):
+        if len(table) > 1:
+            bt = Table(title=title)
+            for col in ("key", "episodes", "success_rate", "± se", "mean_reward", "error_rate"):
+                bt.add_column(col, justify="right" if col != "key" else "left")
+            for key, row in table.items():
+                bt.add_row(key, str(row["episodes"]), _fmt(row["success_rate"]), _fmt(row["success_rate_se"]),
+                           _fmt(row["mean_reward"]), _fmt(row["error_rate"]))
+            console.print(bt)
+
+
+def _print_comparison(console: Any, comparison: Any) -> None:
+    from rich.table import Table
+
+    t = Table(title="comparison (after - before)")
+    for col in ("metric", "before", "after", "delta", "note"):
+        t.add_column(col)
+    for m, d in comparison.deltas.items():
+        t.add_row(m, _fmt(d["before"]), _fmt(d["after"]), _fmt(d["delta"]), d["note"])
+    console.print(t)
+    console.print(f"fixed ({len(comparison.fixed)}): {', '.join(comparison.fixed) or '-'}")
+    console.print(f"regressed ({len(comparison.regressed)}): {', '.join(comparison.regressed) or '-'}")
+    console.print(f"left out ({len(comparison.left_out)}): "
+                  + (", ".join(f"{k} [{v}]" for k, v in comparison.left_out.items()) or "-"))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    eval_cmd(sys.argv[1:])

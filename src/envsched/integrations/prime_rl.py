@@ -1,0 +1,220 @@
+"""prime-rl integration: an envsched sampler with the shape of prime-rl's curriculum ``TaskSampler``.
+
+Targets prime-rl ``main`` @ 559b447 (the composable curricula of PR #3261/#3297, in ``v0.8.1.dev40+``)
+and verifiers 0.4.0 (``import verifiers.v1 as vf``). prime-rl's sampler is
+``class TaskSampler(Iterator[vf.Task], ABC)`` with ``__next__() -> vf.Task``,
+``observe(group: list[vf.Episode])``, ``state_dict()``, ``load_state_dict(state)`` and
+``metrics() -> dict[str, float]``; :class:`PrimeRLTaskSampler` implements exactly that over any envsched
+:class:`~envsched.samplers.base.TaskSampler`, keyed by the verifiers ``Task.key``:
+
+* ``__next__`` pops the next task from a buffer refilled with ``inner.sample(draw_batch)`` (prime-rl draws
+  one task at a time, lazily and far ahead of feedback; ``draw_batch > 1`` lets a batch-level scheduler
+  such as EnvSched compose a batch at once);
+* ``observe(group)`` -- called by ``Curriculum.on_result`` before the admission gates and before
+  ``filter_zero_advantages`` -- reports one group: one reward per episode (the trainable traces'
+  ``trace.reward``; ``None`` when the rollout was not scored: no trace, a trace with errors, or a reward
+  function that did not run), costs = the episode's output tokens.
+
+prime-rl's sampler config is a closed union, so plug the adapter in from a custom entrypoint by replacing
+the plain attribute ``train_source.curricula[env_name].sampler`` (looked up on every draw); see
+``docs/trainers.md``. Groups prime-rl cancels as stale (``max_off_policy_steps``) never reach ``observe``;
+their dispatches stay outstanding in the inner sampler (visible as ``outstanding_groups``) and do no harm.
+
+verifiers is imported lazily: this module only needs the objects' attributes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from envsched.pool.spec import task_key
+from envsched.samplers.base import TaskSampler
+
+__all__ = ["PRIME_RL_STATE_FORMAT", "PrimeRLTaskSampler", "episode_reward", "task_spec_from_vf"]
+
+PRIME_RL_STATE_FORMAT = "envsched.prime_rl/1"
+
+
+def task_spec_from_vf(task: Any, env: str) -> dict[str, Any]:
+    """An envsched task spec for a verifiers ``Task``: ``id`` = ``task.key``, ``env``, ``instruction``
+    (the prompt text), ``index`` (``task.data.idx``) and ``name`` when set."""
+    data = task.data
+    spec: dict[str, Any] = {"id": str(task.key), "env": env}
+    try:
+        text = data.prompt_text
+    except Exception:
+        text = None
+    if text:
+        spec["instruction"] = str(text)
+    if getattr(data, "idx", None) is not None:
+        spec["index"] = int(data.idx)
+    if getattr(data, "name", None):
+        spec["name"] = str(data.name)
+    return spec
+
+
+def _trace_unscored(trace: Any) -> bool:
+    rewards = getattr(trace, "rewards", None) or {}
+    return bool(getattr(trace, "errors", None)) or not rewards or any(r is None for r in rewards.values())
+
+
+def episode_reward(episode: Any) -> float | None:
+    """One rollout's reward: the mean ``trace.reward`` of the episode's trainable traces, ``None`` if the
+    episode has no trainable trace or none of them was scored (errors, or a reward that did not run)."""
+    traces = [t for t in getattr(episode, "traces", []) or [] if getattr(t.agent, "trainable", True)]
+    scored = [float(t.reward) for t in traces if not _trace_unscored(t)]
+    if not scored:
+        return None
+    value = sum(scored) / len(scored)
+    return value if math.isfinite(value) else None
+
+
+def _episode_cost(episode: Any) -> float:
+    total = 0
+    for t in getattr(episode, "traces", []) or []:
+        n = int(getattr(t, "num_output_tokens", 0) or 0)
+        if n == 0 and getattr(t, "usage", None) is not None:
+            n = int(t.usage.completion_tokens or 0)
+        total += n
+    return float(total)
+
+
+class PrimeRLTaskSampler:
+    """prime-rl ``TaskSampler`` over an envsched sampler.
+
+    Args:
+        inner: the envsched sampler; its task specs' ids must be the verifiers ``Task.key`` s.
+        tasks: the verifiers ``Task`` objects (``__next__`` returns them); keys must be unique.
+        draw_batch: tasks per ``inner.sample`` call (default 1).
+        reward_of: episode -> reward or ``None`` (default :func:`episode_reward`).
+        cost_of: episode -> cost (default: output tokens of its traces); ``None`` reports no costs.
+
+    Use :meth:`from_tasks` to build the inner sampler from the tasks.
+    """
+
+    def __init__(self, inner: TaskSampler, tasks: Iterable[Any], *, draw_batch: int = 1,
+                 reward_of: Callable[[Any], float | None] = episode_reward,
+                 cost_of: Callable[[Any], float] | None = _episode_cost) -> None:
+        for m in ("sample", "update", "state_dict", "load_state_dict"):
+            if not callable(getattr(inner, m, None)):
+                raise TypeError(f"inner must be an envsched TaskSampler; {type(inner).__name__} has no {m}()")
+        if isinstance(draw_batch, bool) or not isinstance(draw_batch, int) or draw_batch < 1:
+            raise ValueError(f"draw_batch must be a positive integer, got {draw_batch!r}")
+        self.inner = inner
+        self.draw_batch = draw_batch
+        self.reward_of = reward_of
+        self.cost_of = cost_of
+        self._tasks: dict[str, Any] = {}
+        for t in tasks:
+            key = getattr(t, "key", None)
+            if key is None:
+                raise TypeError(f"tasks must be verifiers Tasks with a .key, got {type(t).__name__}")
+            if key in self._tasks:
+                raise ValueError(f"duplicate task.key {key!r}: keys must be unique within a taskset")
+            self._tasks[str(key)] = t
+        if not self._tasks:
+            raise ValueError("tasks is empty")
+        inner_tasks = getattr(inner, "tasks", None)
+        if inner_tasks is not None:
+            inner_keys = {task_key(s) for s in inner_tasks}
+            if inner_keys != set(self._tasks):
+                missing = sorted(set(self._tasks) - inner_keys)[:3]
+                extra = sorted(inner_keys - set(self._tasks))[:3]
+                raise ValueError(f"the inner sampler's task ids must be the tasks' keys; missing {missing}, "
+                                 f"unknown {extra}")
+        self._specs: dict[str, Any] = ({task_key_of(s): s for s in inner_tasks} if inner_tasks is not None
+                                       else {})
+        self._buffer: deque[str] = deque()
+        self._observed = 0
+
+    @classmethod
+    def from_tasks(cls, tasks: Sequence[Any], make_sampler: Callable[[list[dict[str, Any]]], TaskSampler], *,
+                   env: str, spec_of: Callable[[Any, str], dict[str, Any]] = task_spec_from_vf,
+                   **kwargs: Any) -> PrimeRLTaskSampler:
+        """Build the inner sampler over ``spec_of(task, env)`` specs (default :func:`task_spec_from_vf`)."""
+        tasks = list(tasks)
+        return cls(make_sampler([spec_of(t, env) for t in tasks]), tasks, **kwargs)
+
+    # ------------------------------------------------------------------ prime-rl's TaskSampler
+    def __iter__(self) -> PrimeRLTaskSampler:
+        return self
+
+    def __next__(self) -> Any:
+        """The next task (``vf.Task``) to roll out a group for."""
+        if not self._buffer:
+            drawn = self.inner.sample(self.draw_batch)
+            if not drawn:
+                raise StopIteration
+            for spec in drawn:
+                key = task_key_of(spec)
+                if key not in self._tasks:
+                    raise KeyError(f"the inner sampler drew {key!r}, which is not a task key of this taskset")
+                self._specs.setdefault(key, spec)
+                self._buffer.append(key)
+        return self._tasks[self._buffer.popleft()]
+
+    def observe(self, group: list[Any]) -> None:
+        """Report one finished group (every episode of one task) to the inner sampler.
+
+        Raises ``ValueError`` for an empty group or one whose episodes do not share exactly one
+        ``task.key`` (prime-rl's own check), ``KeyError`` for a key not in the taskset."""
+        if not group:
+            raise ValueError("observe() needs a non-empty group of episodes")
+        keys = {getattr(e.task, "key", None) for e in group}
+        keys.discard(None)
+        if len(keys) != 1:
+            raise ValueError(f"a group must hold episodes of exactly one task.key, got {sorted(map(str, keys))}")
+        key = str(keys.pop())
+        if key not in self._tasks:
+            raise KeyError(f"episode task.key {key!r} is not a task of this taskset")
+        rewards = [self.reward_of(e) for e in group]
+        costs = [float(self.cost_of(e)) for e in group] if self.cost_of is not None else None
+        spec = self._specs.get(key, key)
+        self.inner.update(spec, rewards, costs)
+        self._observed += 1
+
+    def metrics(self) -> dict[str, float]:
+        """The inner sampler's metrics plus ``buffered`` (drawn, not yet handed out) and ``observed_groups``;
+        prime-rl logs them as ``curriculum/<env>/sampler/<name>``."""
+        m: dict[str, float] = {}
+        if callable(getattr(self.inner, "metrics", None)):
+            m.update({k: float(v) for k, v in self.inner.metrics().items()})
+        m["buffered"] = float(len(self._buffer))
+        m["observed_groups"] = float(self._observed)
+        return m
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"format": PRIME_RL_STATE_FORMAT, "inner": self.inner.state_dict(), "buffer": list(self._buffer),
+                "observed": self._observed}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (``ValueError``, nothing changed, if it does not fit)."""
+        if not isinstance(state_dict, Mapping) or state_dict.get("format") != PRIME_RL_STATE_FORMAT:
+            raise ValueError("not a PrimeRLTaskSampler state")
+        buffer = [str(k) for k in state_dict.get("buffer", [])]
+        unknown = [k for k in buffer if k not in self._tasks]
+        if unknown:
+            raise ValueError(f"state buffers tasks not in this taskset: {unknown[:3]}")
+        self.inner.load_state_dict(state_dict["inner"])
+        self._buffer = deque(buffer)
+        self._observed = int(state_dict.get("observed", 0))
+
+
+def task_key_of(spec: Any) -> str:
+    """Key of an inner task spec (``id``, as envsched keys specs)."""
+    return task_key(spec)
+
+
+def _register_with_prime_rl() -> None:
+    """Register as a virtual subclass of prime-rl's ABC when prime-rl is installed (isinstance checks)."""
+    try:
+        from prime_rl.orchestrator.curriculum.samplers.base import TaskSampler as PrimeTaskSampler
+    except Exception:
+        return
+    PrimeTaskSampler.register(PrimeRLTaskSampler)
+
+
+_register_with_prime_rl()

@@ -1,0 +1,386 @@
+"""TRL integration: train with ``GRPOTrainer`` on tasks drawn from any envsched :class:`TaskSampler`.
+
+Targets TRL 1.16.0 (transformers 5.24.0). The two RFC 013 hooks are wired where TRL's own code puts them:
+
+* **Draw** -- :meth:`EnvSchedGRPOMixin._get_train_sampler` returns a :class:`TaskRepeatSampler`, a torch
+  ``Sampler`` that asks the task sampler for ``generation_batch_size // num_generations`` tasks per
+  generation batch (lazily, when the DataLoader reaches that batch) and yields them in TRL's repeat
+  layout: each task ``num_generations`` times in a row (one GRPO group), the whole chunk
+  ``num_iterations * steps_per_generation`` times. Every process holds an identical sampler and draws
+  the same chunk; accelerate hands each process its slice.
+* **Feedback** -- :meth:`EnvSchedGRPOMixin._calculate_rewards` runs right after TRL computed (and gathered
+  across processes) every reward function's output, *before* advantages, ``frac_reward_zero_std`` and any
+  filtering. It gathers the ``task_id`` column and the completion lengths the same way, checks that every
+  group holds one task and that the groups are exactly the oldest drawn chunk, and calls
+  ``sampler.update(task, rewards, costs)`` once per group. A rollout for which every (selected) reward
+  function returned ``None`` (NaN in TRL) is passed as ``None``, never as 0. Costs are completion tokens.
+
+Draws run ahead of feedback (accelerate prefetches one batch, so after step *k* the sampler has produced
+*k + 1* chunks and received *k*): drawn chunks wait in a FIFO until their rewards arrive.
+
+Checkpoints: :meth:`EnvSchedGRPOMixin._save_checkpoint` writes ``envsched_sampler.json`` (the sampler's
+``state_dict`` plus the chunks drawn but not yet trained on) into every ``checkpoint-N`` folder, and
+``train(resume_from_checkpoint=...)`` restores it and replays those chunks first, so a resumed run makes
+exactly the draws the uninterrupted run would have made. When the Trainer fast-forwards the resumed
+epoch (``ignore_data_skip=False``, the default) the sampler yields placeholder rows for the skipped chunks
+instead of drawing, so epoch boundaries (where the DataLoader does not prefetch) also stay where they were.
+Exact resume needs checkpoints at generation-batch boundaries, which holds with TRL's defaults
+(``num_iterations=1``, ``steps_per_generation=gradient_accumulation_steps``).
+
+Usage::
+
+    trainer = EnvSchedGRPOTrainer(model, reward_funcs=[my_reward], args=GRPOConfig(..., max_steps=100),
+                                  task_sampler=UniformSampler(pool), processing_class=tok)
+    trainer.train()
+
+Reward functions receive the ``task_id`` column (and every column ``task_to_row`` adds);
+:meth:`EnvSchedGRPOMixin.task_for` maps an id back to its task spec.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from accelerate.utils import gather_object
+from datasets import Dataset
+from torch.utils.data import Sampler
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl import GRPOTrainer
+
+from envsched.pool.spec import task_key
+from envsched.samplers.base import TaskSampler
+
+__all__ = [
+    "SAMPLER_STATE_FILE",
+    "EnvSchedGRPOMixin",
+    "EnvSchedGRPOTrainer",
+    "TaskRepeatSampler",
+    "default_task_to_row",
+]
+
+logger = logging.getLogger(__name__)
+
+#: File written into every TRL ``checkpoint-N`` folder.
+SAMPLER_STATE_FILE = "envsched_sampler.json"
+_STATE_FORMAT = "envsched.trl/1"
+
+
+def default_task_to_row(task: Any) -> dict[str, Any]:
+    """Dataset row of a task spec: ``prompt`` from the spec's ``prompt`` (text or chat messages) or else
+    its ``instruction``, plus ``env``. Pass your own ``task_to_row`` for other columns (answers,
+    metadata); values must be Arrow-friendly (consistent types across rows)."""
+    get = task.get if isinstance(task, Mapping) else (lambda k, d=None: getattr(task, k, d))
+    prompt = get("prompt")
+    if prompt is None:
+        prompt = get("instruction")
+    if prompt is None:
+        raise ValueError(f"task {task_key(task)!r} has neither 'prompt' nor 'instruction': pass task_to_row= to "
+                         "build the training prompt")
+    return {"prompt": prompt, "env": get("env") or ""}
+
+
+class TaskRepeatSampler(Sampler[int]):
+    """A torch ``Sampler`` that draws tasks from a :class:`TaskSampler` and yields dataset rows in TRL's
+    ``RepeatSampler`` layout.
+
+    Per chunk: ``sample(batch_size)`` distinct-or-not tasks, mapped to dataset rows by ``row_of``; the chunk
+    is yielded ``repeat_count`` times, each row ``mini_repeat_count`` times in a row. ``chunks_per_epoch``
+    chunks make one pass (``__len__``); the next pass continues drawing, so an "epoch" is only TRL's
+    bookkeeping. Chunks queued in :attr:`replay` are yielded before new draws (used on resume).
+
+    Args:
+        task_sampler: the task source.
+        row_of: maps a drawn task to its row index in the training dataset.
+        mini_repeat_count: ``num_generations``.
+        batch_size: tasks per chunk (``generation_batch_size // num_generations``).
+        repeat_count: ``num_iterations * steps_per_generation``.
+        chunks_per_epoch: chunks per pass over the sampler.
+        on_draw: called with the row indices of each freshly drawn chunk, before any of it is yielded.
+    """
+
+    def __init__(self, task_sampler: TaskSampler, row_of: Callable[[Any], int], *, mini_repeat_count: int,
+                 batch_size: int, repeat_count: int = 1, chunks_per_epoch: int = 1,
+                 on_draw: Callable[[list[int]], None] | None = None) -> None:
+        for name, v in (("mini_repeat_count", mini_repeat_count), ("batch_size", batch_size),
+                        ("repeat_count", repeat_count), ("chunks_per_epoch", chunks_per_epoch)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        self.task_sampler = task_sampler
+        self.row_of = row_of
+        self.mini_repeat_count = mini_repeat_count
+        self.batch_size = batch_size
+        self.repeat_count = repeat_count
+        self.chunks_per_epoch = chunks_per_epoch
+        self.on_draw = on_draw
+        self.replay: deque[list[int]] = deque()
+        #: Chunks at the start of the next pass that the trainer skips on resume: yielded as placeholder
+        #: rows (row 0) without drawing, so the epoch layout matches the interrupted run.
+        self.skip_chunks = 0
+
+    def draw_chunk(self) -> list[int]:
+        """Rows of the next chunk: a queued replay chunk, else a fresh ``sample(batch_size)``."""
+        if self.replay:
+            return list(self.replay.popleft())
+        tasks = self.task_sampler.sample(self.batch_size)
+        if len(tasks) != self.batch_size:
+            raise RuntimeError(f"{type(self.task_sampler).__name__}.sample({self.batch_size}) returned "
+                               f"{len(tasks)} tasks; a GRPO generation batch needs exactly {self.batch_size} "
+                               "(an exhausted SequentialSampler? use wrap=True or a training sampler)")
+        rows = [int(self.row_of(t)) for t in tasks]
+        if self.on_draw is not None:
+            self.on_draw(rows)
+        return rows
+
+    def __iter__(self) -> Iterator[int]:
+        skip, self.skip_chunks = self.skip_chunks, 0
+        for c in range(self.chunks_per_epoch):
+            rows = [0] * self.batch_size if c < skip else self.draw_chunk()
+            for _ in range(self.repeat_count):
+                for r in rows:
+                    for _ in range(self.mini_repeat_count):
+                        yield r
+
+    def __len__(self) -> int:
+        return self.chunks_per_epoch * self.batch_size * self.mini_repeat_count * self.repeat_count
+
+
+class EnvSchedGRPOMixin:
+    """Mixin for ``trl.GRPOTrainer`` (or a subclass of it): put it first in the bases.
+
+    Keyword args (the rest goes to ``GRPOTrainer``):
+        task_sampler: any object with RFC 013's ``sample``/``update``/``state_dict``/``load_state_dict``
+            (``metrics`` is logged when present). All processes must build it identically (same tasks,
+            same seed): they draw in lockstep and receive the same gathered feedback.
+        tasks: the task specs (default ``task_sampler.tasks``); the training dataset gets one row per
+            task, in this order.
+        task_to_row: ``task -> dict`` of dataset columns (default :func:`default_task_to_row`); the
+            ``task_id`` column (the task key) is added.
+        train_dataset: optional prebuilt dataset with a ``task_id`` column holding every task's key; if
+            given, ``tasks``/``task_to_row`` only serve to look tasks up.
+        sampler_reward_funcs: names of the reward functions whose weighted sum (``reward_weights``) the
+            sampler receives (default: all, i.e. the reward GRPO trains on). Typically the correctness
+            reward without format shaping. It must lie in the sampler's ``reward_range``.
+        chunks_per_epoch: generation batches per DataLoader pass (default: enough to cover the tasks
+            once). Only TRL's epoch bookkeeping; set ``max_steps`` to bound training.
+    """
+
+    def __init__(self, *args: Any, task_sampler: TaskSampler, tasks: Sequence[Any] | None = None,
+                 task_to_row: Callable[[Any], dict[str, Any]] | None = None,
+                 sampler_reward_funcs: Sequence[str] | None = None, chunks_per_epoch: int | None = None,
+                 **kwargs: Any) -> None:
+        for m in ("sample", "update", "state_dict", "load_state_dict"):
+            if not callable(getattr(task_sampler, m, None)):
+                raise TypeError(f"task_sampler must implement RFC 013's TaskSampler; "
+                                f"{type(task_sampler).__name__} has no {m}()")
+        if tasks is None:
+            tasks = getattr(task_sampler, "tasks", None)
+            if tasks is None:
+                raise ValueError(f"{type(task_sampler).__name__} has no .tasks: pass tasks= (the task specs)")
+        tasks = list(tasks)
+        if not tasks:
+            raise ValueError("the task list is empty")
+        self._es_sampler = task_sampler
+        self._es_tasks: dict[str, Any] = {}
+        for t in tasks:
+            k = task_key(t)
+            if k in self._es_tasks:
+                raise ValueError(f"duplicate task key {k!r}")
+            self._es_tasks[k] = t
+        train_dataset = kwargs.pop("train_dataset", None)
+        if train_dataset is None:
+            to_row = task_to_row or default_task_to_row
+            rows = []
+            for k, t in self._es_tasks.items():
+                row = dict(to_row(t))
+                if "prompt" not in row:
+                    raise ValueError(f"task_to_row returned no 'prompt' for task {k!r}")
+                row["task_id"] = k
+                rows.append(row)
+            train_dataset = Dataset.from_list(rows)
+        if "task_id" not in getattr(train_dataset, "column_names", ()):
+            raise ValueError("train_dataset needs a 'task_id' column with each task's key")
+        row_keys = list(train_dataset["task_id"])
+        self._es_row_of_key: dict[str, int] = {}
+        for i, k in enumerate(row_keys):
+            self._es_row_of_key.setdefault(str(k), i)
+        missing = [k for k in self._es_tasks if k not in self._es_row_of_key]
+        if missing:
+            raise ValueError(f"train_dataset has no row for {len(missing)} task(s), e.g. {missing[:3]}")
+        self._es_row_keys = [str(k) for k in row_keys]
+        self._es_pending: deque[list[str]] = deque()
+        self._es_replay: deque[list[int]] = deque()
+        self._es_torch_sampler: TaskRepeatSampler | None = None
+        self._es_chunks_per_epoch = chunks_per_epoch
+        #: Every fed-back group: ``{"step", "task_id", "rewards", "costs"}`` (for logs and tests).
+        self.envsched_feedback_log: list[dict[str, Any]] = []
+        #: Every drawn chunk (task ids), in draw order, including replays after a resume.
+        self.envsched_draw_log: list[list[str]] = []
+        self._es_steps_trained_in_epoch = 0
+        super().__init__(*args, train_dataset=train_dataset, **kwargs)
+        names = list(self.reward_func_names)
+        if sampler_reward_funcs is None:
+            self._es_func_idx = list(range(len(names)))
+        else:
+            unknown = [n for n in sampler_reward_funcs if n not in names]
+            if unknown or not sampler_reward_funcs:
+                raise ValueError(f"sampler_reward_funcs {list(sampler_reward_funcs)!r}: unknown or empty; "
+                                 f"reward functions are {names}")
+            self._es_func_idx = [names.index(n) for n in sampler_reward_funcs]
+
+    # ------------------------------------------------------------------ public helpers
+    @property
+    def task_sampler(self) -> TaskSampler:
+        return self._es_sampler
+
+    def task_for(self, task_id: str) -> Any:
+        """The task spec of ``task_id`` (for reward functions, which receive the ``task_id`` column)."""
+        try:
+            return self._es_tasks[task_id]
+        except KeyError:
+            raise KeyError(f"unknown task id {task_id!r}") from None
+
+    @property
+    def pending_chunks(self) -> list[list[str]]:
+        """Chunks drawn whose rewards have not come back yet (oldest first)."""
+        return [list(c) for c in self._es_pending]
+
+    # ------------------------------------------------------------------ draw hook
+    def _get_train_sampler(self, dataset: Any = None) -> Sampler:
+        g = self.num_generations
+        batch = self.args.generation_batch_size // g
+        cpe = self._es_chunks_per_epoch or max(1, math.ceil(len(self._es_tasks) / batch))
+        sampler = TaskRepeatSampler(
+            self._es_sampler, self._es_row_for_task, mini_repeat_count=g, batch_size=batch,
+            repeat_count=self.num_iterations * self.args.steps_per_generation, chunks_per_epoch=cpe,
+            on_draw=self._es_on_draw)
+        sampler.replay = self._es_replay  # shared: a resume queues chunks here
+        self._es_torch_sampler = sampler
+        return sampler
+
+    def _es_row_for_task(self, task: Any) -> int:
+        k = task if isinstance(task, str) else task_key(task)
+        try:
+            return self._es_row_of_key[k]
+        except KeyError:
+            raise KeyError(f"the sampler drew task {k!r}, which is not in the training dataset") from None
+
+    def _es_on_draw(self, rows: list[int]) -> None:
+        keys = [self._es_row_keys[r] for r in rows]
+        self._es_pending.append(keys)
+        self.envsched_draw_log.append(list(keys))
+
+    # ------------------------------------------------------------------ feedback hook
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # type: ignore[override]
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self.model.training:
+            self._es_feedback(inputs, rewards_per_func, completion_ids_list)
+        return rewards_per_func
+
+    def _es_feedback(self, inputs: list[dict[str, Any]], rewards_per_func: torch.Tensor,
+                     completion_ids_list: list[Any]) -> None:
+        ids = [str(x) for x in gather_object([x["task_id"] for x in inputs])]
+        lengths = [int(n) for n in gather_object([len(c) for c in completion_ids_list])]
+        r = rewards_per_func.detach().to("cpu", torch.float64)
+        if r.shape[0] != len(ids) or len(lengths) != len(ids):
+            raise RuntimeError(f"envsched: {r.shape[0]} gathered rewards for {len(ids)} task ids and "
+                               f"{len(lengths)} completions; the processes disagree on the batch")
+        g = self.num_generations
+        if len(ids) % g:
+            raise RuntimeError(f"envsched: {len(ids)} rollouts is not a multiple of num_generations={g}")
+        w = self.reward_weights.detach().to("cpu", torch.float64)
+        sel = self._es_func_idx
+        combined: list[float | None] = []
+        for row in range(r.shape[0]):
+            vals = [(float(r[row, i]), float(w[i])) for i in sel]
+            scored = [(v, wi) for v, wi in vals if not math.isnan(v)]
+            combined.append(sum(v * wi for v, wi in scored) if scored else None)
+        group_ids = []
+        for s in range(0, len(ids), g):
+            gid = set(ids[s:s + g])
+            if len(gid) != 1:
+                raise RuntimeError(f"envsched: rollouts {s}..{s + g - 1} mix tasks {sorted(gid)}; the batch is not "
+                                   "in TRL's repeat layout (a shuffled or custom dataloader?)")
+            group_ids.append(ids[s])
+        if not self._es_pending:
+            raise RuntimeError(f"envsched: rewards arrived for tasks {group_ids[:3]}... but no drawn chunk is "
+                               "pending (was the train dataloader built by this trainer?)")
+        expected = self._es_pending[0]
+        if group_ids != expected:
+            raise RuntimeError(f"envsched: the scored groups {group_ids} are not the oldest drawn chunk {expected}")
+        self._es_pending.popleft()
+        step = int(self.state.global_step)
+        for j, key in enumerate(group_ids):
+            span = slice(j * g, (j + 1) * g)
+            rewards, costs = combined[span], [float(c) for c in lengths[span]]
+            self._es_sampler.update(self._es_tasks[key], rewards, costs)
+            self.envsched_feedback_log.append({"step": step, "task_id": key, "rewards": rewards, "costs": costs})
+        metrics = getattr(self._es_sampler, "metrics", None)
+        if callable(metrics):
+            for name, value in metrics().items():
+                if isinstance(value, int | float) and math.isfinite(value):
+                    self._metrics["train"][f"envsched/{name}"].append(float(value))
+
+    # ------------------------------------------------------------------ checkpoints
+    def _save_checkpoint(self, model, trial):  # type: ignore[override]
+        super()._save_checkpoint(model, trial)
+        if not self.args.should_save:
+            return
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        state = {"format": _STATE_FORMAT, "global_step": int(self.state.global_step),
+                 "sampler_class": type(self._es_sampler).__name__,
+                 "sampler": self._es_sampler.state_dict(), "pending": [list(c) for c in self._es_pending]}
+        tmp = os.path.join(folder, SAMPLER_STATE_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(state, f)
+        os.replace(tmp, os.path.join(folder, SAMPLER_STATE_FILE))
+
+    def _init_training_state(self, *args: Any, **kwargs: Any):  # type: ignore[override]
+        epochs_trained, steps_trained_in_current_epoch = super()._init_training_state(*args, **kwargs)
+        self._es_steps_trained_in_epoch = int(steps_trained_in_current_epoch)
+        return epochs_trained, steps_trained_in_current_epoch
+
+    def _load_optimizer_and_scheduler(self, checkpoint):  # type: ignore[override]
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            self.load_sampler_state(checkpoint)
+
+    def load_sampler_state(self, checkpoint: str) -> None:
+        """Restore the sampler and the chunks to replay from ``checkpoint/envsched_sampler.json``
+        (called by ``train(resume_from_checkpoint=...)``). Raises ``FileNotFoundError`` if the checkpoint
+        has none and ``ValueError`` if it does not fit this trainer's tasks; nothing changes on error."""
+        path = os.path.join(checkpoint, SAMPLER_STATE_FILE)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path} is missing: the checkpoint was not written by an envsched trainer, so "
+                                    "the sampler cannot resume its draws")
+        with open(path) as f:
+            state = json.load(f)
+        if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
+            found = state.get("format") if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"{path}: unsupported format {found!r} (expected {_STATE_FORMAT!r})")
+        pending = state.get("pending", [])
+        unknown = [k for c in pending for k in c if k not in self._es_row_of_key]
+        if unknown:
+            raise ValueError(f"{path}: pending chunks name tasks this trainer does not have: {unknown[:3]}")
+        self._es_sampler.load_state_dict(state["sampler"])
+        self._es_pending.clear()
+        self._es_replay.clear()
+        for chunk in pending:
+            self._es_pending.append(list(chunk))
+            self._es_replay.append([self._es_row_of_key[k] for k in chunk])
+        if self._es_torch_sampler is not None:
+            # batches the Trainer fast-forwards past in the resumed epoch: whole chunks, not drawn again
+            self._es_torch_sampler.skip_chunks = self._es_steps_trained_in_epoch // self._es_torch_sampler.repeat_count
+        # replayed chunks are draws of the uninterrupted run: log them as draws of this run too
+        self.envsched_draw_log.extend(list(c) for c in pending)
+
+
+class EnvSchedGRPOTrainer(EnvSchedGRPOMixin, GRPOTrainer):
+    """``trl.GRPOTrainer`` drawing its prompts from an envsched :class:`TaskSampler`; see
+    :class:`EnvSchedGRPOMixin` for the extra arguments and the module docstring for the hooks."""

@@ -1,0 +1,340 @@
+"""``EnvSchedSampler``: the EnvSched scheduler as an RFC 013 ``TaskSampler``.
+
+Each ``sample(n)`` runs the paper's rollout-history loop (2.1): predict every task's informativeness from
+the rollout history propagated over the dual-relation graph (:mod:`~envsched.method.prediction`), then
+build the batch by coverage and exploitation (:mod:`~envsched.method.scheduling`), and record why each
+task was chosen (:mod:`~envsched.method.explain`). ``update`` adds one group's statistics to the history
+(:mod:`~envsched.method.history`).
+
+Asynchronous trainers are first-class: an update is matched to the oldest outstanding dispatch of its task
+and dated by the step it was drawn in, so updates may arrive batches later or out of order; a dropped group
+is released with ``discard``; groups that never come back stay outstanding (``metrics()["outstanding_groups"]``)
+and keep counting as observations of their task for coverage (so the task is not re-drawn as unseen).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envsched.method.config import SchedulerConfig
+from envsched.method.explain import build_records, filter_snapshot, write_records
+from envsched.method.graph import DualRelationGraph
+from envsched.method.history import History
+from envsched.method.identifier_filter import IdentifierFilter, IdentifierVerdict, Trajectory
+from envsched.method.prediction import Prediction, predict, relation_operators
+from envsched.method.scheduling import Pick, SchedulingContext, SimilarityIndex, build_batch, representative_scores
+from envsched.pool.pool import TaskPool
+from envsched.samplers.base import BaseSampler, GroupResult
+
+__all__ = ["EnvSchedSampler"]
+
+
+class EnvSchedSampler(BaseSampler):
+    """EnvSched (arXiv 2610.37609): informativeness prediction on a dual-relation graph plus
+    coverage-aware batch scheduling.
+
+    Args:
+        tasks: a :class:`~envsched.pool.TaskPool` (or a sequence of task specs with ``id`` and ``env``).
+        graph: the dual-relation graph over exactly these tasks, in the same order. ``None`` builds it with
+            :func:`envsched.method.graph_build.build_graph` and the default :class:`GraphConfig`.
+        config: scheduler hyperparameters (:class:`~envsched.method.config.SchedulerConfig`; paper
+            defaults).
+        seed: seed of the random generator that breaks exact ties (deterministic given the seed).
+        identifier_filter: the environment's identifier-filter hook (see
+            :mod:`~envsched.method.identifier_filter`); trajectories reach it via :meth:`submit_trajectory`.
+        run_file: a JSONL file to which every ``sample()`` appends one explanation record per selected task
+            (``envsched explain RUN_FILE`` prints them).
+        reward_range, require_dispatch: as :class:`~envsched.samplers.base.BaseSampler`.
+    """
+
+    def __init__(self, tasks: TaskPool | Sequence[Any], graph: DualRelationGraph | None = None,
+                 config: SchedulerConfig | None = None, seed: int | None = 0, *,
+                 identifier_filter: IdentifierFilter | None = None,
+                 run_file: str | os.PathLike[str] | None = None,
+                 reward_range: tuple[float, float] | None = None, require_dispatch: bool = True) -> None:
+        if config is not None and not isinstance(config, SchedulerConfig):
+            raise TypeError(f"config must be a SchedulerConfig, got {type(config).__name__}")
+        if identifier_filter is not None and not callable(getattr(identifier_filter, "check", None)):
+            raise TypeError("identifier_filter must have a check(task, trajectory) method")
+        super().__init__(tasks, seed=seed, reward_range=reward_range, require_dispatch=require_dispatch)
+        self.config = config if config is not None else SchedulerConfig()
+        env_names = [self.env_of(i) for i in range(len(self.tasks))]
+        env_names = ["" if e is None else str(e) for e in env_names]
+        self.envs: list[str] = sorted(set(env_names))
+        env_pos = {e: i for i, e in enumerate(self.envs)}
+        self.env_codes = np.fromiter((env_pos[e] for e in env_names), dtype=np.int64, count=len(env_names))
+        if graph is None:
+            graph = self._build_graph(tasks)
+        self._check_graph(graph, env_names)
+        self.graph = graph
+        self.identifier_filter = identifier_filter
+        self.run_file = Path(run_file) if run_file is not None else None
+        self._history = History(len(self.tasks), self.env_codes, len(self.envs), self.config)
+        self._centrality = representative_scores(graph)
+        self._similarity = SimilarityIndex(graph)
+        self._operators = relation_operators(graph)
+        self._tool_indptr, self._tool_codes, self.num_tools = self._tool_table()
+        self._flags: dict[int, str] = {}
+        self._last_picks: list[Pick] = []
+        self._last_records: list[dict[str, Any]] | None = []
+        self._pending_explain: tuple | None = None
+        self._last_prediction: Prediction | None = None
+        self._batch_totals = {"batches": 0, "envs": 0, "tools": 0}
+        self._last_tools = 0
+
+    # ------------------------------------------------------------------ construction helpers
+    def _build_graph(self, tasks: Any) -> DualRelationGraph:
+        try:
+            from envsched.method.config import GraphConfig
+            from envsched.method.graph_build import build_graph
+        except ImportError as exc:
+            raise RuntimeError("graph=None needs envsched.method.graph_build.build_graph, which is not "
+                               f"available ({exc}); pass a DualRelationGraph") from None
+        pool = tasks if isinstance(tasks, TaskPool) else TaskPool(self.tasks, reward_range=self.reward_range)
+        return build_graph(pool, GraphConfig())
+
+    def _check_graph(self, graph: DualRelationGraph, env_names: list[str]) -> None:
+        if not isinstance(graph, DualRelationGraph):
+            raise TypeError(f"graph must be a DualRelationGraph, got {type(graph).__name__}")
+        n = len(self.tasks)
+        if graph.num_nodes != n:
+            raise ValueError(f"the graph has {graph.num_nodes} nodes but the sampler has {n} tasks: build the "
+                             "graph from this pool")
+        if list(graph.task_ids) != self._keys:
+            bad = next(i for i, (a, b) in enumerate(zip(graph.task_ids, self._keys, strict=True)) if a != b)
+            raise ValueError(f"the graph's node {bad} is task {graph.task_ids[bad]!r} but the sampler's task "
+                             f"{bad} is {self._keys[bad]!r}: the graph must list the same tasks in the same order")
+        for name in ("within_index", "within_weight", "within_similarity"):
+            if getattr(graph, name).shape != graph.within_index.shape or graph.within_index.shape[0] != n:
+                raise ValueError(f"graph.{name} must have shape (N, K_within) with N = {n}")
+        for name in ("cross_index", "cross_weight", "cross_similarity"):
+            if getattr(graph, name).shape != graph.cross_index.shape or graph.cross_index.shape[0] != n:
+                raise ValueError(f"graph.{name} must have shape (N, K_cross) with N = {n}")
+        for name in ("within_index", "cross_index"):
+            idx = getattr(graph, name)
+            if idx.size and (idx.min() < -1 or idx.max() >= n):
+                raise ValueError(f"graph.{name} has neighbour indices outside [-1, {n})")
+        for name in ("full_features", "abstract_features"):
+            if getattr(graph, name).shape[0] != n:
+                raise ValueError(f"graph.{name} must have {n} rows")
+        codes = np.asarray(graph.env_codes)
+        if codes.shape != (n,):
+            raise ValueError(f"graph.env_codes must have shape ({n},)")
+        genv = np.asarray(graph.envs, dtype=object)[codes]
+        if not np.array_equal(genv, np.asarray(env_names, dtype=object)):
+            bad = int(np.flatnonzero(genv != np.asarray(env_names, dtype=object))[0])
+            raise ValueError(f"the graph puts task {self._keys[bad]!r} in environment {genv[bad]!r}, the task "
+                             f"spec says {env_names[bad]!r}")
+
+    def _tool_table(self) -> tuple[np.ndarray, np.ndarray, int]:
+        vocab: dict[str, int] = {}
+        indptr = [0]
+        codes: list[int] = []
+        for t in self.tasks:
+            tools = t.get("tools") if isinstance(t, Mapping) else None
+            names = {str(x["name"]) for x in tools or [] if isinstance(x, Mapping) and "name" in x}
+            codes.extend(vocab.setdefault(nm, len(vocab)) for nm in sorted(names))
+            indptr.append(len(codes))
+        return np.asarray(indptr, dtype=np.int64), np.asarray(codes, dtype=np.int64), len(vocab)
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"EnvSchedSampler({len(self.tasks)} tasks in {len(self.envs)} environments, seed={self.seed}, "
+                f"mode={c.mode!r}, batch {c.batch_size} = {c.coverage_slots} coverage + "
+                f"{c.batch_size - c.coverage_slots} exploitation)")
+
+    def get_params(self) -> dict[str, Any]:
+        return {"seed": self.seed, "config": self.config.to_dict(), "run_file": str(self.run_file or ""),
+                "reward_range": self.reward_range, "require_dispatch": self.require_dispatch}
+
+    # ------------------------------------------------------------------ BaseSampler hooks
+    def _select(self, n: int) -> list[int]:
+        tiebreak = self._rng.random(len(self.tasks))
+        env_tiebreak = self._rng.random(len(self.envs))
+        prediction = predict(self._history, self.graph, self.config, self._operators)
+        flagged = np.zeros(len(self.tasks), dtype=bool)
+        if self._flags:
+            flagged[list(self._flags)] = True
+        ctx = SchedulingContext(graph=self.graph, history=self._history, prediction=prediction, config=self.config,
+                                env_codes=self.env_codes, num_envs=len(self.envs), tiebreak=tiebreak,
+                                env_tiebreak=env_tiebreak, identifier_flagged=flagged, centrality=self._centrality,
+                                similarity=self._similarity)
+        picks = build_batch(ctx, n)
+        if len(picks) != n:  # cannot happen for n <= N (fill ignores every cap); guard the invariant
+            raise RuntimeError(f"EnvSched built {len(picks)} picks for a batch of {n}")
+        positions = [p.pos for p in picks]
+        step = self._history.record_batch(positions, [p.phase for p in picks])
+        self._last_picks = picks
+        self._last_prediction = prediction
+        # explanation records are built on demand (explanations()) or every step with a run file
+        self._pending_explain = (step, picks, prediction, filter_snapshot(self._history, positions),
+                                 dict(self._flags))
+        self._last_records = None
+        if self.run_file is not None:
+            write_records(self.run_file, self._records(),
+                          {"sampler": type(self).__name__, "seed": self.seed, "num_tasks": len(self.tasks),
+                           "num_envs": len(self.envs), "config": self.config.to_dict()})
+        pos = np.asarray(positions, dtype=np.int64)
+        tools = np.concatenate([self._tool_codes[self._tool_indptr[p]:self._tool_indptr[p + 1]] for p in pos])
+        self._last_tools = int(np.unique(tools).size)
+        self._batch_totals["batches"] += 1
+        self._batch_totals["envs"] += int(np.unique(self.env_codes[pos]).size)
+        self._batch_totals["tools"] += self._last_tools
+        return positions
+
+    def _observe(self, group: GroupResult) -> None:
+        low, high = self.reward_range
+        scored01 = (group.scored - low) / (high - low)
+        raw_var = float(np.var(group.scored)) if group.scored.size else math.nan
+        self._history.record_observation(group.position, scored01, len(group.rewards), raw_var)
+
+    def _on_discard(self, position: int) -> None:
+        self._history.record_discard(position)
+
+    # ------------------------------------------------------------------ identifier filter
+    def submit_trajectory(self, task: Any, trajectory: Trajectory) -> IdentifierVerdict | None:
+        """Give the identifier filter a saved trajectory of ``task``. Trajectories below
+        ``config.identifier_min_reward`` (on the reward scale mapped to [0, 1]) are not checked (``None``).
+        A flagged task leaves exploitation until :meth:`unflag_task`."""
+        pos = self.position_of(task)
+        if not isinstance(trajectory, Trajectory):
+            raise TypeError(f"trajectory must be an identifier_filter.Trajectory, got {type(trajectory).__name__}")
+        if self.identifier_filter is None:
+            raise ValueError("this sampler has no identifier_filter: pass one to the constructor")
+        low, high = self.reward_range
+        if (trajectory.reward - low) / (high - low) < self.config.identifier_min_reward - 1e-9:
+            return None
+        verdict = self.identifier_filter.check(self.tasks[pos], trajectory)
+        if verdict.flagged:
+            self._flags[pos] = verdict.reason or "flagged by the identifier filter"
+        return verdict
+
+    def flag_task(self, task: Any, reason: str) -> None:
+        """Flag a task directly (an environment that ran the identifier check itself)."""
+        if not isinstance(reason, str) or not reason:
+            raise ValueError("flag_task needs a non-empty reason")
+        self._flags[self.position_of(task)] = reason
+
+    def unflag_task(self, task: Any) -> None:
+        self._flags.pop(self.position_of(task), None)
+
+    def identifier_flags(self) -> dict[str, str]:
+        """Flagged task ids and the reason each was flagged."""
+        return {self._keys[p]: r for p, r in sorted(self._flags.items())}
+
+    # ------------------------------------------------------------------ introspection
+    @property
+    def history(self) -> History:
+        """The dispatch/observation history (read it; do not modify it)."""
+        return self._history
+
+    @property
+    def step(self) -> int:
+        """Number of batches drawn so far."""
+        return self._history.step
+
+    def _records(self) -> list[dict[str, Any]]:
+        if self._last_records is None:
+            if self._pending_explain is None:
+                self._last_records = []
+            else:
+                step, picks, prediction, snapshot, flags = self._pending_explain
+                self._last_records = build_records(step, picks, graph=self.graph, snapshot=snapshot,
+                                                   prediction=prediction, config=self.config, task_ids=self._keys,
+                                                   envs=self.envs, env_codes=self.env_codes, identifier_flags=flags)
+        return self._last_records
+
+    def explanations(self, task: Any | None = None) -> list[dict[str, Any]]:
+        """Explanation records of the last batch (of one task if given); see :mod:`envsched.method.explain`
+        for the schema. Empty after ``load_state_dict`` until the next ``sample``."""
+        records = self._records()
+        if task is None:
+            return [dict(r) for r in records]
+        key = self._keys[self.position_of(task)]
+        return [dict(r) for r in records if r["task_id"] == key]
+
+    def predict(self) -> Prediction | None:
+        """The current prediction over all tasks (what the next ``sample`` would use)."""
+        return predict(self._history, self.graph, self.config, self._operators)
+
+    def last_phases(self) -> list[str]:
+        return [p.phase for p in self._last_picks]
+
+    # ------------------------------------------------------------------ metrics and state
+    def _extra_metrics(self) -> dict[str, float]:
+        h = self._history
+        m: dict[str, float] = {"steps": float(h.step), "observed_groups": float(len(h.obs))}
+        latest = h.latest_observed_step()
+        if latest is not None:
+            s = h.step_summary(latest)
+            m["batch_reward_variance"] = s["mean_variance"]
+            m["batch_reward_variance_step"] = float(latest)
+            m["exploitation_hit_rate"] = (s["exploitation_hits"] / s["exploitation_groups"]
+                                          if s["exploitation_groups"] else math.nan)
+        else:
+            m.update(batch_reward_variance=math.nan, batch_reward_variance_step=math.nan,
+                     exploitation_hit_rate=math.nan)
+        m["exploitation_hit_rate_cumulative"] = h.cumulative_hit_rate()
+        m["last_batch_tools"] = float(self._last_tools)
+        b = self._batch_totals["batches"]
+        m["mean_batch_envs"] = self._batch_totals["envs"] / b if b else 0.0
+        m["mean_batch_tools"] = self._batch_totals["tools"] / b if b else 0.0
+        phases = self.last_phases()
+        for ph in ("cold_start", "coverage", "exploitation", "fill"):
+            m[f"last_batch_{ph}"] = float(phases.count(ph))
+        m["progress_filtered"] = float(h.progress_filtered().sum())
+        m["identifier_flagged"] = float(len(self._flags))
+        ref = h.global_reference()
+        for j, name in enumerate(("mean", "variance", "dispersion")):
+            m[f"global_reference_{name}"] = float(ref[j]) if ref is not None else math.nan
+        return m
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {
+            "config": self.config.to_dict(),
+            "graph": {"nodes": self.graph.num_nodes, "pool_fingerprint": self.graph.pool_fingerprint},
+            "history": self._history.state(),
+            "flags": {self._keys[p]: r for p, r in self._flags.items()},
+            "batch_totals": dict(self._batch_totals),
+            "last_tools": self._last_tools,
+            "last_phases": [p.phase for p in self._last_picks],
+        }
+
+    def _load_extra_state(self, extra: dict[str, Any]) -> None:
+        if not isinstance(extra, Mapping):
+            raise ValueError("malformed EnvSchedSampler state: 'extra' must be a dict")
+        try:
+            cfg = SchedulerConfig.from_dict(dict(extra["config"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed EnvSchedSampler state: config: {exc}") from None
+        if cfg != self.config:
+            diff = sorted(k for k, v in cfg.to_dict().items() if self.config.to_dict()[k] != v)
+            raise ValueError(f"state was saved with another SchedulerConfig (differs in {diff})")
+        g = extra.get("graph") or {}
+        fp = g.get("pool_fingerprint")
+        if fp and self.graph.pool_fingerprint and fp != self.graph.pool_fingerprint:
+            raise ValueError("state was saved with a graph of another pool (pool fingerprints differ)")
+        history = History.from_state(extra.get("history", {}), len(self.tasks), self.env_codes, len(self.envs),
+                                     self.config)
+        try:
+            flags = {self._pos[k]: str(r) for k, r in dict(extra.get("flags", {})).items()}
+            totals = {k: int(extra["batch_totals"][k]) for k in ("batches", "envs", "tools")}
+            last_tools = int(extra.get("last_tools", 0))
+            phases = [str(p) for p in extra.get("last_phases", [])]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed EnvSchedSampler state: {exc!r}") from None
+        self._history = history
+        self._flags = flags
+        self._batch_totals = totals
+        self._last_tools = last_tools
+        self._last_picks = [Pick(pos=-1, phase=p, rank=i + 1, score=math.nan, base_score=math.nan,
+                                 max_similarity=math.nan) for i, p in enumerate(phases)]
+        self._last_records = []
+        self._pending_explain = None
+        self._last_prediction = None

@@ -1,0 +1,294 @@
+"""Per-source shares: a trainer fixes how much of each batch comes from each environment.
+
+RFC 013 leaves per-environment mixing to the trainer (prime-rl's per-env ``ratio``, slime's data sources,
+a recipe's fixed mixture); a sampler then selects *within* each source. :class:`SharesSampler` does that:
+it holds one :class:`~envsched.samplers.base.TaskSampler` per source (any sampler: uniform, the curriculum,
+EnvSched over that source's tasks) and splits every ``sample(n)`` into per-source quotas that follow the
+fixed shares exactly, instead of letting a scheduler's own environment preferences fight the mixture.
+
+Quotas are deterministic and carry their rounding: source ``s`` with share ``p_s`` (normalised) is owed
+``carry_s + n * p_s`` items; each gets the integer part, the remaining items go to the largest fractional
+parts (ties: the order of ``shares``), and the rest carries to the next batch. So every batch has exactly
+``n`` tasks, and after any number of batches each source's cumulative count differs from its exact
+share of all draws by less than one task. Feedback is routed to the source the task came from.
+
+The wrapper is itself a TaskSampler (``sample``/``update``/``metrics``/``state_dict``/``load_state_dict``,
+RFC counters as attributes, ``tasks``), so it plugs into envsched's trainer integrations.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from envsched.pool.pool import TaskPool
+from envsched.pool.spec import task_key
+from envsched.samplers.base import TaskSampler
+
+__all__ = ["SHARES_STATE_FORMAT", "SharesSampler", "allocate_quotas"]
+
+SHARES_STATE_FORMAT = "envsched.shares/1"
+_COUNTERS = ("groups", "signal_groups", "episodes", "unscored_episodes", "cost")
+
+
+def allocate_quotas(n: int, shares: Mapping[str, float], carry: Mapping[str, float] | None = None,
+                    ) -> tuple[dict[str, int], dict[str, float]]:
+    """Split ``n`` items by ``shares`` (normalised) with carried rounding; returns ``(quotas, new_carry)``.
+
+    Largest-remainder rounding of ``carry_s + n * share_s``; ties go to the earlier source in ``shares``.
+    ``sum(quotas) == n`` always, and the carried remainders always sum to zero.
+    """
+    total = float(sum(shares.values()))
+    carry = carry or {}
+    owed = {s: carry.get(s, 0.0) + n * (w / total) for s, w in shares.items()}
+    quotas = {s: max(0, math.floor(v + 1e-9)) for s, v in owed.items()}
+    left = n - sum(quotas.values())
+    order = sorted(shares, key=lambda s: (-(owed[s] - quotas[s]), list(shares).index(s)))
+    if left > 0:
+        eligible = [s for s in order if shares[s] > 0]
+        for i in range(left):
+            quotas[eligible[i % len(eligible)]] += 1
+    elif left < 0:  # only after a carry pushed floors above n (cannot happen with valid carries; kept safe)
+        for s in reversed(order):
+            while left < 0 and quotas[s] > 0:
+                quotas[s] -= 1
+                left += 1
+    new_carry = {s: owed[s] - quotas[s] for s in shares}
+    return quotas, new_carry
+
+
+class SharesSampler:
+    """A TaskSampler that respects fixed per-source shares, selecting within each source by its own sampler.
+
+    Args:
+        samplers: ``{source: TaskSampler}``, one sampler per source (environment).
+        shares: ``{source: weight}``, non-negative, positive sum; normalised. Same keys as ``samplers``.
+        source_of: maps a task spec to its source, for routing ``update`` (default: the spec's ``env``).
+
+    Build it from one pool with :meth:`from_pool`.
+    """
+
+    def __init__(self, samplers: Mapping[str, TaskSampler], shares: Mapping[str, float], *,
+                 source_of: Callable[[Any], str] | None = None) -> None:
+        if not isinstance(samplers, Mapping) or not samplers:
+            raise ValueError("samplers must be a non-empty mapping {source: TaskSampler}")
+        if not isinstance(shares, Mapping):
+            raise ValueError(f"shares must be a mapping {{source: weight}}, got {type(shares).__name__}")
+        if set(shares) != set(samplers):
+            missing, extra = sorted(set(samplers) - set(shares)), sorted(set(shares) - set(samplers))
+            raise ValueError(f"shares and samplers must name the same sources; no share for {missing}, "
+                             f"no sampler for {extra}")
+        for s, w in shares.items():
+            if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
+                raise ValueError(f"share of source {s!r} must be a finite number >= 0, got {w!r}")
+        if sum(shares.values()) <= 0:
+            raise ValueError("shares must have a positive sum")
+        for s, smp in samplers.items():
+            for m in ("sample", "update", "state_dict", "load_state_dict"):
+                if not callable(getattr(smp, m, None)):
+                    raise TypeError(f"sampler of source {s!r} ({type(smp).__name__}) has no {m}(): not a TaskSampler")
+        self.sources: list[str] = list(shares)
+        self.samplers: dict[str, TaskSampler] = {s: samplers[s] for s in self.sources}
+        total = float(sum(shares.values()))
+        self.shares: dict[str, float] = {s: float(shares[s]) / total for s in self.sources}
+        self.source_of = source_of or _env_of
+        self._carry: dict[str, float] = dict.fromkeys(self.sources, 0.0)
+        self._drawn: dict[str, int] = dict.fromkeys(self.sources, 0)
+        self._last_quotas: dict[str, int] = dict.fromkeys(self.sources, 0)
+
+    @classmethod
+    def from_pool(cls, tasks: TaskPool | Sequence[Any], shares: Mapping[str, float],
+                  make_sampler: Callable[[list[Any], str], TaskSampler], *, key: str = "env") -> SharesSampler:
+        """Split ``tasks`` by their ``key`` field (default ``env``) and build one sampler per source with
+        ``make_sampler(source_tasks, source)``. Every source in ``shares`` must have tasks, and every task's
+        source must have a share (use share 0 to keep a source's tasks out of training)."""
+        by_source: dict[str, list[Any]] = {}
+        for t in tasks:
+            src = t.get(key) if isinstance(t, Mapping) else getattr(t, key, None)
+            if src is None:
+                raise ValueError(f"task {task_key(t)!r} has no {key!r} field to assign it a source")
+            by_source.setdefault(str(src), []).append(t)
+        if not isinstance(shares, Mapping):
+            raise ValueError(f"shares must be a mapping {{source: weight}}, got {type(shares).__name__}")
+        no_share = sorted(set(by_source) - set(shares))
+        no_tasks = sorted(set(shares) - set(by_source))
+        if no_share or no_tasks:
+            raise ValueError(f"shares must cover exactly the pool's sources ({sorted(by_source)}); "
+                             f"without a share: {no_share}; without tasks: {no_tasks}")
+        samplers = {s: make_sampler(by_source[s], s) for s in shares}
+
+        def source_of(t: Any) -> str:
+            return str(t.get(key) if isinstance(t, Mapping) else getattr(t, key, None))
+
+        return cls(samplers, shares, source_of=source_of)
+
+    # ------------------------------------------------------------------ introspection
+    @property
+    def tasks(self) -> list[Any]:
+        """Every source's tasks (from each sampler's ``tasks``), in source order."""
+        out: list[Any] = []
+        for s, smp in self.samplers.items():
+            tasks = getattr(smp, "tasks", None)
+            if tasks is None:
+                raise AttributeError(f"sampler of source {s!r} has no .tasks")
+            out.extend(tasks)
+        return out
+
+    def quotas(self, n: int) -> dict[str, int]:
+        """The quotas the next ``sample(n)`` would use (no state changes)."""
+        return allocate_quotas(self._check_n(n), self.shares, self._carry)[0]
+
+    @property
+    def drawn(self) -> dict[str, int]:
+        """Tasks drawn per source so far."""
+        return dict(self._drawn)
+
+    def _counter(self, name: str) -> float:
+        total = 0.0
+        for smp in self.samplers.values():
+            v = getattr(smp, name, None)
+            if v is None and callable(getattr(smp, "metrics", None)):
+                v = smp.metrics().get(name, 0.0)
+            total += float(v or 0.0)
+        return total
+
+    @property
+    def groups(self) -> int:
+        return int(self._counter("groups"))
+
+    @property
+    def signal_groups(self) -> int:
+        return int(self._counter("signal_groups"))
+
+    @property
+    def episodes(self) -> int:
+        return int(self._counter("episodes"))
+
+    @property
+    def cost(self) -> float:
+        return self._counter("cost")
+
+    @property
+    def signal_groups_per_episode(self) -> float:
+        return self.signal_groups / self.episodes if self.episodes else 0.0
+
+    @property
+    def signal_groups_per_cost(self) -> float:
+        return self.signal_groups / self.cost if self.cost > 0 else 0.0
+
+    @property
+    def zero_signal_fraction(self) -> float:
+        return 1.0 - self.signal_groups / self.groups if self.groups else 0.0
+
+    # ------------------------------------------------------------------ the protocol
+    def _check_n(self, n: Any) -> int:
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise ValueError(f"n must be a positive integer, got {n!r}")
+        return int(n)
+
+    def sample(self, n: int) -> list[Any]:
+        """``n`` tasks: each source's quota, drawn from its sampler, concatenated in source order.
+
+        Raises ``ValueError`` (no state changed) if ``n`` is invalid or a quota exceeds what a source's
+        sampler can draw in one batch (its ``max_sample_size()``)."""
+        n = self._check_n(n)
+        quotas, carry = allocate_quotas(n, self.shares, self._carry)
+        for s, q in quotas.items():
+            limit_fn = getattr(self.samplers[s], "max_sample_size", None)
+            limit = limit_fn() if callable(limit_fn) else None
+            if q and limit is not None and q > limit:
+                raise ValueError(f"source {s!r} owes {q} tasks in this batch of {n} but its sampler draws at most "
+                                 f"{limit} per batch; use a smaller n or a sampler that repeats tasks")
+        out: list[Any] = []
+        for s in self.sources:
+            q = quotas[s]
+            if q:
+                got = self.samplers[s].sample(q)
+                if len(got) != q:
+                    raise RuntimeError(f"sampler of source {s!r} returned {len(got)} tasks for a quota of {q}")
+                out.extend(got)
+            self._drawn[s] += q
+        self._carry, self._last_quotas = carry, quotas
+        return out
+
+    def update(self, task: Any, rewards: Sequence[float | None], costs: Sequence[float] | None = None) -> None:
+        """Route one group's feedback to the sampler of the task's source."""
+        src = self.source_of(task)
+        if src not in self.samplers:
+            raise KeyError(f"task {task_key(task)!r} belongs to source {src!r}, which has no share "
+                           f"(sources: {self.sources})")
+        self.samplers[src].update(task, rewards, costs)
+
+    def discard(self, task: Any) -> None:
+        """Release an outstanding dispatch in the task's source sampler (if that sampler supports it)."""
+        src = self.source_of(task)
+        smp = self.samplers.get(src)
+        if smp is None or not callable(getattr(smp, "discard", None)):
+            raise ValueError(f"source {src!r} has no sampler supporting discard()")
+        smp.discard(task)
+
+    def metrics(self) -> dict[str, float]:
+        """Summed RFC counters and rates, then per source ``{source}/{metric}`` plus its ``share/target``,
+        ``share/drawn`` (realised share of all draws) and ``quota/last``."""
+        m: dict[str, float] = {name: float(self._counter(name)) for name in _COUNTERS}
+        m["signal_groups_per_episode"] = self.signal_groups_per_episode
+        m["signal_groups_per_cost"] = self.signal_groups_per_cost
+        m["zero_signal_fraction"] = self.zero_signal_fraction
+        total_drawn = sum(self._drawn.values())
+        for s, smp in self.samplers.items():
+            if callable(getattr(smp, "metrics", None)):
+                for k, v in smp.metrics().items():
+                    m[f"{s}/{k}"] = float(v)
+            m[f"{s}/share/target"] = self.shares[s]
+            m[f"{s}/share/drawn"] = self._drawn[s] / total_drawn if total_drawn else 0.0
+            m[f"{s}/quota/last"] = float(self._last_quotas[s])
+        return m
+
+    def state_dict(self) -> dict[str, Any]:
+        """Shares, carried rounding, per-source draw counts and every source sampler's state."""
+        return {"format": SHARES_STATE_FORMAT, "sources": list(self.sources), "shares": dict(self.shares),
+                "carry": dict(self._carry), "drawn": dict(self._drawn), "last_quotas": dict(self._last_quotas),
+                "samplers": {s: smp.state_dict() for s, smp in self.samplers.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output. ``ValueError`` (nothing changed) if it was written for other
+        sources or shares, or a source sampler refuses its state."""
+        if not isinstance(state, Mapping) or state.get("format") != SHARES_STATE_FORMAT:
+            found = state.get("format") if isinstance(state, Mapping) else type(state).__name__
+            raise ValueError(f"not a SharesSampler state (format {found!r}, expected {SHARES_STATE_FORMAT!r})")
+        if list(state.get("sources", [])) != self.sources:
+            raise ValueError(f"state is for sources {state.get('sources')}, this sampler has {self.sources}")
+        saved = state.get("shares", {})
+        if any(not math.isclose(float(saved.get(s, -1)), self.shares[s], abs_tol=1e-12) for s in self.sources):
+            raise ValueError(f"state was saved with shares {saved}, this sampler has {self.shares}")
+        try:
+            carry = {s: float(state["carry"][s]) for s in self.sources}
+            drawn = {s: int(state["drawn"][s]) for s in self.sources}
+            last = {s: int(state.get("last_quotas", {}).get(s, 0)) for s in self.sources}
+            inner = {s: state["samplers"][s] for s in self.sources}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed SharesSampler state: {exc}") from None
+        backup = {s: copy.deepcopy(smp.state_dict()) for s, smp in self.samplers.items()}
+        done: list[str] = []
+        try:
+            for s in self.sources:
+                self.samplers[s].load_state_dict(inner[s])
+                done.append(s)
+        except Exception:
+            for s in done:
+                self.samplers[s].load_state_dict(backup[s])
+            raise
+        self._carry, self._drawn, self._last_quotas = carry, drawn, last
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{s}={self.shares[s]:.3g}:{type(self.samplers[s]).__name__}" for s in self.sources)
+        return f"SharesSampler({parts})"
+
+
+def _env_of(task: Any) -> str:
+    env = task.get("env") if isinstance(task, Mapping) else getattr(task, "env", None)
+    if env is None:
+        raise ValueError(f"task {task_key(task)!r} has no 'env': pass source_of= to route it")
+    return str(env)

@@ -1,0 +1,446 @@
+"""``DurableSampler``: any envsched sampler, with every dispatch and update logged to a :class:`HistoryStore`.
+
+The wrapped sampler's state is a pure function of its initial state and the sequence of ``sample``,
+``update`` and ``discard`` calls it received (its random generator is part of the state). The wrapper
+appends each call, in the order applied, to the store in the same transaction that acknowledges it; to
+rebuild a sampler after a crash it loads the latest snapshot (or the initial state) and replays the events
+that follow, checking that every replayed draw equals the logged one. Hence:
+
+* an ``update`` that returned is in the store (one committed transaction per call);
+* the rebuilt sampler holds every acknowledged update and makes the same next draws as a sampler that never
+  crashed;
+* several processes can share one store: each takes the store's lock, replays the events the others
+  appended since its last call, then applies and logs its own -- one linearised history, as if a single
+  sampler had served every process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from envsched.pool.pool import TaskPool
+from envsched.pool.spec import task_key
+from envsched.samplers.base import BaseSampler
+from envsched.store.history import (
+    Event,
+    HistoryStore,
+    StoreCorruptError,
+    StoreError,
+    StoreMismatchError,
+    canonical_json,
+    genesis_digest,
+)
+
+__all__ = ["DurableSampler", "ReplayDivergenceError", "describe_sampler", "tasks_fingerprint"]
+
+_REPLAY_CHUNK = 5000
+
+
+class ReplayDivergenceError(StoreError):
+    """Replaying the log did not reproduce it: a replayed draw differs from the logged one, or a logged
+    update is refused. The sampler is not deterministic given its state, or the code changed."""
+
+
+def tasks_fingerprint(tasks: Sequence[Any], reward_range: tuple[float, float]) -> str:
+    """SHA-256 of the task specs and the reward range; equals :meth:`TaskPool.fingerprint` for the same pool."""
+    if isinstance(tasks, TaskPool) and tuple(tasks.reward_range) == tuple(reward_range):
+        return tasks.fingerprint()
+    import hashlib
+
+    h = hashlib.sha256()
+    h.update(json.dumps([float(reward_range[0]), float(reward_range[1])]).encode())
+    for s in tasks:
+        h.update(json.dumps(s, sort_keys=True, separators=(",", ":"), default=str).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def _canonical_param(value: Any) -> Any:
+    """A JSON form of a constructor argument; objects that JSON cannot hold become ``{"__object__": type}``."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int) or (hasattr(value, "dtype") and getattr(value, "ndim", None) == 0
+                                  and str(value.dtype).startswith(("int", "uint"))):
+        return int(value)
+    if isinstance(value, float) or (hasattr(value, "dtype") and getattr(value, "ndim", None) == 0):
+        f = float(value)
+        return f if math.isfinite(f) else {"__float__": repr(f)}
+    if isinstance(value, list | tuple):
+        return [_canonical_param(v) for v in value]
+    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
+        return {k: _canonical_param(v) for k, v in sorted(value.items())}
+    if hasattr(value, "tolist") and hasattr(value, "shape"):
+        return _canonical_param(value.tolist())
+    t = type(value)
+    return {"__object__": f"{t.__module__}.{t.__qualname__}"}
+
+
+def _rebuildable(value: Any) -> bool:
+    if isinstance(value, dict):
+        return "__object__" not in value and "__float__" not in value and all(_rebuildable(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_rebuildable(v) for v in value)
+    return True
+
+
+def describe_sampler(sampler: Any, group_size: int | None = None) -> dict[str, Any]:
+    """The configuration a store records and checks: class, ``get_params()``, pool fingerprint, group size."""
+    cls = type(sampler)
+    params = sampler.get_params() if hasattr(sampler, "get_params") else {}
+    canon = {k: _canonical_param(v) for k, v in sorted(params.items())}
+    return {
+        "sampler_class": f"{cls.__module__}:{cls.__qualname__}",
+        "sampler_params": canon,
+        "params_rebuildable": _rebuildable(canon),
+        "pool_fingerprint": tasks_fingerprint(sampler.tasks, tuple(sampler.reward_range)),
+        "num_tasks": len(sampler.tasks),
+        "reward_range": [float(x) for x in sampler.reward_range],
+        "group_size": group_size,
+    }
+
+
+def _differences(stored: Any, mine: Any) -> list[str]:
+    keys = sorted(set(stored) | set(mine))
+    missing = object()
+    out = []
+    for k in keys:
+        a, b = stored.get(k, missing), mine.get(k, missing)
+        if a != b:
+            fa = "(absent)" if a is missing else json.dumps(a)[:80]
+            fb = "(absent)" if b is missing else json.dumps(b)[:80]
+            out.append(f"{k}: store has {fa}, this sampler has {fb}")
+    return out
+
+
+class DurableSampler:
+    """A :class:`~envsched.samplers.base.TaskSampler` that logs every call to a :class:`HistoryStore`
+    and rebuilds itself from it.
+
+    Wrapping a sampler on an empty store creates the store (configuration, pool fingerprint, task list and
+    the sampler's initial state). Wrapping a sampler of the same class, configuration and pool on an
+    existing store replaces the wrapped sampler's state with the one rebuilt from the store: the same line
+    of code starts a run and resumes it after a crash.
+
+    Args:
+        sampler: the sampler to make durable (a :class:`BaseSampler`; any sampler, including
+            ``EnvSchedSampler``). Its state is overwritten when the store already holds a history.
+        store: a :class:`HistoryStore`, or a path / URL to open one.
+        group_size: if given, every ``update`` must carry exactly this many rewards.
+        snapshot_every: store a ``state_dict`` snapshot after every ``snapshot_every``-th event, so that a
+            rebuild replays at most that many events (``None``: never; rebuilds replay the whole log).
+        use_snapshots: rebuild from the latest snapshot (``True``) or replay the whole log from the initial
+            state (``False``: slower, checks every logged draw).
+
+    Raises:
+        StoreMismatchError: the store was written for another pool, sampler class, configuration or group
+            size (the message names what differs); nothing is changed.
+        StoreCorruptError: the store is damaged or truncated.
+        ReplayDivergenceError: a replayed draw differs from the logged one (non-deterministic sampler or
+            changed code).
+    """
+
+    def __init__(self, sampler: BaseSampler, store: HistoryStore | str | os.PathLike[str], *,
+                 group_size: int | None = None, snapshot_every: int | None = 1000,
+                 use_snapshots: bool = True) -> None:
+        for name in ("sample", "update", "discard", "state_dict", "load_state_dict", "tasks", "reward_range"):
+            if not hasattr(sampler, name):
+                raise TypeError(f"DurableSampler needs a BaseSampler-like sampler (missing {name!r}), got "
+                                f"{type(sampler).__name__}")
+        if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)
+                                       or group_size < 1):
+            raise ValueError(f"group_size must be a positive integer or None, got {group_size!r}")
+        if snapshot_every is not None and (isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int)
+                                           or snapshot_every < 1):
+            raise ValueError(f"snapshot_every must be a positive integer or None, got {snapshot_every!r}")
+        self.store = store if isinstance(store, HistoryStore) else HistoryStore(store)
+        self.sampler = sampler
+        self.group_size = group_size
+        self.snapshot_every = snapshot_every
+        self._lock = threading.RLock()
+        self._stale = False
+        self._broken: str | None = None
+        self._seq = 0
+        self._digest = ""
+        self._replayed = 0
+        expected = describe_sampler(sampler, group_size)
+        header = self.store.header()
+        if header is None:
+            try:
+                tasks_json: Any = json.loads(canonical_json(list(sampler.tasks)))
+            except (TypeError, ValueError):
+                tasks_json = None  # not JSON: the store cannot rebuild the sampler without its tasks
+            before = sampler.state_dict()
+            self.store.initialize({**expected, "tasks": tasks_json}, before)
+            header = self.store.header()
+            if header is None:  # pragma: no cover - defensive
+                raise StoreError(f"store {self.store.where} could not be created")
+        self._check_header(header, expected)
+        self._store_id: str = header["store_id"]
+        state_before = sampler.state_dict()
+        try:
+            with self._lock, self.store.transaction() as tx:
+                self._rebuild(tx, latest=use_snapshots)
+        except BaseException:
+            try:
+                sampler.load_state_dict(state_before)
+            except Exception:  # noqa: BLE001 - the original error is the one to report
+                pass
+            raise
+
+    # ------------------------------------------------------------------ construction helpers
+    @classmethod
+    def resume(cls, store: HistoryStore | str | os.PathLike[str], *, tasks: Sequence[Any] | None = None,
+               **kwargs: Any) -> DurableSampler:
+        """Rebuild a sampler from the store alone: import its class, construct it with the recorded task
+        list (or ``tasks``) and configuration, then replay. Samplers whose configuration holds objects JSON
+        cannot record (a graph, a client) must be constructed by the caller and wrapped instead."""
+        store = store if isinstance(store, HistoryStore) else HistoryStore(store)
+        header = store.header()
+        if header is None:
+            raise StoreError(f"store {store.where} holds no history yet: nothing to resume")
+        if not header.get("params_rebuildable", False):
+            objs = [k for k, v in header["sampler_params"].items() if not _rebuildable(v)]
+            raise StoreError(f"store {store.where}: the {header['sampler_class']} configuration holds objects "
+                             f"the store cannot record ({', '.join(objs)}); construct the sampler yourself and "
+                             "wrap it: DurableSampler(sampler, store)")
+        module, _, qualname = header["sampler_class"].partition(":")
+        try:
+            obj: Any = importlib.import_module(module)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as exc:
+            raise StoreError(f"store {store.where}: cannot import sampler class {header['sampler_class']} "
+                             f"({exc})") from None
+        if tasks is None:
+            tasks = store.tasks()
+        if tasks is None:
+            raise StoreError(f"store {store.where} does not hold its task list (the tasks were not JSON); "
+                             "pass tasks=...")
+        params = dict(header["sampler_params"])
+        sampler = obj(tasks, **params)
+        kwargs.setdefault("group_size", header.get("group_size"))
+        return cls(sampler, store, **kwargs)
+
+    def _check_header(self, header: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
+        where = self.store.where
+        if header["sampler_class"] != expected["sampler_class"]:
+            raise StoreMismatchError(f"store {where} was written by {header['sampler_class']}, not by "
+                                     f"{expected['sampler_class']}: open the store the run wrote with that "
+                                     "sampler, or use a new store")
+        if header["pool_fingerprint"] != expected["pool_fingerprint"]:
+            raise StoreMismatchError(
+                f"store {where} was written for another pool: fingerprint {header['pool_fingerprint'][:12]}... "
+                f"({header['num_tasks']} tasks, reward range {header.get('reward_range')}), this sampler's "
+                f"pool is {expected['pool_fingerprint'][:12]}... ({expected['num_tasks']} tasks, reward range "
+                f"{expected['reward_range']})")
+        diffs = _differences(header["sampler_params"], expected["sampler_params"])
+        if diffs:
+            raise StoreMismatchError(f"store {where} was written with another {expected['sampler_class']} "
+                                     f"configuration: {'; '.join(diffs)}")
+        if header.get("group_size") != expected["group_size"]:
+            raise StoreMismatchError(f"store {where} was written with group_size={header.get('group_size')}, "
+                                     f"this DurableSampler has group_size={expected['group_size']}")
+
+    # ------------------------------------------------------------------ replay
+    def _rebuild(self, tx: Any, *, latest: bool) -> None:
+        snap = self.store.read_snapshot(tx, latest=latest)
+        genesis = genesis_digest(self._store_id)
+        if snap.seq == 0:
+            if snap.digest != genesis:
+                raise StoreCorruptError(f"store {self.store.where}: the initial snapshot does not belong to "
+                                        "this store (damaged or copied from another store)")
+        elif self.store.digest_at(tx, snap.seq) != snap.digest:
+            raise StoreCorruptError(f"store {self.store.where}: the snapshot after event {snap.seq} does not "
+                                    "match the event log (damaged store)")
+        try:
+            self.sampler.load_state_dict(snap.state)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreCorruptError(f"store {self.store.where}: the snapshot after event {snap.seq} cannot be "
+                                    f"loaded into {type(self.sampler).__name__}: {exc}") from None
+        self._seq, self._digest = snap.seq, snap.digest
+        self._replayed = 0
+        self._catch_up(tx)
+        self._stale = False
+
+    def _catch_up(self, tx: Any) -> None:
+        while True:
+            events = self.store.read_events(tx, self._seq, self._digest, limit=_REPLAY_CHUNK)
+            for ev in events:
+                self._replay(ev)
+                self._seq, self._digest = ev.seq, ev.digest
+                self._replayed += 1
+            if len(events) < _REPLAY_CHUNK:
+                return
+
+    def _replay(self, ev: Event) -> None:
+        p = ev.payload
+        try:
+            if ev.kind == "sample":
+                got = [task_key(t) for t in self.sampler.sample(p["n"])]
+                if got != p["keys"]:
+                    raise ReplayDivergenceError(
+                        f"store {self.store.where}: replaying event {ev.seq} (sample n={p['n']}) drew "
+                        f"{got[:8]} but the log holds {p['keys'][:8]}: {type(self.sampler).__name__} did not "
+                        "reproduce its logged draws (non-deterministic sampler, or its code changed)")
+            elif ev.kind == "update":
+                self.sampler.update(p["key"], p["rewards"], p["costs"])
+            else:
+                self.sampler.discard(p["key"])
+        except ReplayDivergenceError:
+            self._broken = "replay diverged"
+            raise
+        except (KeyError, ValueError, TypeError) as exc:
+            self._broken = "replay failed"
+            raise ReplayDivergenceError(f"store {self.store.where}: event {ev.seq} ({ev.kind}) cannot be "
+                                        f"replayed into {type(self.sampler).__name__}: {exc}") from None
+
+    # ------------------------------------------------------------------ one logged call
+    def _run(self, kind: str, apply: Callable[[], Any], payload: Callable[[Any], dict[str, Any]]) -> Any:
+        if self._broken is not None:
+            raise StoreError(f"this DurableSampler is unusable ({self._broken}); fix the cause and resume it "
+                             "from the store")
+        with self._lock:
+            applied = committed = False
+            try:
+                with self.store.transaction() as tx:
+                    if self._stale:
+                        self._rebuild(tx, latest=True)
+                    else:
+                        self._catch_up(tx)
+                    result = apply()  # bad input raises here and changes no state
+                    applied = True
+                    seq = self._seq + 1
+                    digest = self.store.append(tx, seq, self._digest, kind, payload(result))
+                    if self.snapshot_every is not None and seq % self.snapshot_every == 0:
+                        self.store.write_snapshot(tx, seq, digest, self.sampler.state_dict())
+                committed = True
+            finally:
+                if applied and not committed:
+                    self._stale = True  # the local state is ahead of the store: rebuild before the next call
+            self._seq, self._digest = seq, digest
+            return result
+
+    # ------------------------------------------------------------------ the protocol
+    def sample(self, n: int) -> list[Any]:
+        """Draw ``n`` tasks (see the wrapped sampler) and log the draw before returning it."""
+        return self._run("sample", lambda: self.sampler.sample(n),
+                         lambda tasks: {"n": int(n), "keys": [task_key(t) for t in tasks]})
+
+    def update(self, task: Any, rewards: Sequence[float | None], costs: Sequence[float] | None = None) -> None:
+        """Report one group; returns once the update is committed to the store (acknowledged).
+
+        Raises what the wrapped sampler raises for bad input, and ``ValueError`` when ``group_size`` is set
+        and ``rewards`` has another length; on error nothing is logged and no state changes.
+        """
+        if self.group_size is not None and hasattr(rewards, "__len__") and not isinstance(rewards, str | bytes):
+            if len(rewards) != self.group_size:
+                key = task if isinstance(task, str) else _safe_key(task)
+                raise ValueError(f"rewards for task {key!r} have {len(rewards)} entries, expected group_size="
+                                 f"{self.group_size} (one reward per rollout, None for an unscored one)")
+
+        def payload(_: Any) -> dict[str, Any]:
+            return {"key": task if isinstance(task, str) else task_key(task),
+                    "rewards": [None if r is None else float(r) for r in rewards],
+                    "costs": None if costs is None else [float(c) for c in costs]}
+
+        self._run("update", lambda: self.sampler.update(task, rewards, costs), payload)
+
+    def discard(self, task: Any, *, reason: str | None = None) -> None:
+        """Release one outstanding dispatch of ``task`` without rewards (logged with ``reason``)."""
+        self._run("discard", lambda: self.sampler.discard(task),
+                  lambda _: {"key": task if isinstance(task, str) else task_key(task), "reason": reason})
+
+    def refresh(self) -> int:
+        """Catch up with events other processes appended; returns the number of logged events."""
+        self._run_read()
+        return self._seq
+
+    def _run_read(self) -> None:
+        if self._broken is not None:
+            raise StoreError(f"this DurableSampler is unusable ({self._broken})")
+        with self._lock, self.store.transaction() as tx:
+            if self._stale:
+                self._rebuild(tx, latest=True)
+            else:
+                self._catch_up(tx)
+
+    def metrics(self) -> dict[str, float]:
+        """The wrapped sampler's metrics after catching up with the store, plus ``store_events``."""
+        self._run_read()
+        m = dict(self.sampler.metrics())
+        m["store_events"] = float(self._seq)
+        return m
+
+    def state_dict(self) -> dict[str, Any]:
+        """The wrapped sampler's state after catching up, plus ``durable`` = where it stands in the store.
+        It loads into a plain sampler of the same configuration as well."""
+        self._run_read()
+        state = dict(self.sampler.state_dict())
+        state["durable"] = {"store_id": self._store_id, "seq": self._seq, "digest": self._digest}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Accept a state this store produced (a no-op: the store holds that history and what followed).
+
+        A DurableSampler's state comes from its store; loading a foreign state would put the sampler out of
+        step with its log, so it raises ``ValueError`` (state unchanged). To restart from an older
+        checkpoint, start a new store.
+        """
+        mark = state.get("durable") if isinstance(state, Mapping) else None
+        if not isinstance(mark, Mapping) or mark.get("store_id") != self._store_id:
+            raise ValueError("cannot load this state into a DurableSampler: it was not produced by this store "
+                             f"({self.store.where}); the sampler's state is rebuilt from its store. To restart "
+                             "from another state, load it into a fresh sampler and wrap it on a new store")
+        seq = mark.get("seq")
+        if not isinstance(seq, int) or seq < 0:
+            raise ValueError(f"malformed DurableSampler state: seq {seq!r}")
+        self._run_read()
+        if seq > self._seq:
+            raise ValueError(f"state is at event {seq} but store {self.store.where} holds only {self._seq} "
+                             "events: the store lost events (restored from an older copy?)")
+
+    # ------------------------------------------------------------------ introspection
+    @property
+    def seq(self) -> int:
+        """Number of logged events this sampler has applied."""
+        return self._seq
+
+    @property
+    def replayed_events(self) -> int:
+        """Events replayed by the last rebuild and the catch-ups since (0 for a fresh store)."""
+        return self._replayed
+
+    @property
+    def tasks(self) -> list[Any]:
+        return self.sampler.tasks
+
+    @property
+    def reward_range(self) -> tuple[float, float]:
+        return self.sampler.reward_range
+
+    def outstanding(self) -> dict[str, int]:
+        """Outstanding dispatches per task key (local view; call :meth:`refresh` first to include others')."""
+        return self.sampler.outstanding()
+
+    def get_params(self) -> dict[str, Any]:
+        return {"group_size": self.group_size, "snapshot_every": self.snapshot_every}
+
+    def close(self) -> None:
+        """Close the store's connection."""
+        self.store.close()
+
+    def __repr__(self) -> str:
+        return f"DurableSampler({self.sampler!r}, {self.store!r}, events={self._seq})"
+
+
+def _safe_key(task: Any) -> str:
+    try:
+        return task_key(task)
+    except KeyError:
+        return repr(task)[:60]

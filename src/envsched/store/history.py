@@ -1,0 +1,642 @@
+"""``HistoryStore``: an append-only log of a sampler's dispatches and updates, in SQLite or PostgreSQL.
+
+The store holds three tables (names prefixed by ``table_prefix``, default ``envsched``):
+
+``<p>_meta``       one row per key: the format, the sampler's class and configuration, the pool's
+                   fingerprint, the task list itself (so a sampler can be rebuilt from the store alone),
+                   and the store's random id (the start of the hash chain).
+``<p>_events``     ``seq`` (1, 2, 3, ... without gaps), ``kind`` (``sample``, ``update``, ``discard``),
+                   ``payload`` (JSON) and ``digest`` = SHA-256 of the previous digest, the kind and the
+                   payload, so a damaged, reordered or foreign row is detected on replay.
+``<p>_snapshots``  ``state_dict()`` of the sampler after event ``seq`` (``seq = 0``: its initial state),
+                   bound to the event chain by that event's digest.
+
+Every write is one transaction taken under an exclusive lock (SQLite ``BEGIN IMMEDIATE`` in WAL mode with
+``synchronous=FULL``; PostgreSQL a transaction-scoped advisory lock), so several processes may share one
+store: each catches up with the others' events before it appends its own (see
+:class:`~envsched.store.durable.DurableSampler`).
+
+A path (or ``sqlite:///path``) opens SQLite through the standard library; a ``postgresql://`` URL opens
+PostgreSQL through SQLAlchemy and psycopg (``pip install 'envsched[postgres]'``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import re
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "STORE_FORMAT",
+    "Event",
+    "HistoryStore",
+    "Snapshot",
+    "StoreCorruptError",
+    "StoreError",
+    "StoreMismatchError",
+    "canonical_json",
+]
+
+STORE_FORMAT = "envsched.store/1"
+_PREFIX_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_EVENT_KINDS = ("sample", "update", "discard")
+
+
+class StoreError(RuntimeError):
+    """Base class of the store's errors."""
+
+
+class StoreCorruptError(StoreError):
+    """The store's file or tables are damaged, truncated, or not an envsched store."""
+
+
+class StoreMismatchError(StoreError, ValueError):
+    """The store was written for another pool, sampler class or configuration."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One logged event: ``seq`` (1-based, gap-free), ``kind`` and the decoded ``payload``."""
+
+    seq: int
+    kind: str
+    payload: dict[str, Any]
+    digest: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A sampler ``state`` after event ``seq`` (0: before any event)."""
+
+    seq: int
+    state: dict[str, Any]
+    digest: str
+
+
+def _to_jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=repr)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def canonical_json(value: Any) -> str:
+    """Compact, key-sorted JSON (numpy scalars and arrays become numbers and lists; NaN is refused)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_to_jsonable, allow_nan=False)
+
+
+def _chain(prev: str, kind: str, payload: str) -> str:
+    h = hashlib.sha256()
+    for part in (prev, kind, payload):
+        h.update(part.encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def genesis_digest(store_id: str) -> str:
+    """Digest that precedes event 1 (derived from the store's random id)."""
+    return hashlib.sha256(f"envsched-store:{store_id}".encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------- backends
+class _Tx:
+    """A running transaction: ``execute(sql, params)`` returns all rows (as tuples)."""
+
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+
+class _SqliteTx(_Tx):
+    def __init__(self, conn: sqlite3.Connection, where: str) -> None:
+        self.conn = conn
+        self.where = where
+
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        try:
+            return self.conn.execute(sql, dict(params or {})).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise _sqlite_error(exc, self.where) from exc
+
+
+def _sqlite_error(exc: sqlite3.Error, where: str) -> Exception:
+    msg = str(exc)
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in msg or "busy" in msg):
+        return StoreError(f"store {where} is locked by another process for too long: {msg}")
+    if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError | sqlite3.IntegrityError):
+        return StoreCorruptError(f"store {where} is damaged or not an SQLite database ({msg}); "
+                                 "restore it from a backup or start a new store")
+    if "malformed" in msg or "not a database" in msg:
+        return StoreCorruptError(f"store {where} is damaged ({msg})")
+    return StoreError(f"store {where}: {msg}")
+
+
+class _SqliteBackend:
+    kind = "sqlite"
+
+    def __init__(self, path: Path, *, busy_timeout_s: float, synchronous: str) -> None:
+        self.path = path
+        self.where = str(path)
+        self.busy_timeout_s = busy_timeout_s
+        if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
+            raise ValueError(f"synchronous must be FULL, NORMAL or EXTRA, got {synchronous!r}")
+        self.synchronous = synchronous.upper()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = os.getpid()
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def inspect(self) -> set[str]:
+        """Check, without writing to it, that an existing file is an intact SQLite database.
+
+        Returns the names of its tables. Raises :class:`StoreCorruptError`
+        for an empty, truncated, damaged or foreign file.
+        """
+        size = self.path.stat().st_size
+        if size == 0:
+            raise StoreCorruptError(f"store file {self.where} is empty (0 bytes): truncated or not an "
+                                    "envsched store; refusing to treat it as a new store")
+        with self.path.open("rb") as fh:
+            head = fh.read(100)
+        if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
+            raise StoreCorruptError(f"store file {self.where} is not an SQLite database (bad header; "
+                                    f"{size} bytes): damaged, truncated or another kind of file")
+        page_size = int.from_bytes(head[16:18], "big")
+        page_size = 65536 if page_size == 1 else page_size
+        pages = int.from_bytes(head[28:32], "big")
+        if pages and head[24:28] == head[92:96] and pages * page_size > size:
+            raise StoreCorruptError(f"store file {self.where} is truncated: its header promises {pages} pages "
+                                    f"of {page_size} bytes ({pages * page_size} bytes) but the file has {size}")
+        try:
+            ro = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=self.busy_timeout_s)
+        except sqlite3.Error as exc:
+            raise _sqlite_error(exc, self.where) from exc
+        try:
+            rows = ro.execute("PRAGMA quick_check").fetchall()
+            problems = [r[0] for r in rows if r[0] != "ok"]
+            if problems:
+                raise StoreCorruptError(f"store {self.where} is damaged: SQLite integrity check says "
+                                        f"{'; '.join(problems[:3])}")
+            names = {r[0] for r in ro.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.Error as exc:
+            raise _sqlite_error(exc, self.where) from exc
+        finally:
+            ro.close()
+        return names
+
+    def _connect(self, path: Path) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(str(path), timeout=self.busy_timeout_s, isolation_level=None,
+                                   check_same_thread=False)
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"store {self.where}: cannot switch SQLite to WAL mode (got {mode!r}); "
+                                 "is the file on a network file system?")
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        except sqlite3.Error as exc:
+            raise _sqlite_error(exc, self.where) from exc
+        return conn
+
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None or self._pid != os.getpid():
+            if not self.path.exists():
+                raise StoreError(f"store file {self.where} does not exist")
+            self._conn = self._connect(self.path)
+            self._pid = os.getpid()
+        return self._conn
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[_Tx]:
+        conn = self.conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise _sqlite_error(exc, self.where) from exc
+        try:
+            yield _SqliteTx(conn, self.where)
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise _sqlite_error(exc, self.where) from exc
+
+    def create_atomically(self, init: Any) -> bool:
+        """Build a new database in a temporary file with ``init(tx)``, then link it into place.
+
+        Returns ``False`` (and discards the temporary file) when another process created the store first.
+        A crash at any point leaves either no store or a complete one, never a half-initialised file.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.init-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            conn = self._connect(tmp)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                init(_SqliteTx(conn, self.where))
+                conn.execute("COMMIT")
+            finally:
+                conn.close()
+            for extra in ("-wal", "-shm"):
+                Path(str(tmp) + extra).unlink(missing_ok=True)
+            fd = os.open(str(tmp), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                return False
+            _fsync_dir(self.path.parent)
+            return True
+        finally:
+            tmp.unlink(missing_ok=True)
+            for extra in ("-wal", "-shm"):
+                Path(str(tmp) + extra).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self._conn is not None and self._pid == os.getpid():
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+        self._conn = None
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(str(path), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class _SqlAlchemyTx(_Tx):
+    def __init__(self, conn: Any, text: Any, where: str) -> None:
+        self.conn = conn
+        self.text = text
+        self.where = where
+
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        result = self.conn.execute(self.text(sql), dict(params or {}))
+        return [tuple(r) for r in result.fetchall()] if result.returns_rows else []
+
+
+class _PostgresBackend:
+    kind = "postgresql"
+
+    def __init__(self, url: str, *, prefix: str, connect_timeout_s: float) -> None:
+        try:
+            import sqlalchemy
+        except ImportError:  # pragma: no cover - depends on the environment
+            raise ImportError("a PostgreSQL store needs SQLAlchemy and psycopg: "
+                              "pip install 'envsched[postgres]'") from None
+        if url.startswith("postgresql://") or url.startswith("postgres://"):
+            url = "postgresql+psycopg://" + url.split("://", 1)[1]
+        self._sa = sqlalchemy
+        self.url = url
+        self.where = sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+        self.engine = sqlalchemy.create_engine(url, pool_pre_ping=True, pool_size=1, max_overflow=2,
+                                               connect_args={"connect_timeout": int(max(1, connect_timeout_s))})
+        self.lock_key = int.from_bytes(hashlib.sha256(f"envsched:{prefix}".encode()).digest()[:8], "big",
+                                       signed=True)
+        self._pid = os.getpid()
+
+    def _check_pid(self) -> None:
+        if self._pid != os.getpid():  # never reuse a parent's pooled connections after fork
+            self.engine.dispose(close=False)
+            self._pid = os.getpid()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[_Tx]:
+        self._check_pid()
+        sa = self._sa
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": self.lock_key})
+                yield _SqlAlchemyTx(conn, sa.text, self.where)
+        except sa.exc.OperationalError as exc:
+            raise StoreError(f"store {self.where}: cannot reach PostgreSQL ({exc.orig})") from exc
+        except sa.exc.DataError as exc:
+            raise StoreCorruptError(f"store {self.where}: damaged data ({exc.orig})") from exc
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+# ---------------------------------------------------------------------------------------------- the store
+class HistoryStore:
+    """An append-only, hash-chained log of sampler events with periodic state snapshots.
+
+    Open one with :meth:`open`; hand it to :class:`~envsched.store.durable.DurableSampler`, which does
+    all the writing. Reading (:meth:`header`, :meth:`events`, :meth:`snapshots`) is safe at any time.
+
+    Args:
+        target: a file path (SQLite), ``sqlite:///path``, or a ``postgresql://`` /
+            ``postgresql+psycopg://`` URL.
+        table_prefix: prefix of the three table names, so that several stores can share one PostgreSQL
+            database (lower-case letters, digits, ``_``; at most 40 characters).
+        busy_timeout_s: how long a writer waits for another process's transaction (SQLite).
+        synchronous: SQLite ``synchronous`` pragma: ``FULL`` (default) makes every committed update survive
+            a power loss, not only a process crash.
+    """
+
+    def __init__(self, target: str | os.PathLike[str], *, table_prefix: str = "envsched",
+                 busy_timeout_s: float = 60.0, synchronous: str = "FULL", check: bool = True) -> None:
+        if not isinstance(table_prefix, str) or not _PREFIX_RE.match(table_prefix):
+            raise ValueError(f"table_prefix must match {_PREFIX_RE.pattern}, got {table_prefix!r}")
+        self.table_prefix = table_prefix
+        self.t_meta = f"{table_prefix}_meta"
+        self.t_events = f"{table_prefix}_events"
+        self.t_snap = f"{table_prefix}_snapshots"
+        self._lock = threading.RLock()
+        text = os.fspath(target)
+        if text.startswith(("postgresql://", "postgresql+", "postgres://")):
+            self._backend: Any = _PostgresBackend(text, prefix=table_prefix, connect_timeout_s=busy_timeout_s)
+        elif "://" in text and not text.startswith("sqlite:///"):
+            raise ValueError(f"unsupported store URL {text!r}: give a file path, sqlite:///path or a "
+                             "postgresql:// URL")
+        else:
+            path = Path(text[len("sqlite:///"):] if text.startswith("sqlite:///") else text)
+            if path.exists() and path.is_dir():
+                raise ValueError(f"store path {path} is a directory; give a file path such as {path}/history.sqlite")
+            self._backend = _SqliteBackend(path, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
+        self.where: str = self._backend.where
+        if self.kind == "postgresql":
+            self.where = f"{self.where} (tables {table_prefix}_*)"
+        if check and self.kind == "sqlite" and self._backend.exists():
+            names = self._backend.inspect()  # read-only: a damaged or foreign file is never modified
+            if names and self.t_meta not in names:
+                raise StoreCorruptError(f"store {self.where} is an SQLite database but not an envsched store "
+                                        f"(no table {self.t_meta}; it has {sorted(names)[:5]})")
+            if names:
+                self.header()  # validates the metadata
+
+    @classmethod
+    def open(cls, target: str | os.PathLike[str], **kwargs: Any) -> HistoryStore:
+        """Open (not yet create) a store at ``target``; see the class for the arguments. A store is created
+        by the first :class:`~envsched.store.durable.DurableSampler` that uses it."""
+        return cls(target, **kwargs)
+
+    @property
+    def kind(self) -> str:
+        """``"sqlite"`` or ``"postgresql"``."""
+        return self._backend.kind
+
+    def __repr__(self) -> str:
+        return f"<HistoryStore {self.kind} {self.where} prefix={self.table_prefix!r}>"
+
+    def close(self) -> None:
+        """Close the connection(s); the store can be used again later (it reconnects)."""
+        self._backend.close()
+
+    def __enter__(self) -> HistoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ schema
+    def _schema(self) -> list[str]:
+        return [
+            f"CREATE TABLE IF NOT EXISTS {self.t_meta} (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+            f"CREATE TABLE IF NOT EXISTS {self.t_events} (seq BIGINT PRIMARY KEY, kind TEXT NOT NULL, "
+            "payload TEXT NOT NULL, digest TEXT NOT NULL, created DOUBLE PRECISION NOT NULL)",
+            f"CREATE TABLE IF NOT EXISTS {self.t_snap} (seq BIGINT PRIMARY KEY, state TEXT NOT NULL, "
+            "digest TEXT NOT NULL, created DOUBLE PRECISION NOT NULL)",
+        ]
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[_Tx]:
+        """An exclusive write transaction (the store's lock is held until it ends)."""
+        with self._lock, self._backend.transaction() as tx:
+            yield tx
+
+    def _table_exists(self, tx: _Tx) -> bool:
+        if self.kind == "sqlite":
+            rows = tx.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            names = {r[0] for r in rows}
+            if names and self.t_meta not in names:
+                raise StoreCorruptError(f"store {self.where} is an SQLite database but not an envsched store "
+                                        f"(no table {self.t_meta}; it has {sorted(names)[:5]})")
+            return self.t_meta in names
+        rows = tx.execute("SELECT to_regclass(:t)", {"t": self.t_meta})
+        return rows[0][0] is not None
+
+    def _read_meta(self, tx: _Tx) -> dict[str, Any] | None:
+        if not self._table_exists(tx):
+            return None
+        rows = tx.execute(f"SELECT key, value FROM {self.t_meta}")
+        if not rows:
+            if self.kind == "sqlite":
+                raise StoreCorruptError(f"store {self.where} has an empty {self.t_meta} table: damaged or "
+                                        "truncated")
+            return None
+        meta: dict[str, Any] = {}
+        for key, value in rows:
+            try:
+                meta[key] = json.loads(value)
+            except (TypeError, ValueError):
+                raise StoreCorruptError(f"store {self.where}: metadata {key!r} is not valid JSON "
+                                        "(damaged store)") from None
+        if meta.get("format") != STORE_FORMAT:
+            raise StoreCorruptError(f"store {self.where} has format {meta.get('format')!r}, expected "
+                                    f"{STORE_FORMAT!r}")
+        for key in ("store_id", "sampler_class", "sampler_params", "pool_fingerprint", "num_tasks"):
+            if key not in meta:
+                raise StoreCorruptError(f"store {self.where}: metadata lacks {key!r} (damaged store)")
+        return meta
+
+    def header(self) -> dict[str, Any] | None:
+        """The store's metadata, or ``None`` while no sampler has created it. The task list is left out
+        (see :meth:`tasks`)."""
+        if self.kind == "sqlite" and not self._backend.exists():
+            return None
+        with self.transaction() as tx:
+            meta = self._read_meta(tx)
+        if meta is not None:
+            meta.pop("tasks", None)
+        return meta
+
+    def tasks(self) -> list[Any]:
+        """The task list the store was created with."""
+        with self.transaction() as tx:
+            meta = self._read_meta(tx)
+        if meta is None:
+            raise StoreError(f"store {self.where} has not been created yet")
+        tasks = meta.get("tasks")
+        if not isinstance(tasks, list):
+            raise StoreCorruptError(f"store {self.where}: metadata 'tasks' is not a list (damaged store)")
+        return tasks
+
+    def initialize(self, meta: Mapping[str, Any], initial_state: Mapping[str, Any]) -> bool:
+        """Create the tables, the metadata and snapshot 0 (all or nothing). Returns ``False`` when the store
+        already existed (then nothing is written). Called by :class:`DurableSampler`."""
+        full = {**meta, "format": STORE_FORMAT, "store_id": uuid.uuid4().hex, "created_at": time.time()}
+        state_json = canonical_json(initial_state)
+
+        def init(tx: _Tx) -> None:
+            for stmt in self._schema():
+                tx.execute(stmt)
+            for key, value in full.items():
+                tx.execute(f"INSERT INTO {self.t_meta} (key, value) VALUES (:k, :v)",
+                           {"k": key, "v": canonical_json(value)})
+            tx.execute(f"INSERT INTO {self.t_snap} (seq, state, digest, created) VALUES (0, :s, :d, :c)",
+                       {"s": state_json, "d": genesis_digest(full["store_id"]), "c": time.time()})
+
+        with self._lock:
+            if self.kind == "sqlite" and not self._backend.exists():
+                if self._backend.create_atomically(init):
+                    return True
+            with self._backend.transaction() as tx:
+                if self._read_meta(tx) is not None:
+                    return False
+                init(tx)
+                return True
+
+    # ------------------------------------------------------------------ events and snapshots
+    def last_event(self, tx: _Tx) -> tuple[int, str | None]:
+        """``(seq, digest)`` of the last event (``(0, None)`` when there is none)."""
+        rows = tx.execute(f"SELECT seq, digest FROM {self.t_events} ORDER BY seq DESC LIMIT 1")
+        return (int(rows[0][0]), str(rows[0][1])) if rows else (0, None)
+
+    def append(self, tx: _Tx, seq: int, prev_digest: str, kind: str, payload: Mapping[str, Any]) -> str:
+        """Append event ``seq`` inside a transaction; returns its digest."""
+        if kind not in _EVENT_KINDS:
+            raise ValueError(f"unknown event kind {kind!r}")
+        text = canonical_json(payload)
+        digest = _chain(prev_digest, kind, text)
+        tx.execute(f"INSERT INTO {self.t_events} (seq, kind, payload, digest, created) "
+                   "VALUES (:s, :k, :p, :d, :c)", {"s": seq, "k": kind, "p": text, "d": digest, "c": time.time()})
+        return digest
+
+    def read_events(self, tx: _Tx, after: int, prev_digest: str, *, limit: int | None = None) -> list[Event]:
+        """Events with ``seq > after`` in order, checking seq continuity and the hash chain."""
+        sql = f"SELECT seq, kind, payload, digest FROM {self.t_events} WHERE seq > :a ORDER BY seq"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        out: list[Event] = []
+        expected, prev = after + 1, prev_digest
+        for seq, kind, payload, digest in tx.execute(sql, {"a": after}):
+            seq = int(seq)
+            if seq != expected:
+                raise StoreCorruptError(f"store {self.where}: event {expected} is missing (next is {seq}); "
+                                        "the log is damaged or truncated")
+            if not isinstance(payload, str) or _chain(prev, str(kind), payload) != digest:
+                raise StoreCorruptError(f"store {self.where}: event {seq} fails its integrity check (its "
+                                        "digest does not match the chain): the log was damaged or edited")
+            if kind not in _EVENT_KINDS:
+                raise StoreCorruptError(f"store {self.where}: event {seq} has unknown kind {kind!r}")
+            try:
+                data = json.loads(payload)
+            except ValueError:
+                raise StoreCorruptError(f"store {self.where}: event {seq} payload is not JSON") from None
+            if not isinstance(data, dict):
+                raise StoreCorruptError(f"store {self.where}: event {seq} payload is not an object")
+            out.append(Event(seq, str(kind), data, str(digest)))
+            expected, prev = seq + 1, str(digest)
+        return out
+
+    def digest_at(self, tx: _Tx, seq: int) -> str | None:
+        rows = tx.execute(f"SELECT digest FROM {self.t_events} WHERE seq = :s", {"s": seq})
+        return str(rows[0][0]) if rows else None
+
+    def write_snapshot(self, tx: _Tx, seq: int, digest: str, state: Mapping[str, Any], *, keep: int = 3) -> None:
+        """Store ``state`` as the snapshot after event ``seq``; keep snapshot 0 and the ``keep`` latest."""
+        tx.execute(f"DELETE FROM {self.t_snap} WHERE seq = :s", {"s": seq})
+        tx.execute(f"INSERT INTO {self.t_snap} (seq, state, digest, created) VALUES (:s, :st, :d, :c)",
+                   {"s": seq, "st": canonical_json(state), "d": digest, "c": time.time()})
+        rows = tx.execute(f"SELECT seq FROM {self.t_snap} WHERE seq > 0 ORDER BY seq DESC")
+        for (old,) in rows[keep:]:
+            tx.execute(f"DELETE FROM {self.t_snap} WHERE seq = :s", {"s": int(old)})
+
+    def read_snapshot(self, tx: _Tx, *, latest: bool, at_most: int | None = None) -> Snapshot:
+        """Snapshot 0 (``latest=False``) or the latest one with ``seq <= at_most``."""
+        if latest:
+            sql = f"SELECT seq, state, digest FROM {self.t_snap}"
+            params: dict[str, Any] = {}
+            if at_most is not None:
+                sql += " WHERE seq <= :m"
+                params["m"] = at_most
+            rows = tx.execute(sql + " ORDER BY seq DESC LIMIT 1", params)
+        else:
+            rows = tx.execute(f"SELECT seq, state, digest FROM {self.t_snap} WHERE seq = 0")
+        if not rows:
+            raise StoreCorruptError(f"store {self.where}: the initial snapshot is missing (damaged store)")
+        seq, state, digest = rows[0]
+        try:
+            data = json.loads(state)
+        except (TypeError, ValueError):
+            raise StoreCorruptError(f"store {self.where}: snapshot after event {seq} is not valid JSON "
+                                    "(damaged store)") from None
+        if not isinstance(data, dict):
+            raise StoreCorruptError(f"store {self.where}: snapshot after event {seq} is not an object")
+        return Snapshot(int(seq), data, str(digest))
+
+    # ------------------------------------------------------------------ reading for people
+    def events(self) -> list[Event]:
+        """All events, verified (for inspection and tests)."""
+        with self.transaction() as tx:
+            meta = self._read_meta(tx)
+            if meta is None:
+                return []
+            return self.read_events(tx, 0, genesis_digest(meta["store_id"]))
+
+    def count_events(self) -> int:
+        """Number of logged events."""
+        with self.transaction() as tx:
+            if self._read_meta(tx) is None:
+                return 0
+            return self.last_event(tx)[0]
+
+    def snapshot_seqs(self) -> list[int]:
+        """Event numbers after which a snapshot is stored."""
+        with self.transaction() as tx:
+            if self._read_meta(tx) is None:
+                return []
+            return [int(r[0]) for r in tx.execute(f"SELECT seq FROM {self.t_snap} ORDER BY seq")]
+
+    def drop(self) -> None:
+        """Delete the store's tables (PostgreSQL) or file (SQLite). Irreversible; for tests and cleanup."""
+        if self.kind == "sqlite":
+            self.close()
+            for extra in ("", "-wal", "-shm"):
+                Path(str(self._backend.path) + extra).unlink(missing_ok=True)
+            return
+        with self._backend.transaction() as tx:
+            for t in (self.t_events, self.t_snap, self.t_meta):
+                tx.execute(f"DROP TABLE IF EXISTS {t}")
+
+
+def finite_or_none(x: Any) -> float | None:
+    """A reward as logged: ``None`` or a finite float."""
+    if x is None:
+        return None
+    f = float(x)
+    if not math.isfinite(f):
+        raise ValueError(f"not finite: {f}")
+    return f

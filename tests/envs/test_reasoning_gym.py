@@ -1,0 +1,143 @@
+"""reasoning-gym: seeded pools with difficulty tiers, scored by each dataset's own score_answer."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+import pytest
+
+from envsched.envs.reasoning_gym import (
+    BENCHMARK_DATASETS,
+    DEFAULT_DATASETS,
+    ReasoningGymEnvironment,
+    build_reasoning_gym_pool,
+    dataset_tiers,
+    regenerate_item,
+    score_task_answer,
+)
+from envsched.pool import TaskPool
+from envsched.pool.default import benchmark_rg_counts
+
+
+@pytest.fixture(scope="module")
+def bench_specs() -> list[dict]:
+    """The reasoning-gym part of the benchmark pool (as benchmark_pool builds it with BFCL present)."""
+    counts = benchmark_rg_counts(800, sorted(BENCHMARK_DATASETS))
+    return build_reasoning_gym_pool(sorted(BENCHMARK_DATASETS), tasks_per_dataset=counts, seed=0)
+
+
+def test_benchmark_part_counts(bench_specs: list[dict]) -> None:
+    pool = TaskPool(bench_specs)
+    assert len(pool) == 1750 and len(pool.envs) == 43
+    by_env = Counter(s["env"] for s in bench_specs)
+    assert sorted(Counter(by_env.values()).items()) == [(40, 13), (41, 30)]
+    assert by_env["acre"] == 41 and by_env["word_ladder"] == 40  # alphabetical: the first 30 get one more
+    assert all(v == 0 for v in pool.missing_fields().values())
+    assert len(DEFAULT_DATASETS) == 51 and set(BENCHMARK_DATASETS) < set(DEFAULT_DATASETS)
+
+
+def test_reference_answers_score_one_and_wrong_answers_less(bench_specs: list[dict]) -> None:
+    env = ReasoningGymEnvironment()
+    not_full, not_lower = [], []
+    for spec in bench_specs:
+        question = env.reset(spec)
+        assert question == spec["instruction"]
+        result = env.step(env.reference_answer)
+        if not (result.done and result.reward == 1.0):
+            not_full.append(spec["id"])
+        env.reset(spec)
+        wrong = env.step("this is not the answer 0.123").reward
+        if wrong is None or wrong >= 1.0:
+            not_lower.append(spec["id"])
+    assert not_full == [] and not_lower == []
+
+
+def test_chain_sum_tiers_follow_the_rfc_example() -> None:
+    tiers = dataset_tiers("chain_sum")
+    assert len(tiers) == 5
+    assert [(t["min_terms"], t["max_digits"], t["allow_negation"]) for t in tiers] == [
+        (2, 1, False), (3, 2, False), (4, 3, True), (5, 4, True), (6, 5, True)]
+    specs = build_reasoning_gym_pool(["chain_sum"], tasks_per_dataset=10, seed=3)
+    assert [s["difficulty"] for s in specs] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    for s in specs:
+        numbers = re.findall(r"\d+", s["instruction"].split("=")[0])
+        tier = s["difficulty"]
+        assert len(numbers) == tier + 2  # tier k: k + 2 terms ...
+        assert max(len(n) for n in numbers) == tier + 1  # ... of (at most, with negation) k + 1 digits
+        if tier < 2:
+            assert "-" not in s["instruction"].replace(" - ", " ")  # no negative terms before tier 3
+            assert all(len(n) == tier + 1 for n in numbers)
+
+
+def test_curriculum_tiers_are_closely_spaced_configurations() -> None:
+    tiers = dataset_tiers("gcd")
+    assert len(tiers) >= 2
+    assert tiers[0] != tiers[1]
+    assert all(isinstance(json.dumps(t), str) for t in tiers)
+    assert dataset_tiers("gsm_symbolic") == [{}]  # no curriculum: one tier, the default configuration
+
+
+def test_specs_are_json_and_regenerate_offline() -> None:
+    specs = build_reasoning_gym_pool(["gcd", "word_ladder"], tasks_per_dataset=6, seed=7)
+    again = json.loads(json.dumps(specs))
+    assert again == specs
+    for s in again:
+        item = regenerate_item(s)
+        assert item["question"] == s["instruction"]
+        assert score_task_answer(s, item["answer"]) == 1.0
+        assert "def score_answer" in s["verifier"]["code"]
+        assert s["verifier"]["checks"] and s["tools"][0]["name"] == f"{s['env']}.submit_answer"
+    # seeded: same seed same items, another seed other items
+    assert build_reasoning_gym_pool(["gcd"], tasks_per_dataset=6, seed=7) == specs[:6]
+    other = build_reasoning_gym_pool(["gcd"], tasks_per_dataset=6, seed=8)
+    assert [s["instruction"] for s in other] != [s["instruction"] for s in specs[:6]]
+
+
+def test_a_scorer_that_raises_gives_an_unscored_episode() -> None:
+    # prime_factorization's own score_answer raises on a non-numeric answer (reasoning-gym 0.1.25)
+    spec = build_reasoning_gym_pool(["prime_factorization"], tasks_per_dataset=1)[0]
+    env = ReasoningGymEnvironment()
+    env.reset(spec)
+    result = env.step("zzz not a number")
+    assert result.done and result.reward is None and env.final_reward() is None
+    assert "ValueError" in result.info["error"]
+
+
+def test_bad_inputs() -> None:
+    with pytest.raises(ValueError, match="unknown reasoning-gym dataset 'no_such'"):
+        build_reasoning_gym_pool(["no_such"])
+    with pytest.raises(ValueError, match="non-negative integer"):
+        build_reasoning_gym_pool(["gcd"], tasks_per_dataset=-1)
+    with pytest.raises(ValueError, match="not being built"):
+        build_reasoning_gym_pool(["gcd"], tasks_per_dataset={"gcd": 2, "lcm": 3})
+    with pytest.raises(TypeError):
+        build_reasoning_gym_pool("gcd")
+    with pytest.raises(ValueError, match="not a reasoning-gym task"):
+        ReasoningGymEnvironment().reset({"id": "x", "env": "gcd"})
+    env = ReasoningGymEnvironment()
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step("1")
+    spec = build_reasoning_gym_pool(["gcd"], tasks_per_dataset=1)[0]
+    env.reset(spec)
+    with pytest.raises(TypeError, match="answer text"):
+        env.step(42)
+    env.step("1")
+    with pytest.raises(RuntimeError, match="over"):
+        env.step("1")
+    broken = json.loads(json.dumps(spec))
+    broken["reasoning_gym"]["item"] = 5
+    with pytest.raises(ValueError, match="outside"):
+        regenerate_item(broken)
+
+
+def test_every_default_dataset_regenerates_its_items_in_any_order() -> None:
+    from envsched.envs import reasoning_gym as rg
+
+    specs = build_reasoning_gym_pool(tasks_per_dataset=6, seed=11)
+    assert len(TaskPool(specs).envs) == 51
+    rg._dataset.cache_clear()  # regenerate from scratch, in reverse order
+    mismatched = [s["id"] for s in reversed(specs) if regenerate_item(s)["question"] != s["instruction"]]
+    assert mismatched == []
+    assert [s["id"] for s in specs if score_task_answer(s, regenerate_item(s)["answer"]) != 1.0] == []

@@ -1,0 +1,115 @@
+"""PrimeRLTaskSampler against the real verifiers 0.4.0 types (Task, TaskData, Episode, Trace, Reward)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+vf = pytest.importorskip("verifiers.v1")
+
+from verifiers.v1.configs.agent import AgentConfig  # noqa: E402
+
+from envsched.integrations.prime_rl import PrimeRLTaskSampler, episode_reward, task_spec_from_vf  # noqa: E402
+from envsched.samplers.simple import CurriculumSampler, UniformSampler  # noqa: E402
+
+
+class KeyedTask(vf.Task):
+    """A task whose durable id is its key (verifiers' documented override)."""
+
+    @property
+    def key(self) -> str:
+        return f"arith/{self.data.id}"
+
+
+def _tasks(n=6, cls=vf.Task):
+    return [cls(vf.TaskData(idx=i, id=f"q{i}", prompt=f"What is {i} + {i}?")) for i in range(n)]
+
+
+def _episode(task, *, score=None, errors=False, none_reward=False, out_tokens=5, trainable=True):
+    tt = vf.TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash)
+    rewards = {"correct": None if none_reward else vf.Reward(score=score, weight=1.0)}
+    if score is not None and not none_reward:
+        rewards["format"] = vf.Reward(score=1.0, weight=0.0)  # weighted out: trace.reward == score
+    trace = vf.Trace(task=tt, agent=vf.AgentInfo(config=AgentConfig(), trainable=trainable), rewards=rewards,
+                     ok=not errors, is_completed=True,
+                     errors=[vf.trace.Error(type="SandboxError", message="boom")] if errors else [],
+                     calls=[vf.ModelCall(usage=vf.Usage(prompt_tokens=3, completion_tokens=out_tokens))])
+    return vf.Episode(task=tt, traces=[trace], ok=not errors, group=vf.GroupInfo(id="g"),
+                      env=vf.EnvInfo(id="arith", name="arith"))
+
+
+def test_draws_are_vf_tasks_keyed_by_task_key():
+    tasks = _tasks(cls=KeyedTask)
+    s = PrimeRLTaskSampler.from_tasks(tasks, lambda specs: UniformSampler(specs, seed=2), env="arith", draw_batch=2)
+    drawn = [next(s) for _ in range(6)]
+    assert all(isinstance(t, KeyedTask) for t in drawn)
+    assert sorted(t.key for t in drawn) == sorted(t.key for t in tasks)  # one epoch without replacement
+    spec = task_spec_from_vf(tasks[3], "arith")
+    assert spec == {"id": "arith/q3", "env": "arith", "instruction": "What is 3 + 3?", "index": 3}
+
+
+def test_observe_reports_rewards_none_and_costs():
+    tasks = _tasks()
+    inner = UniformSampler([task_spec_from_vf(t, "arith") for t in tasks], seed=0)
+    s = PrimeRLTaskSampler(inner, tasks)
+    t = next(s)
+    group = [_episode(t, score=1.0, out_tokens=4), _episode(t, score=0.0, out_tokens=6),
+             _episode(t, score=0.0, errors=True, out_tokens=2), _episode(t, none_reward=True, out_tokens=1)]
+    assert [episode_reward(e) for e in group] == [1.0, 0.0, None, None]
+    s.observe(group)
+    assert inner.groups == 1 and inner.signal_groups == 1 and inner.episodes == 4
+    assert inner.unscored_episodes == 2 and inner.cost == 13.0
+    m = s.metrics()
+    assert m["observed_groups"] == 1 and m["signal_groups_per_episode"] == 0.25
+
+
+def test_feedback_may_lag_and_arrive_out_of_order():
+    tasks = _tasks(8)
+    inner = CurriculumSampler([task_spec_from_vf(t, "arith") for t in tasks], group_size=2, key="id", seed=1)
+    s = PrimeRLTaskSampler(inner, tasks)
+    ahead = [next(s) for _ in range(5)]  # prime-rl draws far ahead of feedback
+    assert inner.outstanding_groups == 5
+    for t in reversed(ahead):
+        s.observe([_episode(t, score=1.0), _episode(t, score=0.0)])
+    assert inner.groups == 5 and inner.outstanding_groups == 0 and inner.signal_groups == 5
+
+
+def test_bad_groups_are_refused_without_state_change():
+    tasks = _tasks()
+    inner = UniformSampler([task_spec_from_vf(t, "arith") for t in tasks], seed=0)
+    s = PrimeRLTaskSampler(inner, tasks)
+    a, b = next(s), next(s)
+    before = s.state_dict()
+    with pytest.raises(ValueError, match="non-empty"):
+        s.observe([])
+    with pytest.raises(ValueError, match=r"exactly one task\.key"):
+        s.observe([_episode(a, score=1.0), _episode(b, score=1.0)])
+    stranger = vf.Task(vf.TaskData(idx=99, id="zz", prompt="not in the taskset"))
+    with pytest.raises(KeyError, match="not a task"):
+        s.observe([_episode(stranger, score=1.0)])
+    assert s.state_dict() == before
+    with pytest.raises(ValueError, match="task ids must be the tasks' keys"):
+        PrimeRLTaskSampler(UniformSampler([{"id": "x", "env": "e"}]), tasks)
+    with pytest.raises(ValueError, match="duplicate"):
+        PrimeRLTaskSampler(inner, tasks + tasks[:1])
+
+
+def test_state_round_trip_continues_the_same_draws():
+    tasks = _tasks(9)
+
+    def make(specs):
+        return CurriculumSampler(specs, group_size=2, key="id", seed=4)
+
+    s1 = PrimeRLTaskSampler.from_tasks(tasks, make, env="arith", draw_batch=3)
+    for i in range(4):
+        t = next(s1)
+        s1.observe([_episode(t, score=float(i % 2)), _episode(t, score=1.0)])
+    next(s1)  # 5 handed out of 2 draws of 3: one task left in the draw buffer
+    state = json.loads(json.dumps(s1.state_dict()))
+    s2 = PrimeRLTaskSampler.from_tasks(tasks, make, env="arith", draw_batch=3)
+    s2.load_state_dict(state)
+    assert s2.metrics()["buffered"] == 1
+    seq1 = [next(s1).key for _ in range(7)]
+    seq2 = [next(s2).key for _ in range(7)]
+    assert seq1 == seq2

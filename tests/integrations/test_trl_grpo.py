@@ -1,0 +1,237 @@
+"""A real TRL GRPO run on CPU drawing from an envsched sampler (tiny random Llama, locally trained tokenizer).
+
+Checks the two hooks end to end: every drawn group comes back to ``update`` exactly once, in order, with
+the right task ids (the reward functions verify each prompt against its ``task_id``), unscored rollouts
+arrive as ``None``, costs are completion lengths, and resuming from a TRL checkpoint continues with the
+draws (and feedback) of the uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+from trl import GRPOConfig  # noqa: E402
+
+from envsched.envs.reasoning_gym import build_reasoning_gym_pool, score_task_answer  # noqa: E402
+from envsched.integrations.trl import SAMPLER_STATE_FILE, EnvSchedGRPOTrainer, TaskRepeatSampler  # noqa: E402
+from envsched.samplers.simple import CurriculumSampler, UniformSampler  # noqa: E402
+
+G = 4  # num_generations
+TASKS_PER_CHUNK = 2
+MAX_COMPLETION = 8
+ENVS = ["chain_sum", "basic_arithmetic", "leg_counting"]
+
+
+def _sampler_class():
+    """EnvSchedSampler when the method package provides a working one, else the RFC curriculum."""
+    try:
+        from envsched.method.sampler import EnvSchedSampler
+    except Exception:
+        return None
+    return EnvSchedSampler
+
+
+def _make_sampler(pool):
+    cls = _sampler_class()
+    if cls is not None:
+        base = cls
+
+        def build():
+            return base(pool, seed=3)
+    else:
+        base = CurriculumSampler
+
+        def build():
+            return base(pool, group_size=G, key="group", success_threshold=0.3, seed=3)
+
+    class Recording(base):  # type: ignore[misc, valid-type]
+        """Logs every draw and every update the trainer makes."""
+
+        def sample(self, n):
+            out = super().sample(n)
+            self.draws.append([t["id"] for t in out])
+            return out
+
+        def update(self, task, rewards, costs=None):
+            super().update(task, rewards, costs)
+            self.updates.append((task["id"], list(rewards), list(costs)))
+
+    sampler = build()
+    sampler.__class__ = Recording
+    sampler.draws, sampler.updates = [], []
+    return sampler
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grpo")
+    pool = build_reasoning_gym_pool(ENVS, tasks_per_dataset=4, num_tiers=2, seed=0)
+    lines = [t["instruction"] for t in pool] + [" ".join(str(i) for i in range(k, k + 20)) for k in range(50)]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "</s>", "<unk>"],
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    from tokenizers import decoders
+    tok.decoder = decoders.ByteLevel()
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
+                                     padding_side="left")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(hf_tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      pad_token_id=hf_tok.pad_token_id, eos_token_id=hf_tok.eos_token_id,
+                      bos_token_id=hf_tok.eos_token_id)
+    model_dir = root / "model"
+    LlamaForCausalLM(cfg).save_pretrained(model_dir)
+    hf_tok.save_pretrained(model_dir)
+    return root, pool, str(model_dir), hf_tok
+
+
+def _run(setup, out, resume=None):
+    _root, pool, model_dir, tok = setup
+    sampler = _make_sampler(pool)
+    mismatched: list[str] = []
+    holder: dict = {}
+
+    def shaped(prompts, completions, task_id, **kw):
+        """Digit fraction of the completion; None for the last rollout of each group (unscored)."""
+        out_ = []
+        for i, (p, c, tid) in enumerate(zip(prompts, completions, task_id, strict=True)):
+            if holder["trainer"].task_for(tid)["instruction"] != p:
+                mismatched.append(tid)
+            out_.append(None if i % G == G - 1 else sum(ch.isdigit() for ch in c) / max(len(c), 1))
+        return out_
+
+    def correct(completions, task_id, **kw):
+        return [score_task_answer(holder["trainer"].task_for(t), (re.findall(r"-?\d+", c) or [""])[0])
+                for c, t in zip(completions, task_id, strict=True)]
+
+    args = GRPOConfig(output_dir=str(out), use_cpu=True, bf16=False, beta=0.0, report_to="none", seed=0,
+                      max_steps=4, save_strategy="steps", save_steps=2, logging_steps=1, learning_rate=5e-3,
+                      num_generations=G, per_device_train_batch_size=G * TASKS_PER_CHUNK,
+                      max_completion_length=MAX_COMPLETION, disable_tqdm=True)
+    trainer = EnvSchedGRPOTrainer(model=model_dir, reward_funcs=[shaped, correct], args=args,
+                                  processing_class=tok, task_sampler=sampler, sampler_reward_funcs=["shaped"])
+    holder["trainer"] = trainer
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer, sampler, mismatched
+
+
+@pytest.fixture(scope="module")
+def runs(setup):
+    root = setup[0]
+    a = _run(setup, root / "a")
+    b = _run(setup, root / "b", resume=str(root / "a" / "checkpoint-2"))
+    return a, b
+
+
+def test_every_drawn_group_fed_back_once_with_matching_ids(runs):
+    (trainer, sampler, mismatched), _ = runs
+    assert not mismatched, f"reward functions saw prompts of other tasks: {mismatched[:3]}"
+    pending = trainer.pending_chunks
+    # accelerate prefetches one generation batch: exactly one chunk drawn but never trained on
+    assert len(pending) == 1 and pending == sampler.draws[-1:]
+    assert len(sampler.draws) == 4 + 1 and all(len(c) == TASKS_PER_CHUNK for c in sampler.draws)
+    fed = [u[0] for u in sampler.updates]
+    assert fed == [t for chunk in sampler.draws[:-1] for t in chunk]  # every group once, in draw order
+    assert trainer.envsched_draw_log == sampler.draws
+    assert sampler.groups == 4 * TASKS_PER_CHUNK and sampler.episodes == 4 * TASKS_PER_CHUNK * G
+    assert sampler.outstanding_groups == TASKS_PER_CHUNK
+    for _, rewards, costs in sampler.updates:
+        assert len(rewards) == G and len(costs) == G
+        assert rewards[-1] is None and all(isinstance(r, float) and 0.0 <= r <= 1.0 for r in rewards[:-1])
+        assert all(1 <= c <= MAX_COMPLETION for c in costs)
+    assert sampler.unscored_episodes == 4 * TASKS_PER_CHUNK
+
+
+def test_checkpoint_holds_sampler_state_and_pending_chunk(runs, setup):
+    (_trainer, sampler, _), _ = runs
+    state = json.loads((setup[0] / "a" / "checkpoint-2" / SAMPLER_STATE_FILE).read_text())
+    assert state["global_step"] == 2
+    assert state["pending"] == [sampler.draws[2]]
+    assert state["sampler"]["counters"]["groups"] == 2 * TASKS_PER_CHUNK
+    assert state["sampler"]["counters"]["dispatched_groups"] == 3 * TASKS_PER_CHUNK
+
+
+def test_resume_continues_the_same_draws(runs):
+    (_ta, sa, _), (tb, sb, mismatched) = runs
+    assert not mismatched
+    # the resumed run replays the chunk pending at the checkpoint, then draws what run A drew
+    assert tb.envsched_draw_log == sa.draws[2:]
+    assert sb.draws == sa.draws[3:]
+    assert [u[0] for u in sb.updates] == [u[0] for u in sa.updates[2 * TASKS_PER_CHUNK:]]
+    assert sb.state_dict()["counters"] == sa.state_dict()["counters"]
+    assert sb.state_dict()["rng"] == sa.state_dict()["rng"]
+
+
+def test_resume_without_sampler_state_is_refused(runs, setup, tmp_path):
+    (trainer, _, _), _ = runs
+    with pytest.raises(FileNotFoundError, match=r"envsched_sampler\.json"):
+        trainer.load_sampler_state(str(tmp_path))
+
+
+def test_repeat_sampler_layout_and_validation(setup):
+    pool = setup[1]
+    s = UniformSampler(pool, seed=1)
+    drawn = []
+    rs = TaskRepeatSampler(s, lambda t: t["index"], mini_repeat_count=3, batch_size=2, repeat_count=2,
+                           chunks_per_epoch=2, on_draw=drawn.append)
+    items = list(rs)
+    assert len(items) == len(rs) == 2 * 2 * 3 * 2
+    for c, rows in enumerate(drawn):
+        chunk = items[c * 12:(c + 1) * 12]
+        expected = [r for r in rows for _ in range(3)]
+        assert chunk == expected + expected
+    with pytest.raises(ValueError, match="batch_size"):
+        TaskRepeatSampler(s, lambda t: 0, mini_repeat_count=2, batch_size=0)
+
+
+def test_bad_sampler_arguments_are_refused(setup, tmp_path):
+    _, _pool, model_dir, tok = setup
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", num_generations=2,
+                      per_device_train_batch_size=2, max_steps=1)
+    with pytest.raises(TypeError, match="TaskSampler"):
+        EnvSchedGRPOTrainer(model=model_dir, reward_funcs=[lambda completions, **k: [0.0] * len(completions)],
+                            args=args, processing_class=tok, task_sampler=object())
+
+
+def test_two_processes_gather_groups_across_ranks(setup, tmp_path):
+    """Two CPU processes (gloo): each group's four rollouts are split over the ranks; both ranks must feed
+    their identical samplers the same gathered groups, with the unscored rollout of rank 1 as None."""
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    worker = Path(__file__).with_name("grpo_multiproc_worker.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_addr", "127.0.0.1", "--master_port", str(port), str(worker), setup[2],
+                           str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["world"] == r1["world"] == 2
+    assert r0["draws"] == r1["draws"] and r0["updates"] == r1["updates"] and r0["pending"] == r1["pending"]
+    assert len(r0["updates"]) == 3  # one task per generation batch (4 rollouts over 2 ranks), 3 steps
+    assert [u[0] for u in r0["updates"]] == [c[0] for c in r0["draws"][:3]]
+    for _, rewards, costs in r0["updates"]:
+        assert len(rewards) == 4 and rewards[3] is None and all(r is not None for r in rewards[:3])
+        assert all(1 <= c <= 6 for c in costs)
+    # each rank scored only its half of every group, with prompts matching their task ids
+    for r in (r0, r1):
+        assert len(r["seen"]) == 3 * 2 and all(ok for _, ok in r["seen"])
+    assert [t for t, _ in r0["seen"]] == [t for t, _ in r1["seen"]]

@@ -1,0 +1,119 @@
+"""Helpers run in child processes by the crash and concurrency tests (not collected by pytest).
+
+    python _store_workers.py crash STORE ACKS KILLS SEED      # supervisor: fork a worker, SIGKILL it, repeat
+    python _store_workers.py writer STORE PREFIX ACKS WORKER ROUNDS WRITERS  # one of many concurrent writers
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import sys
+import time
+
+from envsched.pool import TaskPool
+from envsched.samplers import CurriculumSampler
+from envsched.store import DurableSampler, HistoryStore
+
+GROUP_SIZE = 4
+SNAPSHOT_EVERY = 7
+
+
+def make_pool() -> TaskPool:
+    return TaskPool([{"id": f"task-{i:02d}", "env": f"env-{i % 4}", "difficulty": i % 5} for i in range(24)])
+
+
+def make_sampler(pool: TaskPool | None = None) -> CurriculumSampler:
+    return CurriculumSampler(pool or make_pool(), group_size=GROUP_SIZE, seed=7)
+
+
+def rewards_for(key: str, groups: int) -> list[float | None]:
+    """Deterministic rewards of the ``groups``-th reported group of ``key`` (some unscored)."""
+    h = hashlib.sha256(f"{key}/{groups}".encode()).digest()
+    out: list[float | None] = []
+    for b in h[:GROUP_SIZE]:
+        out.append(None if b % 11 == 0 else float(b % 2))
+    return out
+
+
+def step(sampler: DurableSampler) -> tuple[str, str]:
+    """One deterministic step of the workload, a function of the sampler's state only: report the oldest
+    outstanding group if any (discarding every fifth), else draw a batch of 3."""
+    out = sampler.sampler.outstanding()
+    if out:
+        key = sorted(out)[0]
+        groups = sampler.sampler.groups
+        done = groups + int(sampler.sampler.metrics()["discarded_groups"])
+        if done % 6 == 5:
+            sampler.discard(key)
+            return "discard", key
+        sampler.update(key, rewards_for(key, groups), [1.0] * GROUP_SIZE)
+        return "update", key
+    tasks = sampler.sample(3)
+    return "sample", ",".join(t["id"] for t in tasks)
+
+
+def _worker(store_path: str, ack_path: str) -> None:
+    fd = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    sampler = DurableSampler(make_sampler(), HistoryStore(store_path), snapshot_every=SNAPSHOT_EVERY)
+    os.write(fd, f"start {sampler.seq}\n".encode())
+    while True:
+        kind, what = step(sampler)
+        # acknowledged: the call returned, so its event is committed; record its number
+        os.write(fd, f"ack {sampler.seq} {kind} {what}\n".encode())
+
+
+def crash(store_path: str, ack_path: str, kills: int, seed: int) -> None:
+    rng = random.Random(seed)
+    killed = 0
+    for _ in range(kills):
+        pid = os.fork()
+        if pid == 0:  # child: run the sampler until killed
+            try:
+                _worker(store_path, ack_path)
+            finally:
+                os._exit(3)
+        time.sleep(rng.uniform(0.0, 0.06))
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+            killed += 1
+        else:
+            print(f"worker {pid} ended with status {status} before it was killed", flush=True)
+    print(f"killed {killed}", flush=True)
+
+
+def writer(store: str, prefix: str, ack_path: str, worker: int, rounds: int, writers: int) -> None:
+    sampler = DurableSampler(make_sampler(), HistoryStore(store, table_prefix=prefix), snapshot_every=SNAPSHOT_EVERY)
+    # barrier: start together so that the writers really run concurrently
+    barrier = f"{ack_path}.ready"
+    with open(barrier, "a", encoding="utf-8") as fh:
+        fh.write(f"{worker}\n")
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        with open(barrier, encoding="utf-8") as fh:
+            if len(fh.read().split()) >= writers:
+                break
+        time.sleep(0.01)
+    with open(ack_path, "a", encoding="utf-8") as fh:
+        for r in range(rounds):
+            tasks = sampler.sample(2)
+            for t in tasks:
+                rewards = rewards_for(t["id"], worker * 1000 + r)
+                sampler.update(t, rewards)
+                fh.write(f"{worker} {sampler.seq} {t['id']} {json.dumps(rewards)}\n")
+                fh.flush()
+    sampler.close()
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "crash":
+        crash(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    elif mode == "writer":
+        writer(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]))
+    else:
+        raise SystemExit(f"unknown mode {mode}")
