@@ -88,9 +88,12 @@ def test_host_over_a_durable_sampler_logs_reclaims(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def ray_cluster() -> Any:
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    owner = not ray.is_initialized()  # another test module may have started Ray already: share it
+    if owner:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield ray
-    ray.shutdown()
+    if owner:
+        ray.shutdown()
 
 
 def _work(ray: Any) -> Any:
@@ -127,23 +130,27 @@ def test_many_workers_share_one_sampler(ray_cluster: Any) -> None:
     with pytest.raises(ValueError, match="must be finite"):
         t = remote.sample(1)[0]
         remote.update(t, [float("nan"), 1.0, 1.0])
-    assert remote.metrics()["groups"] == total and remote.state_dict()["counters"]["groups"] == state["counters"]["groups"]
+    assert remote.metrics()["groups"] == total == remote.state_dict()["counters"]["groups"]
+    assert remote.state_dict()["counters"] == {**state["counters"], "dispatched_groups": total + 1}
 
 
 def test_dead_worker_groups_are_reclaimed_after_the_timeout(ray_cluster: Any) -> None:
-    from envsched.ray import launch_sampler
+    from envsched.ray import RemoteSampler, launch_sampler
 
     ray = ray_cluster
     pool = _pool()
-    remote = launch_sampler(lambda: UniformSampler(pool, seed=5), lease_timeout_s=1.0)
+    # the creator keeps its handle (a named, non-detached actor lives as long as its creator's handle)
+    owner = launch_sampler(lambda: UniformSampler(pool, seed=5), lease_timeout_s=1.0, name="envsched-test-leases")
+    remote = RemoteSampler.connect("envsched-test-leases", worker="driver")  # found by name
+    assert remote.worker == "driver" and owner.worker != "driver"
 
     @ray.remote(num_cpus=0.25, max_retries=0)
-    def dies(remote: Any) -> None:
-        remote.sample(3)
+    def dies() -> None:
+        RemoteSampler.connect("envsched-test-leases").sample(3)
         os._exit(1)  # the worker dies holding three groups
 
     with pytest.raises(ray.exceptions.RayError):
-        ray.get(dies.remote(remote))
+        ray.get(dies.remote())
     m = remote.metrics()
     assert m["outstanding_groups"] == 3 and m["leases"] == 3
     late = remote.sample(1)  # this worker is slow: its lease runs out too
@@ -168,16 +175,18 @@ def test_durable_shared_sampler_survives_the_actor(ray_cluster: Any, tmp_path: P
                             lease_timeout_s=60, max_restarts=1)
     ray.get(_work(ray).remote(remote, 4, 0))
     held = remote.sample(2)  # outstanding when the actor dies
+    first = remote.ping()
     ray.kill(remote.actor, no_restart=False)
     deadline = time.time() + 60
     while True:  # Ray restarts the actor; its factory rebuilds the sampler from the store
         try:
-            m = remote.metrics()
-            break
-        except ray.exceptions.RayActorError:
-            if time.time() > deadline:
-                raise
-            time.sleep(0.2)
+            if remote.ping() != first:
+                break
+        except (ray.exceptions.RayActorError, getattr(ray.exceptions, "ActorUnavailableError", OSError)):
+            pass
+        assert time.time() < deadline, "the actor was not restarted"
+        time.sleep(0.2)
+    m = remote.metrics()
     assert m["groups"] == 8 and m["outstanding_groups"] == 2 and m["leases"] == 2
     reference = CurriculumSampler(pool, group_size=2, seed=8)
     for e in HistoryStore(path).events():

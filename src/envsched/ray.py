@@ -254,7 +254,8 @@ class SamplerHost:
             self._adopt_outstanding()
 
     def ping(self) -> str:
-        return "ok"
+        """The host's incarnation id (changes when the actor is restarted)."""
+        return self._epoch
 
 
 # ---------------------------------------------------------------------------------------------- Ray
@@ -275,6 +276,8 @@ def launch_sampler(sampler_factory: Callable[[], Any], *, lease_timeout_s: float
     the shared sampler durable; with ``max_restarts`` > 0 Ray reruns it after the actor dies, and it rebuilds
     the sampler from the store). ``name`` lets other drivers find it with :meth:`RemoteSampler.connect`.
     The actor takes no CPU (``num_cpus=0``) unless ``actor_options`` say otherwise. Ray must be initialised.
+    Keep the returned handle (or pass ``detached=True``): Ray ends a non-detached actor when its creator's
+    handles are gone.
     """
     ray = _ray()
     options: dict[str, Any] = {"num_cpus": 0, "max_restarts": max_restarts, "max_concurrency": 1}
@@ -387,3 +390,7 @@ class RemoteSampler:
 
     def leases(self) -> list[dict[str, Any]]:
         return self._call("leases")
+
+    def ping(self) -> str:
+        """The host's incarnation id; it changes when Ray restarts the actor."""
+        return self._call("ping")

@@ -10,15 +10,15 @@ import pytest
 
 pytest.importorskip("bfcl_eval", reason="needs bfcl-eval: pip install --no-deps bfcl-eval==2026.3.23 mpmath==1.3.0")
 
-from envsched.envs import bfcl  # noqa: E402
-from envsched.envs.base import EnvironmentUnavailable  # noqa: E402
-from envsched.envs.bfcl import (  # noqa: E402
+from envsched.envs import bfcl
+from envsched.envs.base import EnvironmentUnavailable
+from envsched.envs.bfcl import (
     BFCLEnvironment,
     build_bfcl_pool,
     ground_truth_calls,
     replay_reward,
 )
-from envsched.pool import TaskPool  # noqa: E402
+from envsched.pool import TaskPool
 
 EXPECTED_ENVS = {  # bfcl-eval 2026.3.23, the rarest-involved-class rule of envsched.envs.bfcl
     "MessageAPI": 160, "TwitterAPI": 156, "TicketAPI": 124, "MathAPI": 100,
@@ -210,3 +210,13 @@ def test_missing_package_gives_the_install_command(monkeypatch: pytest.MonkeyPat
             BFCLEnvironment()
     finally:
         bfcl._bfcl.cache_clear()
+
+
+def test_episodes_do_not_leak_the_decimal_precision(specs: list[dict]) -> None:
+    import decimal
+
+    before = decimal.getcontext().prec
+    math_tasks = [s for s in specs if s["env"] == "MathAPI"][:10]
+    for s in math_tasks:
+        assert replay_reward(s, ground_truth_calls(s)) == 1.0
+    assert decimal.getcontext().prec == before  # BFCL's MathAPI sets it; envsched keeps that local

@@ -109,7 +109,7 @@ def test_acebench_layouts_and_bad_folders(tmp_path: Path) -> None:
     up = tmp_path / "ACEBench" / "data_all" / "data_en"
     (up / "possible_answer").mkdir(parents=True)
     shutil.copy(ACE / "data_agent_multi_turn.json", up / "data_agent_multi_turn.json")
-    with pytest.raises(FileNotFoundError, match="missing file .*possible_answer"):
+    with pytest.raises(FileNotFoundError, match=r"missing file .*possible_answer"):
         build_acebench_pool(tmp_path / "ACEBench")
     shutil.copy(ACE / "possible_answer" / "data_agent_multi_turn.json", up / "possible_answer")
     assert len(build_acebench_pool(tmp_path / "ACEBench")) == 30  # upstream layout, multi_turn only

@@ -18,16 +18,15 @@ from __future__ import annotations
 import json
 import math
 import threading
-import time
 
 import pytest
 from click.testing import CliRunner
 
 pytest.importorskip("openenv.core.env_server")
 
-from envsched.cli.main import cli  # noqa: E402
-from envsched.envs.openenv_server import ServerThread, make_app, reasoning_gym_entry  # noqa: E402
-from envsched.pool.pool import TaskPool  # noqa: E402
+from envsched.cli.main import cli
+from envsched.envs.openenv_server import ServerThread, make_app, reasoning_gym_entry
+from envsched.pool.pool import TaskPool
 
 CS_TASK = {"id": "cs-3", "env": "reasoning_gym", "split": "test", "group": "chain_sum", "difficulty": 1,
            "initial_state": {"reasoning_gym": {"dataset": "chain_sum", "seed": 42,

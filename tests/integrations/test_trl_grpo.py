@@ -235,3 +235,16 @@ def test_two_processes_gather_groups_across_ranks(setup, tmp_path):
     for r in (r0, r1):
         assert len(r["seen"]) == 3 * 2 and all(ok for _, ok in r["seen"])
     assert [t for t, _ in r0["seen"]] == [t for t, _ in r1["seen"]]
+
+
+def test_unknown_sampler_reward_func_is_refused(setup, tmp_path):
+    _, pool, model_dir, tok = setup
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", num_generations=2,
+                      per_device_train_batch_size=2, max_steps=1)
+
+    def correct(completions, **k):
+        return [0.0] * len(completions)
+
+    with pytest.raises(ValueError, match="sampler_reward_funcs"):
+        EnvSchedGRPOTrainer(model=model_dir, reward_funcs=[correct], args=args, processing_class=tok,
+                            task_sampler=UniformSampler(pool), sampler_reward_funcs=["format"])

@@ -66,17 +66,35 @@ def _worker(store_path: str, ack_path: str) -> None:
         os.write(fd, f"ack {sampler.seq} {kind} {what}\n".encode())
 
 
+def _starts(ack_path: str) -> int:
+    try:
+        with open(ack_path, encoding="utf-8") as fh:
+            return sum(1 for line in fh if line.startswith("start "))
+    except FileNotFoundError:
+        return 0
+
+
 def crash(store_path: str, ack_path: str, kills: int, seed: int) -> None:
+    """Fork a worker and SIGKILL it at a random point, ``kills`` times. A quarter of the kills land at a random
+    time from the fork (often while the worker opens or rebuilds the store); the others at a random time
+    after the worker reported that it is running (so the run makes progress however loaded the machine is)."""
     rng = random.Random(seed)
     killed = 0
     for _ in range(kills):
+        started = _starts(ack_path)
         pid = os.fork()
         if pid == 0:  # child: run the sampler until killed
             try:
                 _worker(store_path, ack_path)
             finally:
                 os._exit(3)
-        time.sleep(rng.uniform(0.0, 0.06))
+        if rng.random() < 0.25:
+            time.sleep(rng.uniform(0.0, 0.05))
+        else:
+            deadline = time.time() + 20
+            while _starts(ack_path) == started and time.time() < deadline:
+                time.sleep(0.002)
+            time.sleep(rng.uniform(0.0, 0.05))
         os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
         if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
@@ -98,8 +116,10 @@ def writer(store: str, prefix: str, ack_path: str, worker: int, rounds: int, wri
             if len(fh.read().split()) >= writers:
                 break
         time.sleep(0.01)
+    rng = random.Random(worker)
     with open(ack_path, "a", encoding="utf-8") as fh:
         for r in range(rounds):
+            time.sleep(rng.uniform(0.0, 0.005))  # give the others a chance at the lock between rounds
             tasks = sampler.sample(2)
             for t in tasks:
                 rewards = rewards_for(t["id"], worker * 1000 + r)

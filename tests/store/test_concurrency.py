@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
 import subprocess
@@ -26,10 +27,10 @@ ROUNDS = 12
 PG_URL = os.environ.get("ENVSCHED_TEST_POSTGRES_URL")
 
 
-def _run_writers(store: str, prefix: str, tmp_path: Path) -> list[tuple[int, int, str, list]]:
+def _run_writers(store: str, prefix: str, tmp_path: Path, rounds: int) -> list[tuple[int, int, str, list]]:
     acks = tmp_path / "acks.txt"
     procs = [subprocess.Popen([sys.executable, str(HERE / "_store_workers.py"), "writer", store, prefix,
-                               str(acks), str(w), str(ROUNDS), str(WRITERS)],
+                               str(acks), str(w), str(rounds), str(WRITERS)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for w in range(WRITERS)]
     for p in procs:
@@ -42,11 +43,11 @@ def _run_writers(store: str, prefix: str, tmp_path: Path) -> list[tuple[int, int
     return out
 
 
-def _check_shared_history(store: HistoryStore, acks: list[tuple[int, int, str, list]]) -> None:
-    total_groups = WRITERS * ROUNDS * 2
+def _check_shared_history(store: HistoryStore, acks: list[tuple[int, int, str, list]], rounds: int) -> None:
+    total_groups = WRITERS * rounds * 2
     assert len(acks) == total_groups
     events = store.events()
-    assert len(events) == WRITERS * ROUNDS * 3  # one sample of 2 and two updates per round and writer
+    assert len(events) == WRITERS * rounds * 3  # one sample of 2 and two updates per round and writer
 
     # every acknowledged update is in the log exactly where its writer saw it, with its rewards
     by_seq = {e.seq: e for e in events}
@@ -61,7 +62,7 @@ def _check_shared_history(store: HistoryStore, acks: list[tuple[int, int, str, l
         lo, hi = spans.get(w, (seq, seq))
         spans[w] = (min(lo, seq), max(hi, seq))
     ordered = sorted(spans.values())
-    assert any(a[1] > b[0] for a, b in zip(ordered, ordered[1:], strict=False)), "writers ran one after another"
+    assert any(a[1] > b[0] for a, b in itertools.pairwise(ordered)), "writers ran one after another"
 
     # one linear history: the shared sampler equals one sampler that served every call in log order
     shared = DurableSampler(workers.make_sampler(), store, snapshot_every=workers.SNAPSHOT_EVERY)
@@ -89,8 +90,8 @@ def _check_shared_history(store: HistoryStore, acks: list[tuple[int, int, str, l
 
 def test_eight_processes_share_one_sqlite_store(tmp_path: Path) -> None:
     path = tmp_path / "shared.sqlite"
-    acks = _run_writers(str(path), "envsched", tmp_path)
-    _check_shared_history(HistoryStore(path), acks)
+    acks = _run_writers(str(path), "envsched", tmp_path, ROUNDS)
+    _check_shared_history(HistoryStore(path), acks, ROUNDS)
 
 
 @pytest.mark.skipif(not PG_URL, reason="ENVSCHED_TEST_POSTGRES_URL is not set (CI runs .ci/postgres.sh)")
@@ -98,8 +99,8 @@ def test_eight_processes_share_one_postgres_store(tmp_path: Path) -> None:
     prefix = f"t_conc_{uuid.uuid4().hex[:10]}"
     store = HistoryStore(PG_URL, table_prefix=prefix)
     try:
-        acks = _run_writers(PG_URL, prefix, tmp_path)
-        _check_shared_history(store, acks)
+        acks = _run_writers(PG_URL, prefix, tmp_path, 6)
+        _check_shared_history(store, acks, 6)
     finally:
         store.drop()
         store.close()

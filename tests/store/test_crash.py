@@ -37,7 +37,7 @@ def test_sigkill_at_random_points_loses_no_acknowledged_update(tmp_path: Path) -
     assert f"killed {KILLS}" in proc.stdout, proc.stdout  # every worker died of SIGKILL, mid-run
 
     starts, acks = _read_acks(ack_path)
-    assert starts >= 10, "too few workers got as far as rebuilding the sampler"
+    assert starts >= KILLS // 2, "too few workers got as far as rebuilding the sampler"
     assert len(acks) >= 100, "too little work between kills to test anything"
     events = HistoryStore(store_path).events()
     assert len(events) >= max(seq for seq, _, _ in acks)

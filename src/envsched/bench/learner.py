@@ -50,9 +50,13 @@ every task (BFCL tasks included), so it carries no sampling noise.
 from __future__ import annotations
 
 import copy
+import json
 import math
+import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -60,7 +64,7 @@ import scipy.sparse as sp
 
 from envsched.pool.pool import TaskPool
 
-__all__ = ["LearnerConfig", "LearnerModel", "task_structure"]
+__all__ = ["LearnerConfig", "LearnerModel", "load_bfcl_memo", "save_bfcl_memo", "task_structure"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,7 @@ class LearnerConfig:
     feature_noise: float = 0.0
     """Share ``q`` of tasks whose real skills differ from what their static features say."""
     reward: Literal["graded", "binary"] = "graded"
-    lr: float = 0.01
+    lr: float = 0.02
     """Competence gain (logits) per unit of group reward std."""
     transfer: float = 0.2
     """Fraction of a shared-skill move that also reaches related skills."""
@@ -170,6 +174,35 @@ def task_structure(task: Mapping[str, Any]) -> tuple[list[str], str, str, int]:
 _BFCL_MEMO: dict[tuple[str, int], float] = {}
 
 
+def load_bfcl_memo(path: str | os.PathLike[str]) -> int:
+    """Merge a memo file written by :func:`save_bfcl_memo` into this process's memo; returns its size."""
+    p = Path(path)
+    if not p.exists():
+        return len(_BFCL_MEMO)
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return len(_BFCL_MEMO)  # a damaged cache is only a cache
+    for tid, masks in data.get("results", {}).items():
+        for mask, r in masks.items():
+            _BFCL_MEMO.setdefault((tid, int(mask)), math.nan if r is None else float(r))
+    return len(_BFCL_MEMO)
+
+
+def save_bfcl_memo(path: str | os.PathLike[str]) -> None:
+    """Write this process's memo (merged with what the file already holds) atomically."""
+    p = Path(path)
+    load_bfcl_memo(p)
+    results: dict[str, dict[str, float | None]] = {}
+    for (tid, mask), r in _BFCL_MEMO.items():
+        results.setdefault(tid, {})[str(mask)] = None if math.isnan(r) else r
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=p.name, suffix=".tmp", dir=p.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump({"format": "envsched.bfcl-memo/1", "results": results}, fh)
+    os.replace(tmp, p)
+
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * x))
 
@@ -185,8 +218,8 @@ class LearnerModel:
 
     _GH_POINTS = 12
 
-    def __init__(self, pool: TaskPool | Sequence[Mapping[str, Any]], config: LearnerConfig | Mapping[str, Any] | None = None,
-                 seed: int = 0) -> None:
+    def __init__(self, pool: TaskPool | Sequence[Mapping[str, Any]],
+                 config: LearnerConfig | Mapping[str, Any] | None = None, seed: int = 0) -> None:
         if config is None:
             config = LearnerConfig()
         elif isinstance(config, Mapping):
@@ -306,7 +339,8 @@ class LearnerModel:
             tools = sorted({_call_name(c) for turn in calls for c in turn})
             if not tools or len(tools) > 20:
                 continue
-            self._bfcl[i] = {"id": str(task.get("id")), "calls": calls, "tools": tools, "num_calls": sum(len(t) for t in calls)}
+            self._bfcl[i] = {"id": str(task.get("id")), "calls": calls, "tools": tools,
+                             "num_calls": sum(len(t) for t in calls)}
             self.num_checks[i] = len(tools)
         if self._bfcl:
             self._bfcl_module = bfcl

@@ -8,6 +8,7 @@ task's ``category``): real generated tasks, but no tools and a single verifier c
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -77,5 +78,3 @@ def load_bench_pool(pool: str | Path | None = None, *, quick: bool = False) -> t
             return mod.benchmark_pool(), "envsched.pool.default.benchmark_pool()"
     return reasoning_gym_pool(), "reasoning-gym fallback: 51 datasets x 50 tasks (reasoning_gym.create_dataset, seed 0)"
 
-
-import importlib  # noqa: E402  (used above lazily)

@@ -8,11 +8,13 @@ Figures per sampler (mean and standard deviation over seeds):
   whole run, dropped groups of dynamic sampling included;
 * ``score@t``: learner score after ``t`` budget steps (``t x B x n`` rollouts);
 * ``rollouts_to_target``: rollouts spent when the learner score first reaches *uniform's best score within
-  its first ``target_step`` steps* (the mean over uniform's seeds of each seed's best); runs that never
-  reach it are left out of the mean and counted in ``target_missed``.
+  its first ``target_step`` steps* with the same seed (same initial learner; the mean over uniform's seeds
+  where uniform did not run that seed); runs that never reach it are left out of the mean and counted in
+  ``target_missed``.
 
 The Table 4 form (cold-start runs): per step, the mean batch variance, the exploitation hit rate
-(share of exploitation picks whose group is mixed; all picks for samplers without an exploitation phase)
+(share of exploitation picks whose group is mixed; all groups for samplers without an exploitation phase
+and for EnvSched's cold-start batch, which has no exploitation picks)
 over all runs and in the low / high initial-variance halves (split at the median step-1 batch variance),
 and the relative gap of batch variance between the halves.
 """
@@ -55,11 +57,12 @@ def summarise(runs: list[dict[str, Any]], cold: list[dict[str, Any]], config: An
     for v in by_run.values():
         v.sort(key=lambda r: r["step"])
     samplers = [s for s in config.samplers if any(k[0] == s for k in by_run)]
-    target = math.nan
-    uniform_best = [max(r["score"] for r in recs if r["step"] <= config.target_step)
-                    for (s, _), recs in by_run.items() if s == "uniform"]
-    if uniform_best:
-        target = float(np.mean(uniform_best))
+    # Uniform's best score within target_step steps, per seed: runs with the same seed face the same
+    # initial learner, so each run is compared with uniform's run of its seed (the mean over uniform's
+    # seeds for a seed uniform did not run).
+    uniform_best = {seed: max(r["score"] for r in recs if r["step"] <= config.target_step)
+                    for (s, seed), recs in by_run.items() if s == "uniform"}
+    target = float(np.mean(list(uniform_best.values()))) if uniform_best else math.nan
     per: dict[str, Any] = {}
     for s in samplers:
         seeds = sorted(seed for (name, seed) in by_run if name == s)
@@ -76,8 +79,9 @@ def summarise(runs: list[dict[str, Any]], cold: list[dict[str, Any]], config: An
         for t in config.score_steps:
             d[f"score@{t}"] = _ms([recs[t - 1]["score"] for recs in rows if len(recs) >= t])
         reach, missed, steps_reach = [], 0, []
-        for recs in rows:
-            hit = next((r for r in recs if not math.isnan(target) and r["score"] >= target), None)
+        for seed, recs in zip(seeds, rows, strict=True):
+            goal = uniform_best.get(seed, target)
+            hit = next((r for r in recs if not math.isnan(goal) and r["score"] >= goal - 1e-12), None)
             if hit is None:
                 missed += 1
             else:
@@ -113,8 +117,10 @@ def _table4(cold: list[dict[str, Any]], config: Any) -> dict[str, Any]:
             recs = [runs[i][k] for i in ids]
 
             def rate(rs: list[dict[str, Any]]) -> float:
-                picks = sum(r["exploit_picks"] if r["exploit_picks"] >= 0 else config.batch_size for r in rs)
-                hits = sum(r["exploit_hits"] if r["exploit_hits"] >= 0 else r["signal_groups"] for r in rs)
+                # a step without exploitation picks (a sampler without the notion, or EnvSched's cold-start
+                # batch) counts all its groups
+                picks = sum(r["exploit_picks"] if r["exploit_picks"] > 0 else config.batch_size for r in rs)
+                hits = sum(r["exploit_hits"] if r["exploit_picks"] > 0 else r["signal_groups"] for r in rs)
                 return hits / picks if picks else math.nan
 
             lo = [r for i, r in zip(ids, recs, strict=True) if i in low]
@@ -168,15 +174,15 @@ def markdown_table(summary: dict[str, Any], config: Any) -> str:
             ("tools_covered", "tools/batch", 1), ("signal_per_episode", "signal groups/episode", 4),
             ("signal_per_cost", "signal groups/cost", 4)]
     cols += [(f"score@{t}", f"score@{t}", 2) for t in config.score_steps]
-    cols += [("rollouts_to_target", "rollouts to uniform-best@%d" % config.target_step, 0)]
+    cols += [("rollouts_to_target", f"rollouts to uniform-best@{config.target_step}", 0)]
     head = "| sampler | " + " | ".join(c[1] for c in cols) + " | missed |"
     lines = [head, "|" + "---|" * (len(cols) + 2)]
     for s, d in summary["samplers"].items():
         cells = [_fmt(d[k], dg) for k, _, dg in cols]
         lines.append(f"| {s} | " + " | ".join(cells) + f" | {d['target_missed']}/{len(d['seeds'])} |")
     out = "\n".join(lines) + "\n"
-    out += f"\nTarget (uniform's best score within {config.target_step} steps, mean over seeds): " \
-           f"{summary['target_score']:.2f}\n"
+    out += f"\nTarget: uniform's best score within {config.target_step} steps, per seed (mean over seeds " \
+           f"{summary['target_score']:.2f})\n"
     for s, t in summary["coldstart"].items():
         out += f"\nCold start ({s}, {t['runs']} runs; Table 4 form)\n\n"
         out += "| step | batch var | hit rate | hit low | hit high | var gap low/high |\n|---|---|---|---|---|---|\n"
@@ -217,9 +223,12 @@ def _plots(run_dir: Path, runs: list[dict[str, Any]], config: Any) -> list[str]:
 
     files = []
     style = {s: ("-" if s in ("envsched", "uniform") else "--") for s in names}
+    cmap = plt.get_cmap("tab20")
+    color = {s: cmap(i % 20) for i, s in enumerate(names)}
     specs = [
         ("batch_variance.png", [("batch_variance", "mean within-task reward variance per batch")]),
-        ("coverage.png", [("envs_covered", "environments covered per batch"), ("tools_covered", "tools covered per batch")]),
+        ("coverage.png", [("envs_covered", "environments covered per batch"),
+                          ("tools_covered", "tools covered per batch")]),
         ("signal_per_episode.png", [("signal_per_episode", "signal groups per episode (cumulative)")]),
         ("score_vs_rollouts.png", [("score", "learner score")]),
     ]
@@ -230,9 +239,9 @@ def _plots(run_dir: Path, runs: list[dict[str, Any]], config: Any) -> list[str]:
                 x, mu, sd = curve(s, key)
                 y = smooth(mu) if key in ("batch_variance", "envs_covered", "tools_covered") else mu
                 lw = 2.2 if s == "envsched" else 1.2
-                ax.plot(x, y, style[s], lw=lw, label=s)
+                ax.plot(x, y, style[s], lw=lw, label=s, color=color[s])
                 if key == "score":
-                    ax.fill_between(x, mu - sd, mu + sd, alpha=0.12)
+                    ax.fill_between(x, mu - sd, mu + sd, alpha=0.08, color=color[s])
             ax.set_xlabel("rollouts spent")
             ax.set_title(title)
             ax.grid(alpha=0.3)

@@ -78,7 +78,7 @@ def available_samplers() -> dict[str, str]:
 
 def envsched_available() -> bool:
     try:
-        import envsched.method.config  # noqa: F401
+        import envsched.method.config
         import envsched.method.sampler  # noqa: F401
     except Exception:
         return False
@@ -94,6 +94,57 @@ _ENVSCHED_VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 _GRAPH_CACHE: dict[str, Any] = {}
+
+
+def bench_cache_dir() -> Path:
+    """``$ENVSCHED_CACHE_DIR/bench`` (default ``~/.cache/envsched/bench``): graphs and BFCL checker memos."""
+    root = os.environ.get("ENVSCHED_CACHE_DIR")
+    return (Path(root) if root else Path.home() / ".cache" / "envsched") / "bench"
+
+
+def envsched_graph(pool: TaskPool) -> Any:
+    """EnvSched's dual-relation graph for ``pool`` with the default GraphConfig: built once, then kept in
+    memory (inherited by forked workers) and pickled in :func:`bench_cache_dir` keyed by the pool's
+    fingerprint, the graph configuration and the source of ``envsched.method``."""
+    fp = pool.fingerprint()
+    if fp in _GRAPH_CACHE:
+        return _GRAPH_CACHE[fp]
+    import pickle
+
+    from envsched.method.config import GraphConfig
+    from envsched.method.graph_build import build_graph
+
+    h = hashlib.sha256((fp + repr(GraphConfig())).encode())
+    method_dir = Path(build_graph.__code__.co_filename).parent
+    for src in sorted(method_dir.glob("*.py")):  # the graph code itself: a changed builder invalidates the cache
+        h.update(src.read_bytes())
+    key = h.hexdigest()[:20]
+    path = bench_cache_dir() / f"graph-{key}.pkl"
+    graph = None
+    if path.exists():
+        try:
+            with path.open("rb") as fh:
+                graph = pickle.load(fh)
+        except Exception:
+            graph = None
+    if graph is None:
+        graph = build_graph(pool, GraphConfig())
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            with tmp.open("wb") as fh:
+                pickle.dump(graph, fh)
+            os.replace(tmp, path)
+    _GRAPH_CACHE[fp] = graph
+    return graph
+
+
+def _memo_path(pool: TaskPool) -> Path:
+    try:
+        from envsched.envs.bfcl import BFCL_VERSION
+    except Exception:
+        BFCL_VERSION = "none"
+    return bench_cache_dir() / f"bfcl-memo-{BFCL_VERSION}.json"
 
 
 def make_bench_sampler(name: str, pool: TaskPool, *, seed: int, batch_size: int = 64,
@@ -124,7 +175,7 @@ def make_bench_sampler(name: str, pool: TaskPool, *, seed: int, batch_size: int 
         fields_ = {"batch_size": batch_size, "rollouts_per_task": group_size, **_ENVSCHED_VARIANTS[name], **opts}
         cfg = SchedulerConfig(**{k: v for k, v in fields_.items()
                                  if k in getattr(SchedulerConfig, "__dataclass_fields__", fields_)})
-        graph = _GRAPH_CACHE.get(pool.fingerprint())
+        graph = envsched_graph(pool)
         kwargs: dict[str, Any] = {"config": cfg, "seed": seed}
         if graph is not None:
             kwargs["graph"] = graph
@@ -336,6 +387,20 @@ def _job(job: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 def _execute(pool: TaskPool, job: Mapping[str, Any], tick: Callable[[int], None] | None,
              structure: _Structure | None = None) -> list[dict[str, Any]]:
+    from envsched.bench.learner import load_bfcl_memo, save_bfcl_memo
+
+    memo = _memo_path(pool)
+    with contextlib.suppress(OSError):
+        load_bfcl_memo(memo)
+    try:
+        return _execute_job(pool, job, tick, structure)
+    finally:
+        with contextlib.suppress(OSError):
+            save_bfcl_memo(memo)
+
+
+def _execute_job(pool: TaskPool, job: Mapping[str, Any], tick: Callable[[int], None] | None,
+                 structure: _Structure | None = None) -> list[dict[str, Any]]:
     cfg = job["config"]
     opts = cfg["sampler_options"].get(job["sampler"], {})
     if job["kind"] == "run":
@@ -359,6 +424,7 @@ def _write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -403,6 +469,8 @@ def run_benchmark(config: BenchConfig, run_dir: str | os.PathLike[str], *, pool:
             jobs.append({"kind": "coldstart", "sampler": name, "seed": -1, "config": cfg_dict})
     total = sum(_job_units(j) for j in jobs)
     todo = [j for j in jobs if not _job_file(run_path, j).exists()]
+    if any(j["sampler"].startswith("envsched") for j in todo):
+        envsched_graph(pool)  # once, before the workers fork
     done_units = total - sum(_job_units(j) for j in todo)
     # Long jobs first (EnvSched variants and cold starts) for better packing.
     todo.sort(key=lambda j: (j["kind"] != "coldstart", not j["sampler"].startswith("envsched")))

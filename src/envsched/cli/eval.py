@@ -198,10 +198,20 @@ def eval_cmd(spec: str, split: str, llm_endpoint: str, model: str, output_dir: P
     if not as_json:
         console.print(f"[bold]envsched eval[/] {spec} split={split}: {n} episodes "
                       f"({len(harness.tasks)} tasks x {len(seed_list)} seeds x {samples_per_task} samples)")
-    try:
-        result = harness.run(output_dir, resume=True)
-    except (ValueError, FileExistsError) as exc:
-        raise click.ClickException(str(exc)) from None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True,
+                  disable=as_json or not console.is_terminal) as bar:
+        job = bar.add_task("episodes", total=n)
+
+        def progress(rec: Any, done: int, total: int) -> None:
+            bar.update(job, completed=done, description=f"episodes ({rec.outcome} {rec.task_id})")
+
+        try:
+            result = harness.run(output_dir, resume=True, progress=progress)
+        except (ValueError, FileExistsError) as exc:
+            raise click.ClickException(str(exc)) from None
     comparison = compare_eval_results(before, result) if before is not None else None
     if comparison is not None:
         (output_dir / "comparison.json").write_text(json.dumps(comparison.to_dict(), indent=2, sort_keys=True))

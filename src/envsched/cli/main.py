@@ -19,13 +19,19 @@ def cli() -> None:
 
 
 def _register() -> None:
+    from envsched.cli.bench import bench
     from envsched.cli.eval import eval_cmd
+    from envsched.cli.explain import explain
     from envsched.cli.pool import pool
     from envsched.cli.run import run
+    from envsched.cli.store import store
 
     cli.add_command(eval_cmd)
     cli.add_command(pool)
     cli.add_command(run)
+    cli.add_command(explain)
+    cli.add_command(bench)
+    cli.add_command(store)
 
 
 _register()

@@ -55,3 +55,7 @@ def inspect_pool(file: Path | None, as_json: bool) -> None:
 from envsched.cli.pool_build import build  # noqa: E402  (registered here; defined in its own module)
 
 pool.add_command(build)
+
+from envsched.cli.pool_graph import graph  # noqa: E402  (registered here; defined in its own module)
+
+pool.add_command(graph)

@@ -38,7 +38,9 @@ held out by ``miss_func`` is not shown before its turn but executes if called.
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
+import decimal
 import functools
 import importlib
 import inspect
@@ -46,7 +48,7 @@ import json
 import re
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -259,8 +261,6 @@ def _tools(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
         for doc in _func_docs(cls):
             tool: dict[str, Any] = {"name": doc["name"], "description": doc.get("description", ""),
                                     "class": cls, "parameters": doc.get("parameters", {})}
-            if "response" in doc:
-                tool["response"] = doc["response"]
             if doc["name"] in missed:
                 tool["available_from_turn"] = missed[doc["name"]]
             tools.append(tool)
@@ -414,6 +414,7 @@ class BFCLEnvironment(Environment):
         self._entry: dict[str, Any] | None = None
         self._model_name = ""
         self._finalizer: weakref.finalize | None = None
+        self._decimal = decimal.Context()
         self._calls: list[list[list[str]]] = []
         self._turn = 0
         self._steps_in_turn = 0
@@ -438,6 +439,8 @@ class BFCLEnvironment(Environment):
         self._model_name = f"envsched_{uuid.uuid4().hex}"
         # An abandoned episode's instances are dropped when this object is garbage-collected.
         self._finalizer = weakref.finalize(self, _drop_instances, self._model_name)
+        self._finalizer.atexit = False
+        self._decimal = decimal.Context()
         self._calls = [[] for _ in entry["question"]]
         self._turn = 0
         self._steps_in_turn = 0
@@ -482,15 +485,16 @@ class BFCLEnvironment(Environment):
             else:
                 results[i] = f"Error during execution: {why}"
         if runnable:
-            out, _ = self._b.execute(
-                func_call_list=runnable,
-                initial_config=self._entry.get("initial_config", {}),
-                involved_classes=self._entry["involved_classes"],
-                model_name=self._model_name,
-                test_entry_id=self._entry["id"],
-                long_context=self._long_context(),
-                is_evaL_run=False,
-            )
+            with _episode_decimal(self._decimal):  # MathAPI sets the decimal precision: keep it per episode
+                out, _ = self._b.execute(
+                    func_call_list=runnable,
+                    initial_config=self._entry.get("initial_config", {}),
+                    involved_classes=self._entry["involved_classes"],
+                    model_name=self._model_name,
+                    test_entry_id=self._entry["id"],
+                    long_context=self._long_context(),
+                    is_evaL_run=False,
+                )
             for pos, res in zip(positions, out, strict=True):
                 results[pos] = res
             self._calls[self._turn].append(runnable)
@@ -563,6 +567,17 @@ class BFCLEnvironment(Environment):
             self._finalizer = None
 
 
+@contextlib.contextmanager
+def _episode_decimal(ctx: decimal.Context) -> Iterator[None]:
+    """Make ``ctx`` the thread's decimal context (BFCL code may change it) and restore the caller's after."""
+    saved = decimal.getcontext()
+    decimal.setcontext(ctx)
+    try:
+        yield
+    finally:
+        decimal.setcontext(saved)
+
+
 def _drop_instances(model_name: str) -> None:
     """Forget the instances BFCL's executor keeps in its module globals under ``model_name``."""
     prefix = _sanitize(model_name)
@@ -577,7 +592,11 @@ def _check(entry: Mapping[str, Any], calls: list[list[list[str]]]) -> tuple[floa
     # Steps with no calls are not steps to BFCL's evaluator (it drops empty decoded responses).
     decoded = [[step for step in turn if step] for turn in calls]
     try:
-        verdict = b.checker(decoded, entry["ground_truth"], dict(entry), entry["id"].rsplit("_", 1)[0], name)
+        # BFCL's MathAPI sets the process-wide decimal precision; keep that inside the episode, starting
+        # from Python's default context, so that neither BFCL nor other code (reasoning-gym's decimal
+        # datasets) sees the other's setting.
+        with _episode_decimal(decimal.Context()):
+            verdict = b.checker(decoded, entry["ground_truth"], dict(entry), entry["id"].rsplit("_", 1)[0], name)
     except Exception as exc:  # the checker itself failed: not a score
         result: tuple[float | None, dict[str, Any]] = (None, {"error": f"{type(exc).__name__}: {exc}"})
     else:

@@ -19,6 +19,7 @@ ends the episode with the reward of the dataset's ``score_answer``.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import functools
 import inspect
 import json
@@ -77,6 +78,15 @@ def _rg() -> Any:
     except ImportError as exc:  # pragma: no cover - reasoning-gym is a core dependency
         raise EnvironmentUnavailable(f"reasoning-gym is not installed ({exc}); install it: {_RG_INSTALL}") from exc
     return reasoning_gym, factory
+
+
+def _decimal_context() -> decimal.localcontext:
+    """Python's default decimal context, whatever the process's current one is.
+
+    Decimal datasets (``decimal_chain_sum``, ``decimal_arithmetic``) compute with the ambient context, which
+    other code changes (BFCL's MathAPI sets the global precision); a fixed context keeps items reproducible.
+    """
+    return decimal.localcontext(decimal.Context())
 
 
 def rg_version() -> str:
@@ -141,7 +151,7 @@ def _seed(base: int, name: str, tier: int, split: str) -> int:
     return (int(base) * 1_000_003 + zlib.crc32(f"{name}/{split}/{tier}".encode())) % (2**31 - 1)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=1024)
 def _dataset(name: str, config_json: str, seed: int, size: int) -> Any:
     _, factory = _rg()
     return factory.create_dataset(name, size=size, seed=seed, **json.loads(config_json))
@@ -162,7 +172,8 @@ def regenerate_item(task: Mapping[str, Any]) -> dict[str, Any]:
     if not 0 <= int(m["item"]) < int(m["size"]):
         raise ValueError(f"task {task.get('id')!r}: item {m['item']} outside 0..{m['size'] - 1}")
     ds = _dataset(m["dataset"], json.dumps(m["config"], sort_keys=True), int(m["seed"]), int(m["size"]))
-    return ds[int(m["item"])]
+    with _decimal_context():
+        return ds[int(m["item"])]
 
 
 def score_task_answer(task: Mapping[str, Any], answer: str | None) -> float:
@@ -170,7 +181,8 @@ def score_task_answer(task: Mapping[str, Any], answer: str | None) -> float:
     m = _meta(task)
     item = regenerate_item(task)
     ds = _dataset(m["dataset"], json.dumps(m["config"], sort_keys=True), int(m["seed"]), int(m["size"]))
-    return float(ds.score_answer(answer, entry=item))
+    with _decimal_context():
+        return float(ds.score_answer(answer, entry=item))
 
 
 @functools.cache
@@ -258,7 +270,8 @@ def build_reasoning_gym_pool(datasets: Iterable[str] | str | None = None, *,
             tier_seed = _seed(seed, name, tier, split)
             ds = _dataset(name, json.dumps(cfg, sort_keys=True), tier_seed, n_tier)
             for item_index in range(n_tier):
-                item = ds[item_index]
+                with _decimal_context():
+                    item = ds[item_index]
                 specs.append({
                     "id": f"reasoning_gym/{name}-{split}-{k}",
                     "env": name,
@@ -320,7 +333,8 @@ class ReasoningGymEnvironment(Environment):
         ds = _dataset(m["dataset"], json.dumps(m["config"], sort_keys=True), int(m["seed"]), int(m["size"]))
         info: dict[str, Any] = {}
         try:
-            self._reward = float(ds.score_answer(action, entry=self._item))
+            with _decimal_context():
+                self._reward = float(ds.score_answer(action, entry=self._item))
         except Exception as exc:  # the dataset's scorer failed on this answer: unscored, not zero
             self._reward = None
             self.last_error = f"{type(exc).__name__}: {exc}"

@@ -290,6 +290,9 @@ class EvalHarness:
             raise ValueError(f"split must be a non-empty string, got {split!r}")
         if not episode_timeout_s > 0 or not backoff_s >= 0 or not backoff_max_s >= 0:
             raise ValueError("episode_timeout_s must be > 0 and the backoffs >= 0")
+        if samples_per_task > 1 and getattr(policy, "temperature", None) == 0:
+            raise ValueError("samples_per_task > 1 needs a policy temperature > 0 (otherwise every sample of a "
+                             "task is the same completion)")
         if seeds is not None:
             seeds = list(seeds)
             if not seeds or len(set(seeds)) != len(seeds):

@@ -105,7 +105,7 @@ _VERBS: dict[str, tuple[str, ...]] = {
     "search": ("search", "list", "filter", "browse", "find", "query", "ls", "grep", "match", "scan", "lookup",
                "explore"),
     "lookup": ("get", "read", "check", "view", "show", "fetch", "retrieve", "display", "describe", "load",
-               "inspect", "cat", "info", "details", "status", "detail", "balance", "pwd", "wc", "tail",
+               "inspect", "cat", "info", "details", "status", "detail", "balance", "pwd", "wc", "tail", "look",
                "head", "diff", "stat", "du", "echo"),
 }
 _VERB_TO_FAMILY: dict[str, str] = {}
@@ -186,14 +186,22 @@ _GATE_INDEX = _word_index(_GATE_WORDS)
 _CONFLICT_INDEX = _word_index(_CONFLICT_WORDS)
 
 
+def _phrase_re(phrases: dict[str, tuple[str, ...]]) -> re.Pattern[str]:
+    return re.compile("|".join(f"(?P<{k}>{'|'.join(re.escape(p) for p in ps)})" for k, ps in phrases.items()))
+
+
+_PHRASE_RES: dict[int, re.Pattern[str]] = {}
+
+
 def _hits(low: str, words: set[str], index: dict[str, list[str]],
           phrases: dict[str, tuple[str, ...]]) -> set[str]:
     found: set[str] = set()
     for w in words & index.keys():
         found.update(index[w])
-    for kind, ps in phrases.items():
-        if kind not in found and any(p in low for p in ps):
-            found.add(kind)
+    pattern = _PHRASE_RES.get(id(phrases))
+    if pattern is None:
+        pattern = _PHRASE_RES[id(phrases)] = _phrase_re(phrases)
+    found.update(m.lastgroup for m in pattern.finditer(low) if m.lastgroup)
     return found
 
 
@@ -288,6 +296,7 @@ def mask_literals(text: str) -> tuple[str, Counter[str]]:
 
 
 # --------------------------------------------------------------------------- operations
+@lru_cache(maxsize=200_000)
 def _verb_family(word: str) -> str | None:
     """Family of a verb, also in inflected form (``cancelled`` -> delete, ``updating`` -> update)."""
     fam = _VERB_TO_FAMILY.get(word)
@@ -470,10 +479,16 @@ def extract_abstraction(spec: Mapping[str, Any], *, max_chars: int = 4000,
     code_low = code[:max_chars].lower()
     evidence_low = " \n ".join([instr_low, *checks_low, code_low])
     evidence_words = set(_WORD_RE.findall(evidence_low))
+    evidence_families = {f for f in map(_verb_family, evidence_words) if f}
+    if any(p in evidence_low for p in ("log in", "sign in", "log on")):
+        evidence_families.add("authenticate")
+    if "look up" in evidence_low:
+        evidence_families.add("lookup")
 
     # operations
     operations: list[dict[str, Any]] = []
     analysed = []
+    infos = []
     for t in tools:
         info = tool_cache.get(id(t)) if tool_cache is not None else None
         if info is None:
@@ -482,10 +497,17 @@ def extract_abstraction(spec: Mapping[str, Any], *, max_chars: int = 4000,
                                  json.dumps(params, separators=(",", ":")))
             if tool_cache is not None:
                 tool_cache[id(t)] = info
+        infos.append(info)
+    family_count = Counter(info["family"] for info in infos)
+    for t, info in zip(tools, infos, strict=True):
         name_low = str(t["name"]).lower()
         words = info["words"]
         required = name_low in evidence_low or (
             len(words) > 1 and all(w in evidence_words for w in words if w not in ("the", "a", "of", "by")))
+        if not required and info["family"] in evidence_families:
+            # the task asks for this kind of operation: this tool, if it names a mentioned entity or is
+            # the only tool of that family
+            required = bool(info["entities"] & evidence_words) or family_count[info["family"]] == 1
         first_pos = evidence_low.find(name_low) if required else -1
         if required and first_pos < 0:
             first_pos = min((evidence_low.find(w) for w in words if w in evidence_words), default=-1)
@@ -605,8 +627,10 @@ def abstract_tokens(rep: Mapping[str, Any]) -> dict[str, list[str]]:
             op_tokens.append(f"in:{fam}:{c}")
             if o.get("required"):
                 op_tokens.append(f"reqin:{fam}:{c}")
-    op_tokens.append(f"nreq:{_bin(len(req))}")
-    op_tokens.append(f"nops:{_bin(len(ops))}")
+    if req:
+        op_tokens.append(f"nreq:{_bin(len(req))}")
+    if ops:
+        op_tokens.append(f"nops:{_bin(len(ops))}")
     fams_req = Counter(o.get("family", "other") for o in req)
     op_tokens += [f"reqfam:{f}:{_bin(n)}" for f, n in fams_req.items()]
 
@@ -617,7 +641,8 @@ def abstract_tokens(rep: Mapping[str, Any]) -> dict[str, list[str]]:
     dep_tokens += [f"depkind:{d.get('kind')}" for d in rep.get("dependencies") or []]
     check_tokens: list[str] = []
     groups = rep.get("check_groups") or []
-    check_tokens.append(f"ngroups:{_bin(len(groups))}")
+    if groups:
+        check_tokens.append(f"ngroups:{_bin(len(groups))}")
     for g in groups:
         c = g.get("controlled_by", "other")
         check_tokens.append(f"group:{c}")

@@ -28,7 +28,7 @@ adaptive bandwidth ``sigma_i`` (B)     ``GraphConfig.bandwidth_rank``: sigma_i  
                                        is node i's distance to its r-th         (within) and 6 (cross)
                                        nearest neighbour of the relation
 bandwidth floor                        ``GraphConfig.min_bandwidth``            1e-3
-neighbour weight ``w_ij`` (B)          ``exp(-d_ij^2 / (sigma_i sigma_j))``,    --
+neighbour weight ``w_ij`` (B)          ``exp(-d_ij^2 / (2 sigma_i^2))``,        --
                                        normalised over the row
 "shares nothing" cut                   ``GraphConfig.min_similarity``: a pair   0.0 (strictly positive
                                        with S <= it is never an edge            similarity needed)
@@ -77,8 +77,9 @@ ablations (3.4.1)                      ``mode`` (``coverage_only`` /            
 =====================================  =======================================  ==========================
 
 The paper gives the view weights and the two neighbour counts; it does not publish the bandwidth rule.
-The rule used here is local scaling (Zelnik-Manor & Perona, 2004): each node's bandwidth is its distance
-to a middle-ranked neighbour, so dense and sparse regions of the pool both get informative weights.
+The rule used here is a per-node Gaussian bandwidth in the spirit of local scaling (Zelnik-Manor &
+Perona, 2004): each node's bandwidth is its distance to a middle-ranked neighbour, so dense and sparse
+regions of the pool both get informative weights.
 """
 
 from __future__ import annotations
@@ -174,6 +175,8 @@ class GraphConfig:
         ann_threads: threads for the approximate index (``0``: all cores).
         recall_sample: number of nodes on which recall@K of the approximate search is measured against
             exact search (``0``: not measured).
+        workers: processes for the static abstraction of large pools (``0``: all cores; ``1``: serial).
+        parallel_min_tasks: pools smaller than this are abstracted serially.
         seed: random seed (SVD, index construction, recall sample).
         llm_endpoint, llm_model: OpenAI-compatible endpoint and model for ``abstraction="llm"``.
         llm_cache_dir: where LLM abstractions are cached (``None``: ``~/.cache/envsched/abstractions``).
@@ -195,13 +198,15 @@ class GraphConfig:
     exact_max_nodes: int = 20_000
     exact_block_rows: int = 1024
     ann_backend: str = "hnswlib"
-    ann_dense_dim: int = 128
-    ann_m: int = 16
-    ann_ef_construction: int = 100
+    ann_dense_dim: int = 256
+    ann_m: int = 12
+    ann_ef_construction: int = 64
     ann_ef_search: int = 64
     ann_oversample: int = 4
     ann_threads: int = 0
     recall_sample: int = 500
+    workers: int = 0
+    parallel_min_tasks: int = 20_000
     seed: int = 0
     llm_endpoint: str | None = None
     llm_model: str | None = None
@@ -237,8 +242,8 @@ class GraphConfig:
                      "ann_ef_search", "ann_oversample", "min_df", "initial_context_max_chars"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.recall_sample < 0 or self.ann_threads < 0:
-            problems.append("recall_sample and ann_threads must be >= 0")
+        if self.recall_sample < 0 or self.ann_threads < 0 or self.workers < 0 or self.parallel_min_tasks < 0:
+            problems.append("recall_sample, ann_threads, workers and parallel_min_tasks must be >= 0")
         if problems:
             raise ValueError("invalid GraphConfig: " + "; ".join(problems))
 
@@ -268,7 +273,7 @@ class GraphConfig:
     def graph_key(self) -> dict[str, Any]:
         """The fields that change the graph (the LLM cache location and thread count do not)."""
         d = self.to_dict()
-        for k in ("ann_threads", "llm_cache_dir", "recall_sample"):
+        for k in ("ann_threads", "llm_cache_dir", "recall_sample", "workers", "parallel_min_tasks"):
             d.pop(k, None)
         return d
 

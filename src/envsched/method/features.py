@@ -37,8 +37,12 @@ __all__ = ["FeatureSpace", "Features", "build_features", "task_views"]
 _TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 
 
-def _identity(tokens: list[str]) -> list[str]:
-    return tokens
+def _split(doc: str) -> list[str]:
+    return doc.split()
+
+
+def _joined(tokens: str | Sequence[str]) -> str:
+    return tokens if isinstance(tokens, str) else " ".join(tokens)
 
 
 def _json_text(value: Any, limit: int) -> str:
@@ -60,19 +64,31 @@ def _tool_description(tool: Mapping[str, Any], limit: int) -> str:
     return " ".join(parts)
 
 
-def task_views(spec: Mapping[str, Any], *, max_chars: int = 4000) -> dict[str, str]:
-    """The six concrete view texts of one task spec (empty string for a missing field)."""
+def task_views(spec: Mapping[str, Any], *, max_chars: int = 4000,
+               tool_cache: dict[int, tuple[str, str]] | None = None) -> dict[str, str]:
+    """The six concrete view texts of one task spec (empty string for a missing field).
+
+    ``tool_cache``: a dict kept by the caller while the specs stay alive; a tool list shared by several
+    tasks (one environment's) is then rendered once.
+    """
     verifier = spec.get("verifier") or {}
     checks = verifier.get("checks") if isinstance(verifier, Mapping) else None
     code = verifier.get("code") if isinstance(verifier, Mapping) else None
-    tools = [t for t in (spec.get("tools") or []) if isinstance(t, Mapping)]
+    raw_tools = spec.get("tools") or []
+    ops = tool_cache.get(id(raw_tools)) if tool_cache is not None else None
+    if ops is None:
+        tools = [t for t in raw_tools if isinstance(t, Mapping)]
+        ops = (" ".join(str(t.get("name", "")) for t in tools),
+               "\n".join(_tool_description(t, max_chars) for t in tools)[: max_chars * 8])
+        if tool_cache is not None:
+            tool_cache[id(raw_tools)] = ops
     return {
         "task_text": (spec.get("instruction") or "")[: max_chars * 4],
         "verifier_checks": "\n".join(c for c in (checks or []) if isinstance(c, str))[: max_chars * 4],
         "verifier_code": (code or "")[: max_chars * 4],
         "initial_context": _json_text(spec.get("initial_state"), max_chars),
-        "operation_names": " ".join(str(t.get("name", "")) for t in tools),
-        "operation_description": "\n".join(_tool_description(t, max_chars) for t in tools)[: max_chars * 8],
+        "operation_names": ops[0],
+        "operation_description": ops[1],
     }
 
 
@@ -86,7 +102,7 @@ class _View:
     def counter(self, config: GraphConfig, *, abstract: bool) -> CountVectorizer:
         kw: dict[str, Any] = {"dtype": np.float32}
         if abstract:
-            kw.update(analyzer=_identity, lowercase=False)
+            kw.update(analyzer=_split, lowercase=False)
         else:
             kw.update(token_pattern=_TOKEN_PATTERN)
         if self.vocabulary is not None:
@@ -102,9 +118,8 @@ class _View:
         uniq: dict[Any, int] = {}
         inverse = np.empty(len(docs), dtype=np.int64)
         for i, d in enumerate(docs):
-            key = tuple(d) if abstract else d
-            inverse[i] = uniq.setdefault(key, len(uniq))
-        udocs = [list(k) for k in uniq] if abstract else list(uniq)
+            inverse[i] = uniq.setdefault(d, len(uniq))
+        udocs = list(uniq)
         counter = self.counter(config, abstract=abstract)
         if fit:
             if not any(udocs):
@@ -232,7 +247,8 @@ class Features:
     report: dict[str, Any]
 
 
-def build_features(specs: Sequence[Mapping[str, Any]], abstract_tokens_list: Sequence[Mapping[str, list[str]]],
+def build_features(specs: Sequence[Mapping[str, Any]],
+                   abstract_tokens_list: Sequence[Mapping[str, str | Sequence[str]]],
                    config: GraphConfig, *, space: FeatureSpace | None = None,
                    progress: Callable[[str], None] | None = None) -> Features:
     """Vectorise ``specs`` (concrete views) and their abstract token views.
@@ -240,7 +256,8 @@ def build_features(specs: Sequence[Mapping[str, Any]], abstract_tokens_list: Seq
     Args:
         specs: task specs, in pool order.
         abstract_tokens_list: for each spec, :func:`~envsched.method.abstraction.abstract_tokens` of its
-            abstract representation.
+            abstract representation (per view a token list, or the tokens joined by spaces, which
+            large pools use: equal strings are stored once).
         config: weights and TF-IDF settings.
         space: a fitted space to transform into (incremental growth); ``None`` fits a new one.
         progress: called with a short label before each stage.
@@ -260,8 +277,9 @@ def build_features(specs: Sequence[Mapping[str, Any]], abstract_tokens_list: Seq
     examples: dict[str, list[str]] = {v: [] for v in FULL_VIEWS}
     if progress:
         progress("concrete views")
+    tool_cache: dict[int, tuple[str, str]] = {}
     for spec in specs:
-        views = task_views(spec, max_chars=max_chars)
+        views = task_views(spec, max_chars=max_chars, tool_cache=tool_cache)
         for v in FULL_VIEWS:
             text = views[v]
             full_docs[v].append(text)
@@ -269,7 +287,7 @@ def build_features(specs: Sequence[Mapping[str, Any]], abstract_tokens_list: Seq
                 missing[v] += 1
                 if len(examples[v]) < 5:
                     examples[v].append(str(spec.get("id")))
-    abs_docs: dict[str, list[list[str]]] = {v: [list(t.get(v, [])) for t in abstract_tokens_list]
+    abs_docs: dict[str, list[str]] = {v: [_joined(t.get(v, "")) for t in abstract_tokens_list]
                                             for v in ABSTRACT_VIEWS}
     if progress:
         progress("tf-idf (concrete)")

@@ -13,6 +13,7 @@ Memory is O(N (D + K)).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -21,8 +22,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from envsched.method.abstraction import abstract_tokens, extract_abstraction
-from envsched.method.config import GraphConfig
-from envsched.method.features import build_features
+from envsched.method.config import ABSTRACT_VIEWS, GraphConfig
+from envsched.method.features import FeatureSpace, build_features
 from envsched.method.graph import DualRelationGraph
 from envsched.method.neighbors import (
     adaptive_weights,
@@ -34,7 +35,7 @@ from envsched.method.neighbors import (
 )
 from envsched.pool import TaskPool
 
-__all__ = ["ProgressFn", "build_graph", "compute_abstractions", "extend_graph"]
+__all__ = ["ProgressFn", "build_graph", "compute_abstractions", "extend_graph", "static_abstract_tokens"]
 
 #: ``progress(stage, advance, total)``: ``stage`` names the step, ``advance`` tasks just done, ``total``
 #: tasks in the step (a new ``stage`` starts a new step).
@@ -70,8 +71,75 @@ def compute_abstractions(specs: Sequence[Mapping[str, Any]], config: GraphConfig
     return out
 
 
-def _tokens(reps: Sequence[Mapping[str, Any]]) -> list[dict[str, list[str]]]:
-    return [abstract_tokens(r) for r in reps]
+def _tokens(reps: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    intern = _Interner()
+    return [intern(_joined_views(r)) for r in reps]
+
+
+def _joined_views(rep: Mapping[str, Any]) -> tuple[str, ...]:
+    toks = abstract_tokens(rep)
+    return tuple(" ".join(toks[v]) for v in ABSTRACT_VIEWS)
+
+
+def _static_tokens_chunk(args: tuple[list[Mapping[str, Any]], int]) -> list[tuple[str, ...]]:
+    """Worker: static abstraction of a chunk of specs as joined token views (runs in a child process)."""
+    specs, max_chars = args
+    cache: dict[int, dict[str, Any]] = {}
+    return [_joined_views(extract_abstraction(s, max_chars=max_chars, tool_cache=cache)) for s in specs]
+
+
+class _Interner:
+    """Equal abstract views are stored once (they repeat a lot across a large pool)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, str] = {}
+
+    def __call__(self, views: tuple[str, ...]) -> dict[str, str]:
+        return {v: self.seen.setdefault(d, d) for v, d in zip(ABSTRACT_VIEWS, views, strict=True)}
+
+
+def static_abstract_tokens(specs: Sequence[Mapping[str, Any]], config: GraphConfig, *,
+                           progress: ProgressFn | None = None) -> list[dict[str, str]]:
+    """Abstract token views of every spec with the static extractor, in ``config.workers`` processes.
+
+    Specs travel to the workers in chunks (pickled), so the parent's pool is never shared copy-on-write.
+    Serial below ``parallel_min_tasks`` tasks (process start-up would cost more than it saves).
+    """
+    progress = progress or _noop
+    n = len(specs)
+    workers = config.workers or (os.cpu_count() or 1)
+    if workers <= 1 or n < config.parallel_min_tasks:
+        cache: dict[int, dict[str, Any]] = {}
+        intern = _Interner()
+        out = []
+        step = max(1, n // 100)
+        for i, spec in enumerate(specs):
+            out.append(intern(_joined_views(extract_abstraction(
+                spec, max_chars=config.initial_context_max_chars, tool_cache=cache))))
+            if (i + 1) % step == 0 or i + 1 == n:
+                progress("abstraction (static)", step if (i + 1) % step == 0 else (i + 1) % step, n)
+        return out
+    import gc
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    chunk = 2000
+    jobs = ((list(specs[i:i + chunk]), config.initial_context_max_chars) for i in range(0, n, chunk))
+    out: list[dict[str, str]] = []
+    intern = _Interner()
+    methods = mp.get_all_start_methods()
+    ctx = mp.get_context("fork" if "fork" in methods else "spawn")
+    # fork: workers start at once and need no importable __main__; gc.freeze keeps the children's
+    # garbage collector off the parent's objects, so the pool's pages stay shared (no copy-on-write)
+    gc.freeze()
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as ex:
+            for part in ex.map(_static_tokens_chunk, jobs):
+                out.extend(intern(views) for views in part)
+                progress("abstraction (static)", len(part), n)
+    finally:
+        gc.unfreeze()
+    return out
 
 
 def _cross(features: sp.csr_matrix, env_codes: np.ndarray, config: GraphConfig, progress: ProgressFn, *,
@@ -102,7 +170,7 @@ def _cross(features: sp.csr_matrix, env_codes: np.ndarray, config: GraphConfig, 
         t = time.perf_counter()
         ex_i, ex_s = exact_cross_neighbors(features, env_codes, config.k_cross, rows=rows_all[pick],
                                            candidates=candidates, min_similarity=config.min_similarity,
-                                           block_rows=64)
+                                           block_rows=16)
         stats["recall_at_k"] = recall_at_k(idx[pick], ex_i, ex_s, features, rows_all[pick])
         stats["recall_seconds"] = round(time.perf_counter() - t, 3)
     return idx, sim, stats
@@ -141,7 +209,8 @@ def _finish(pool: TaskPool, config: GraphConfig, full: sp.csr_matrix, abstract: 
 
 
 def build_graph(pool: TaskPool, config: GraphConfig | None = None, *, progress: ProgressFn | None = None,
-                abstractions: Sequence[Mapping[str, Any]] | None = None) -> DualRelationGraph:
+                abstractions: Sequence[Mapping[str, Any]] | None = None,
+                feature_space: FeatureSpace | None = None) -> DualRelationGraph:
     """Build the dual-relation graph of ``pool`` (see the module doc for the steps and their cost).
 
     Args:
@@ -150,6 +219,8 @@ def build_graph(pool: TaskPool, config: GraphConfig | None = None, *, progress: 
         progress: optional ``progress(stage, advance, total)`` callback (the CLI draws a bar with it).
         abstractions: precomputed abstract representations, one per task (e.g. from an LLM run); by
             default they are computed as ``config.abstraction`` says.
+        feature_space: a fitted feature space to map the tasks into (e.g. ``other_graph.feature_space``)
+            instead of fitting vocabularies and IDF on this pool.
 
     Returns:
         The :class:`DualRelationGraph`; ``graph.report`` holds missing fields, timings, the neighbour
@@ -164,15 +235,18 @@ def build_graph(pool: TaskPool, config: GraphConfig | None = None, *, progress: 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     specs = list(pool)
-    if abstractions is None:
-        abstractions = compute_abstractions(specs, config, progress=progress)
-    elif len(abstractions) != len(specs):
-        raise ValueError(f"{len(abstractions)} abstractions given for a pool of {len(specs)} tasks")
+    if abstractions is not None:
+        if len(abstractions) != len(specs):
+            raise ValueError(f"{len(abstractions)} abstractions given for a pool of {len(specs)} tasks")
+        toks = _tokens(abstractions)
+    elif config.abstraction == "static":
+        toks = static_abstract_tokens(specs, config, progress=progress)
+    else:
+        toks = _tokens(compute_abstractions(specs, config, progress=progress))
+    del abstractions
     timings["abstraction"] = time.perf_counter() - t0
     t = time.perf_counter()
-    toks = _tokens(abstractions)
-    del abstractions
-    feats = build_features(specs, toks, config, progress=lambda s: progress(s, 0, 0))
+    feats = build_features(specs, toks, config, space=feature_space, progress=lambda s: progress(s, 0, 0))
     del toks
     timings["features"] = time.perf_counter() - t
     env_codes = np.asarray(pool.env_codes)
@@ -181,7 +255,9 @@ def build_graph(pool: TaskPool, config: GraphConfig | None = None, *, progress: 
     timings["within"] = time.perf_counter() - t
     t = time.perf_counter()
     c_idx, c_sim, c_stats = _cross(feats.abstract, env_codes, config, progress)
-    timings["cross"] = time.perf_counter() - t
+    timings["cross"] = time.perf_counter() - t - float(c_stats.get("recall_seconds", 0.0))
+    if "recall_seconds" in c_stats:
+        timings["recall_check"] = float(c_stats["recall_seconds"])
     report = {"features": feats.report, "within": w_stats, "cross": c_stats}
     t = time.perf_counter()
     graph = _finish(pool, config, feats.full, feats.abstract, feats.space, w_idx, w_sim, c_idx, c_sim, report)

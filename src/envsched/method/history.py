@@ -54,8 +54,9 @@ def observation_statistics(scored: np.ndarray) -> tuple[float, float, float] | N
     x = np.asarray(scored, dtype=float)
     if x.size == 0:
         return None
-    m = float(x.mean())
-    v = float(x.var())
+    vals = x.tolist()  # groups are small: plain floats beat numpy's per-call overhead
+    m = math.fsum(vals) / len(vals)
+    v = max(0.0, math.fsum((r - m) ** 2 for r in vals) / len(vals))
     denom = m * (1.0 - m)
     d = min(1.0, v / denom) if denom > 1e-12 else 0.0
     return m, v, d
@@ -233,18 +234,33 @@ class History:
 
     def step_references(self) -> tuple[np.ndarray, np.ndarray]:
         """Per dispatch step: mean ``(m, v, d)`` of its observed scored groups ``(S, 3)``, and whether the step
-        has a step-level reference (enough of its groups observed) ``(S,)``."""
+        has a step-level reference (enough of its groups observed) ``(S,)``.
+
+        Exploitation groups are chosen *for* high predicted variance, so they would bias a reference meant to
+        track the policy's overall level: a step's reference uses its other groups (cold start, coverage,
+        fill, external), and only a step that has none of those (the exploitation-only ablation) uses its
+        exploitation groups.
+        """
         steps = max(self.step, 1)
+        expl = _PHASE_CODE["exploitation"]
         mask = self._scored_mask()
-        st = self.obs.col("step")[mask]
+        st_all = self.obs.col("step")[mask]
+        not_expl = self.obs.col("phase")[mask] != expl
+        d_step, d_phase = self.dispatch.col("step"), self.dispatch.col("phase")
+        disp_other = np.bincount(d_step[d_phase != expl], minlength=steps)[:steps]
+        disp_all = np.zeros(steps)
+        disp_all[: len(self._batch_sizes)] = self._batch_sizes
+        cnt_other = np.bincount(st_all[not_expl], minlength=steps).astype(float)
+        use_other = (disp_other > 0) | (cnt_other > 0)  # per step: reference from non-exploitation groups
+        sel = np.where(use_other[st_all], not_expl, True)
+        st = st_all[sel]
         cnt = np.bincount(st, minlength=steps).astype(float)
         refs = np.zeros((steps, 3))
         for j, name in enumerate(("m", "v", "d")):
-            sums = np.bincount(st, weights=self.obs.col(name)[mask], minlength=steps)
+            sums = np.bincount(st, weights=self.obs.col(name)[mask][sel], minlength=steps)
             refs[:, j] = np.divide(sums, cnt, out=np.full(steps, np.nan), where=cnt > 0)
-        sizes = np.zeros(steps)
-        sizes[: len(self._batch_sizes)] = self._batch_sizes
-        need = np.maximum(1.0, np.ceil(self.config.reference_min_fraction * sizes))
+        dispatched = np.where(use_other, disp_other, disp_all)
+        need = np.maximum(1.0, np.ceil(self.config.reference_min_fraction * dispatched))
         has = (cnt >= need) & (cnt > 0)
         return refs, has
 

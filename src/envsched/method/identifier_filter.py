@@ -239,7 +239,8 @@ class BfclIdentifierFilter:
                                  "does not lower the reward")
 
 
-def bfcl_transcript(task: Mapping[str, Any], calls_per_turn: Sequence[Sequence[str]]) -> tuple[list[Any], list[list[str]]]:
+def bfcl_transcript(task: Mapping[str, Any],
+                    calls_per_turn: Sequence[Sequence[str]]) -> tuple[list[Any], list[list[str]]]:
     """Execute ``calls_per_turn`` in a fresh :class:`~envsched.envs.bfcl.BFCLEnvironment`, one call per step:
     the user messages of each turn and the output of every call."""
     from envsched.envs.bfcl import BFCLEnvironment

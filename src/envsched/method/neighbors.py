@@ -129,7 +129,7 @@ def exact_cross_neighbors(features: sp.csr_matrix, env_codes: np.ndarray, k: int
 
 
 def pair_similarities(features: sp.csr_matrix, rows: np.ndarray, cols: np.ndarray, *,
-                      chunk: int = 200_000) -> np.ndarray:
+                      chunk: int = 100_000) -> np.ndarray:
     """Exact ``features[rows[i]] . features[cols[i]]`` for each pair (``cols < 0`` gives 0)."""
     rows = np.asarray(rows, dtype=np.int64).ravel()
     cols = np.asarray(cols, dtype=np.int64).ravel()
@@ -142,50 +142,69 @@ def pair_similarities(features: sp.csr_matrix, rows: np.ndarray, cols: np.ndarra
     return out
 
 
-def _dense_projection(features: sp.csr_matrix, dim: int, seed: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """Dense, L2-normalised rows for the index: the features themselves, or a truncated SVD of them."""
-    from sklearn.preprocessing import normalize
+class _Projector:
+    """Dense, L2-normalised rows for the index, computed on demand (the whole dense matrix is never held).
 
-    if features.shape[1] <= dim:
-        dense = np.asarray(features.todense(), dtype=np.float32)
-        return dense, None
-    from sklearn.decomposition import TruncatedSVD
+    The features themselves when they have at most ``dim`` columns (cosine preserved exactly), else a
+    truncated SVD to ``dim`` dimensions (fitted on at most 200,000 rows) re-normalised.
+    """
 
-    svd = TruncatedSVD(n_components=dim, algorithm="randomized", n_iter=4, random_state=seed)
-    fit_rows = features
-    if features.shape[0] > 200_000:  # the components are well estimated from a sample
-        rng = np.random.default_rng(seed)
-        fit_rows = features[np.sort(rng.choice(features.shape[0], 200_000, replace=False))]
-    svd.fit(fit_rows)
-    comp = svd.components_.astype(np.float32)
-    dense = np.empty((features.shape[0], dim), dtype=np.float32)
-    for start in range(0, features.shape[0], 100_000):
-        dense[start:start + 100_000] = features[start:start + 100_000] @ comp.T
-    normalize(dense, copy=False)
-    return dense, comp
+    def __init__(self, features: sp.csr_matrix, dim: int, seed: int) -> None:
+        self.features = features
+        self.components: np.ndarray | None = None
+        if features.shape[1] > dim:
+            from sklearn.decomposition import TruncatedSVD
+
+            svd = TruncatedSVD(n_components=dim, algorithm="randomized", n_iter=4, random_state=seed)
+            fit_rows = features
+            if features.shape[0] > 200_000:
+                rng = np.random.default_rng(seed)
+                fit_rows = features[np.sort(rng.choice(features.shape[0], 200_000, replace=False))]
+            svd.fit(fit_rows)
+            self.components = np.ascontiguousarray(svd.components_.T, dtype=np.float32)
+        self.dim = int(features.shape[1] if self.components is None else dim)
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        x = self.features[rows]
+        if self.components is None:
+            return np.asarray(x.toarray(), dtype=np.float32)
+        from sklearn.preprocessing import normalize
+
+        dense = np.asarray(x @ self.components, dtype=np.float32)
+        return normalize(dense, copy=False)
 
 
 class _Index:
     """A thin wrapper over the approximate index backends (``hnswlib`` or ``pynndescent``)."""
 
-    def __init__(self, data: np.ndarray, labels: np.ndarray, *, backend: str, m: int, ef_construction: int,
-                 ef_search: int, threads: int, seed: int) -> None:
+    def __init__(self, project: _Projector, labels: np.ndarray, *, backend: str, m: int, ef_construction: int,
+                 ef_search: int, threads: int, seed: int, chunk: int = 100_000) -> None:
         self.backend = backend
         self.size = len(labels)
         self.ef_search = ef_search
         self.threads = threads
         if backend == "hnswlib":
-            import hnswlib
+            try:
+                import hnswlib
+            except ImportError:
+                raise ImportError("approximate neighbour search (pools above GraphConfig.exact_max_nodes tasks) "
+                                  "needs hnswlib: pip install 'envsched[graph]'") from None
 
-            self.index = hnswlib.Index(space="ip", dim=data.shape[1])
+            self.index = hnswlib.Index(space="ip", dim=project.dim)
             self.index.init_index(max_elements=max(1, len(labels)), M=m, ef_construction=ef_construction,
                                   random_seed=seed)
-            self.index.add_items(data, labels, num_threads=threads)
+            for start in range(0, len(labels), chunk):
+                part = labels[start:start + chunk]
+                self.index.add_items(project(part), part, num_threads=threads)
         elif backend == "pynndescent":
-            import pynndescent
+            try:
+                import pynndescent
+            except ImportError:
+                raise ImportError("ann_backend='pynndescent' needs pynndescent: "
+                                  "pip install 'envsched[graph-pynndescent]'") from None
 
             self.labels = labels
-            self.index = pynndescent.NNDescent(data, metric="dot", n_neighbors=max(2 * m, 15),
+            self.index = pynndescent.NNDescent(project(labels), metric="dot", n_neighbors=max(2 * m, 15),
                                                random_state=seed, n_jobs=threads, low_memory=True)
             self.index.prepare()
         else:
@@ -203,8 +222,8 @@ class _Index:
 
 
 def ann_cross_neighbors(features: sp.csr_matrix, env_codes: np.ndarray, k: int, *, rows: np.ndarray | None = None,
-                        candidates: np.ndarray | None = None, min_similarity: float = 0.0, dense_dim: int = 128,
-                        backend: str = "hnswlib", m: int = 16, ef_construction: int = 100, ef_search: int = 64,
+                        candidates: np.ndarray | None = None, min_similarity: float = 0.0, dense_dim: int = 256,
+                        backend: str = "hnswlib", m: int = 12, ef_construction: int = 64, ef_search: int = 64,
                         oversample: int = 4, max_query_k: int = 512, threads: int = 0, seed: int = 0,
                         block_rows: int = 1024, progress: Callable[[int], None] | None = None,
                         ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
@@ -224,11 +243,17 @@ def ann_cross_neighbors(features: sp.csr_matrix, env_codes: np.ndarray, k: int, 
     live = np.flatnonzero(nnz[rows] > 0)
     if len(cand) == 0 or len(live) == 0:
         return idx, sim, stats
-    dense, _comp = _dense_projection(features, dense_dim, seed)
-    stats["dense_dim"] = int(dense.shape[1])
-    stats["svd"] = _comp is not None
-    index = _Index(dense[cand], cand, backend=backend, m=m, ef_construction=ef_construction,
+    import time
+
+    t0 = time.perf_counter()
+    project = _Projector(features, dense_dim, seed)
+    stats["dense_dim"] = project.dim
+    stats["svd"] = project.components is not None
+    t1 = time.perf_counter()
+    index = _Index(project, cand, backend=backend, m=m, ef_construction=ef_construction,
                    ef_search=ef_search, threads=threads, seed=seed)
+    t2 = time.perf_counter()
+    stats["seconds"] = {"projection": round(t1 - t0, 3), "index_build": round(t2 - t1, 3)}
     cand_env_size = np.bincount(env_codes[cand], minlength=int(env_codes.max()) + 1)
     own = cand_env_size[env_codes[rows[live]]]
     want = np.clip(k + own + 1, k * oversample, max_query_k)
@@ -240,10 +265,10 @@ def ann_cross_neighbors(features: sp.csr_matrix, env_codes: np.ndarray, k: int, 
         next_want: list[np.ndarray] = []
         for kq in np.unique(pending_want):
             group = pending[pending_want == kq]
-            for start in range(0, len(group), 65_536):
-                sel = group[start:start + 65_536]
+            for start in range(0, len(group), 8192):
+                sel = group[start:start + 8192]
                 glob = rows[sel]
-                lab, _s = index.query(dense[glob], int(kq))
+                lab, _s = index.query(project(glob), int(kq))
                 keep = (env_codes[lab] != env_codes[glob][:, None]) & (lab != glob[:, None])
                 # first k kept labels per row, in returned (approximate similarity) order
                 rank = np.cumsum(keep, axis=1)
@@ -275,7 +300,9 @@ def ann_cross_neighbors(features: sp.csr_matrix, env_codes: np.ndarray, k: int, 
             if progress:
                 progress(len(hard))
             pending, pending_want = pending[~too_big], pending_want[~too_big]
-    del index, dense
+    del index
+    t3 = time.perf_counter()
+    stats["seconds"]["queries"] = round(t3 - t2, 3)
     # exact similarities of what was found; re-sort; drop pairs sharing nothing
     found = idx[live]
     s = pair_similarities(features, np.repeat(rows[live], k), found.ravel()).reshape(found.shape)
@@ -286,12 +313,13 @@ def ann_cross_neighbors(features: sp.csr_matrix, env_codes: np.ndarray, k: int, 
     ok = s > min_similarity
     idx[live] = np.where(ok, found, -1)
     sim[live] = np.where(ok, s, 0.0)
+    stats["seconds"]["exact_rescoring"] = round(time.perf_counter() - t3, 3)
     return idx, sim, stats
 
 
 def within_neighbors(features: sp.csr_matrix, env_codes: np.ndarray, k: int, *, min_similarity: float = 0.0,
-                     exact_max_nodes: int = 20_000, block_rows: int = 1024, dense_dim: int = 128,
-                     backend: str = "hnswlib", m: int = 16, ef_construction: int = 100, ef_search: int = 64,
+                     exact_max_nodes: int = 20_000, block_rows: int = 1024, dense_dim: int = 256,
+                     backend: str = "hnswlib", m: int = 12, ef_construction: int = 64, ef_search: int = 64,
                      threads: int = 0, seed: int = 0, envs: np.ndarray | None = None,
                      progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Same-environment neighbours of every task (exact per environment; approximate for huge ones).
@@ -313,12 +341,12 @@ def within_neighbors(features: sp.csr_matrix, env_codes: np.ndarray, k: int, *, 
                                             block_rows=block_rows)
             stats["exact_envs"] += 1
         else:
-            sub = features[members]
-            dense, _ = _dense_projection(sub, dense_dim, seed)
-            index = _Index(dense, np.arange(len(members)), backend=backend, m=m,
+            project = _Projector(features[members], dense_dim, seed)
+            index = _Index(project, np.arange(len(members)), backend=backend, m=m,
                            ef_construction=ef_construction, ef_search=ef_search, threads=_threads(threads),
                            seed=seed)
-            lab, _s = index.query(dense, k + 1)
+            lab = np.concatenate([index.query(project(np.arange(s0, min(s0 + 65_536, len(members)))), k + 1)[0]
+                                  for s0 in range(0, len(members), 65_536)])
             lab = np.where(lab == np.arange(len(members))[:, None], -1, lab)
             cand = np.full((len(members), k), -1, dtype=np.int64)
             for r in range(len(members)):
@@ -368,19 +396,21 @@ def adaptive_weights(idx: np.ndarray, sim: np.ndarray, rank: int, min_bandwidth:
 
     Distance ``d = 1 - S``. Node ``i``'s bandwidth ``sigma_i`` is its distance to its ``rank``-th
     neighbour (its last one if it has fewer), floored at ``min_bandwidth``; the weight of neighbour ``j``
-    is ``exp(-d_ij^2 / (sigma_i * sigma_j))`` normalised over the row (local scaling). Rows without
+    is ``exp(-d_ij^2 / (2 sigma_i^2))`` normalised over the row. A node in a dense region (close
+    neighbours) thus weighs its neighbours sharply; a node whose neighbours are all far spreads its weight
+    evenly instead of giving them all ~0. Neighbours at equal distance get equal weight. Rows without
     neighbours get weight 0 everywhere.
     """
     n, k = idx.shape
     valid = idx >= 0
-    dist = np.where(valid, 1.0 - sim.astype(np.float64), np.inf)
+    dist = np.where(valid, 1.0 - sim.astype(np.float64), 0.0)
     count = valid.sum(axis=1)
-    pick = np.clip(np.minimum(rank, count) - 1, 0, max(k - 1, 0))
-    sigma = np.where(count > 0, dist[np.arange(n), pick] if k else 1.0, 1.0)
-    sigma = np.maximum(np.where(np.isfinite(sigma), sigma, 1.0), min_bandwidth)
-    sig_j = np.where(valid, sigma[np.maximum(idx, 0)], 1.0)
-    with np.errstate(over="ignore", invalid="ignore"):
-        w = np.where(valid, np.exp(-(np.where(valid, dist, 0.0) ** 2) / (sigma[:, None] * sig_j)), 0.0)
+    if k == 0:
+        return np.zeros((n, 0), dtype=np.float32), np.ones(n, dtype=np.float32)
+    pick = np.clip(np.minimum(rank, count) - 1, 0, k - 1)
+    sigma = np.where(count > 0, dist[np.arange(n), pick], 1.0)
+    sigma = np.maximum(sigma, min_bandwidth)
+    w = np.where(valid, np.exp(-(dist ** 2) / (2.0 * sigma[:, None] ** 2)), 0.0)
     total = w.sum(axis=1, keepdims=True)
     w = np.divide(w, total, out=np.zeros_like(w), where=total > 0)
     return w.astype(np.float32), sigma.astype(np.float32)

@@ -39,15 +39,16 @@ __all__ = ["HalfLifePrediction", "Prediction", "percentile_ranks", "predict", "p
            "relation_operator", "relation_operators"]
 
 
-def relation_operator(index: np.ndarray, weight: np.ndarray, n: int) -> sp.csr_matrix:
+def relation_operator(index: np.ndarray, weight: np.ndarray, n: int) -> sp.csc_matrix:
     """The neighbour weights of one relation as a sparse ``(N, N)`` matrix (``-1`` padding dropped)."""
     rows = np.repeat(np.arange(index.shape[0]), index.shape[1])
     cols = index.ravel()
     keep = cols >= 0
-    return sp.csr_matrix((weight.ravel()[keep].astype(float), (rows[keep], cols[keep])), shape=(n, n))
+    # column-major: a step only reads the columns of observed tasks
+    return sp.csc_matrix((weight.ravel()[keep].astype(float), (rows[keep], cols[keep])), shape=(n, n))
 
 
-def propagate(values: np.ndarray, observed: np.ndarray, operator: sp.csr_matrix,
+def propagate(values: np.ndarray, observed: np.ndarray, operator: sp.spmatrix,
               reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Neighbour aggregation along one relation.
 
@@ -61,9 +62,12 @@ def propagate(values: np.ndarray, observed: np.ndarray, operator: sp.csr_matrix,
         ``(estimate (N, C), has_observed_neighbour (N,))``: the neighbour-weighted mean over *observed*
         neighbours (weights re-normalised over them), or the reference.
     """
-    obs = observed.astype(float)
-    stacked = np.column_stack([obs, values * obs[:, None]])
-    agg = operator @ stacked
+    seen = np.flatnonzero(observed)
+    if seen.size == 0:
+        return np.broadcast_to(reference, values.shape).copy(), np.zeros(values.shape[0], dtype=bool)
+    # only observed tasks contribute: O(K * observed + N) instead of O(K * N) random reads
+    sub = sp.csc_matrix(operator)[:, seen]
+    agg = np.asarray(sub @ np.column_stack([np.ones(seen.size), values[seen]]))
     total = agg[:, 0]
     has = total > 0
     est = np.where(has[:, None], agg[:, 1:] / np.where(has, total, 1.0)[:, None], reference[None, :])
@@ -135,11 +139,9 @@ class Prediction:
         return self.long.v_direct
 
 
-def _one_half_life(hist: TaskHistory, operators: tuple[sp.csr_matrix, sp.csr_matrix], reference: np.ndarray,
-                   config: SchedulerConfig) -> HalfLifePrediction:
-    observed = hist.observed
-    within, within_has = propagate(hist.values, observed, operators[0], reference)
-    cross, cross_has = propagate(hist.values, observed, operators[1], reference)
+def _one_half_life(hist: TaskHistory, relations: tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+                   reference: np.ndarray, config: SchedulerConfig) -> HalfLifePrediction:
+    (within, within_has), (cross, cross_has) = relations
     if config.use_within_edges and config.use_cross_edges:
         w = config.within_fusion_weight
         prior = w * within + (1.0 - w) * cross
@@ -162,7 +164,7 @@ def _one_half_life(hist: TaskHistory, operators: tuple[sp.csr_matrix, sp.csr_mat
                               score=score)
 
 
-def relation_operators(graph: DualRelationGraph) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+def relation_operators(graph: DualRelationGraph) -> tuple[sp.csc_matrix, sp.csc_matrix]:
     """``(within, cross)`` operators of a graph (build once, reuse every step)."""
     n = graph.num_nodes
     return (relation_operator(graph.within_index, graph.within_weight, n),
@@ -170,7 +172,7 @@ def relation_operators(graph: DualRelationGraph) -> tuple[sp.csr_matrix, sp.csr_
 
 
 def predict(history: History, graph: DualRelationGraph, config: SchedulerConfig,
-            operators: tuple[sp.csr_matrix, sp.csr_matrix] | None = None) -> Prediction | None:
+            operators: tuple[sp.csc_matrix, sp.csc_matrix] | None = None) -> Prediction | None:
     """Informativeness of every task from the history so far; ``None`` before any scored observation.
 
     ``operators`` (from :func:`relation_operators`) saves rebuilding the neighbour matrices every step.
@@ -180,10 +182,16 @@ def predict(history: History, graph: DualRelationGraph, config: SchedulerConfig,
         return None
     ops = operators if operators is not None else relation_operators(graph)
     centered = history.centered_observations(reference)
-    long = _one_half_life(history.task_history(config.long_half_life, reference, centered), ops, reference,
-                          config)
-    short = _one_half_life(history.task_history(config.short_half_life, reference, centered), ops, reference,
-                           config)
+    h_long = history.task_history(config.long_half_life, reference, centered)
+    h_short = history.task_history(config.short_half_life, reference, centered)
+    # both half-lives propagate in one sparse product per relation (the observed set is the same)
+    both = np.concatenate([h_long.values, h_short.values], axis=1)
+    rel = []
+    for op in ops:
+        est, has = propagate(both, h_long.observed, op, np.concatenate([reference, reference]))
+        rel.append(((est[:, :3], has), (est[:, 3:], has)))
+    long = _one_half_life(h_long, (rel[0][0], rel[1][0]), reference, config)
+    short = _one_half_life(h_short, (rel[0][1], rel[1][1]), reference, config)
     decline = np.maximum(0.0, long.score - short.score)
     info = 0.5 * (long.score + short.score) - config.decline_penalty * decline
     info = np.maximum(info, 0.0)

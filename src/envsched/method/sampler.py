@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from envsched.method.scheduling import Pick, SchedulingContext, SimilarityIndex,
 from envsched.pool.pool import TaskPool
 from envsched.samplers.base import BaseSampler, GroupResult
 
-__all__ = ["EnvSchedSampler"]
+__all__ = ["EnvSchedSampler", "make_envsched_sampler"]
 
 
 class EnvSchedSampler(BaseSampler):
@@ -77,7 +78,7 @@ class EnvSchedSampler(BaseSampler):
         self.run_file = Path(run_file) if run_file is not None else None
         self._history = History(len(self.tasks), self.env_codes, len(self.envs), self.config)
         self._centrality = representative_scores(graph)
-        self._similarity = SimilarityIndex(graph)
+        self._similarity = SimilarityIndex(graph, self.env_codes)
         self._operators = relation_operators(graph)
         self._tool_indptr, self._tool_codes, self.num_tools = self._tool_table()
         self._flags: dict[int, str] = {}
@@ -177,9 +178,13 @@ class EnvSchedSampler(BaseSampler):
                                  dict(self._flags))
         self._last_records = None
         if self.run_file is not None:
-            write_records(self.run_file, self._records(),
-                          {"sampler": type(self).__name__, "seed": self.seed, "num_tasks": len(self.tasks),
-                           "num_envs": len(self.envs), "config": self.config.to_dict()})
+            try:
+                write_records(self.run_file, self._records(),
+                              {"sampler": type(self).__name__, "seed": self.seed, "num_tasks": len(self.tasks),
+                               "num_envs": len(self.envs), "config": self.config.to_dict()})
+            except OSError as exc:  # the batch is already drawn: losing an explanation must not lose it
+                warnings.warn(f"could not append explanations to {self.run_file}: {exc}", RuntimeWarning,
+                              stacklevel=3)
         pos = np.asarray(positions, dtype=np.int64)
         tools = np.concatenate([self._tool_codes[self._tool_indptr[p]:self._tool_indptr[p + 1]] for p in pos])
         self._last_tools = int(np.unique(tools).size)
@@ -191,7 +196,12 @@ class EnvSchedSampler(BaseSampler):
     def _observe(self, group: GroupResult) -> None:
         low, high = self.reward_range
         scored01 = (group.scored - low) / (high - low)
-        raw_var = float(np.var(group.scored)) if group.scored.size else math.nan
+        n = group.scored.size
+        raw_var = math.nan
+        if n:
+            vals = group.scored.tolist()
+            mean = math.fsum(vals) / n
+            raw_var = math.fsum((r - mean) ** 2 for r in vals) / n
         self._history.record_observation(group.position, scored01, len(group.rewards), raw_var)
 
     def _on_discard(self, position: int) -> None:
@@ -207,6 +217,9 @@ class EnvSchedSampler(BaseSampler):
             raise TypeError(f"trajectory must be an identifier_filter.Trajectory, got {type(trajectory).__name__}")
         if self.identifier_filter is None:
             raise ValueError("this sampler has no identifier_filter: pass one to the constructor")
+        r = trajectory.reward
+        if isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r):
+            raise ValueError(f"trajectory.reward must be a finite number, got {r!r}")
         low, high = self.reward_range
         if (trajectory.reward - low) / (high - low) < self.config.identifier_min_reward - 1e-9:
             return None
@@ -338,3 +351,12 @@ class EnvSchedSampler(BaseSampler):
         self._last_records = []
         self._pending_explain = None
         self._last_prediction = None
+
+
+def make_envsched_sampler(pool: TaskPool, *, seed: int = 0, group_size: int = 8, **options: Any) -> EnvSchedSampler:
+    """Registry factory (``envsched.samplers.registry``): an :class:`EnvSchedSampler` over ``pool`` with its
+    graph built by ``graph_build.build_graph``. ``options`` are :class:`SchedulerConfig` fields plus
+    ``graph``, ``run_file`` and ``identifier_filter``."""
+    extra = {k: options.pop(k) for k in ("graph", "run_file", "identifier_filter") if k in options}
+    config = SchedulerConfig(**{"rollouts_per_task": group_size, **options})
+    return EnvSchedSampler(pool, extra.pop("graph", None), config, seed, **extra)

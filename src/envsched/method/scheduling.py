@@ -55,17 +55,28 @@ class SimilarityIndex:
     ``S_full`` of a task to its environment is one sparse mat-vec over that environment's rows.
     """
 
-    def __init__(self, graph: DualRelationGraph) -> None:
-        codes = np.asarray(graph.env_codes, dtype=np.int64)
+    def __init__(self, graph: DualRelationGraph, env_codes: np.ndarray | None = None) -> None:
+        # ``env_codes``: the sampler's numbering of the same environment partition (default: the graph's)
+        codes = np.asarray(graph.env_codes if env_codes is None else env_codes, dtype=np.int64)
         self.env = codes
         num_envs = int(codes.max()) + 1 if codes.size else 0
         self.order = np.argsort(codes, kind="stable")
         self.starts = np.searchsorted(codes[self.order], np.arange(num_envs + 1))
         self.full = graph.full_features.tocsr()
         self.abstract = graph.abstract_features.tocsr()
+        self._dense_abs: np.ndarray | None = None
+        if graph.num_nodes <= self.dense_abstract_max_nodes:  # small pools: all S_abs rows at once
+            self._dense_abs = (self.abstract @ self.abstract.T).toarray().astype(np.float32)
+        abstract_csc = self.abstract.tocsc()  # column access: the tasks sharing an abstract feature
+        self._ac_indptr, self._ac_indices, self._ac_data = (abstract_csc.indptr, abstract_csc.indices,
+                                                            abstract_csc.data)
         by_env = self.full[self.order]
         self._fe_indptr, self._fe_indices, self._fe_data = by_env.indptr, by_env.indices, by_env.data
         self.n = graph.num_nodes
+        self._slot = np.empty(self.n, dtype=np.int64)  # position of a task inside its environment block
+        self._slot[self.order] = np.arange(self.n) - self.starts[codes[self.order]]
+        self._blocks: dict[int, np.ndarray] = {}
+        self._cached = 0
 
     @staticmethod
     def _dense_row(m: sp.csr_matrix, i: int) -> np.ndarray:
@@ -74,19 +85,71 @@ class SimilarityIndex:
         x[m.indices[lo:hi]] = m.data[lo:hi]
         return x
 
-    def to_all(self, s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Similarity of task ``s`` to every task ``(N,)``, plus its environment's rows and their ``S_full``."""
+    #: Dense per-environment ``S_full`` blocks are cached up to this many entries in all (64 MiB).
+    block_cache_entries: int = 8_000_000
+    #: Pools up to this size keep ``S_abs`` as a dense float32 matrix (at most 36 MB).
+    dense_abstract_max_nodes: int = 3_000
+
+    def within(self, s: int) -> tuple[np.ndarray, np.ndarray]:
+        """``S_full`` of task ``s`` to every task of its environment: ``(rows, similarities)``."""
         e = int(self.env[s])
         lo, hi = self.starts[e], self.starts[e + 1]
-        rows = self.order[lo:hi]
+        block = self._blocks.get(e)
+        if block is None and (hi - lo) ** 2 + self._cached <= self.block_cache_entries:
+            sub = self.full[self.order[lo:hi]]
+            block = (sub @ sub.T).toarray()
+            self._blocks[e] = block
+            self._cached += block.size
+        if block is not None:
+            return self.order[lo:hi], block[self._slot[s]]
         x = self._dense_row(self.full, s)
         a, z = self._fe_indptr[lo], self._fe_indptr[hi]
         csum = np.concatenate(([0.0], np.cumsum(self._fe_data[a:z] * x[self._fe_indices[a:z]])))
         ptr = self._fe_indptr[lo:hi + 1] - a
-        within = csum[ptr[1:]] - csum[ptr[:-1]]
-        sims = self.abstract @ self._dense_row(self.abstract, s)
-        sims[rows] = within
-        return sims, rows, within
+        return self.order[lo:hi], csum[ptr[1:]] - csum[ptr[:-1]]
+
+    def cross(self, s: int) -> tuple[np.ndarray, np.ndarray]:
+        """``S_abs`` of task ``s`` to every task of *other* environments that shares an abstract feature with
+        it (the others have similarity 0): ``(rows, similarities)``. Cost: the sum of the document
+        frequencies of ``s``'s abstract features, not ``N``."""
+        if self._dense_abs is not None:
+            sims = self._dense_abs[s]
+            rows = np.flatnonzero((sims != 0) & (self.env != self.env[s]))
+            return rows, sims[rows].astype(np.float64)
+        m = self.abstract
+        cols = m.indices[m.indptr[s]:m.indptr[s + 1]]
+        vals = m.data[m.indptr[s]:m.indptr[s + 1]]
+        starts, ends = self._ac_indptr[cols], self._ac_indptr[cols + 1]
+        lengths = ends - starts
+        total = int(lengths.sum())
+        if total == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        if total * 8 > m.nnz:  # common features: one mat-vec over all rows is cheaper than the gather
+            sims = m @ self._dense_row(m, s)
+            rows = np.flatnonzero((sims != 0) & (self.env != self.env[s]))
+            return rows, sims[rows]
+        offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+        flat = offsets + np.arange(total)
+        rows = self._ac_indices[flat]
+        contrib = self._ac_data[flat] * np.repeat(vals, lengths)
+        if total * 16 < self.n:  # few rows: sort them
+            uniq, inv = np.unique(rows, return_inverse=True)
+            sims = np.bincount(inv, weights=contrib, minlength=uniq.size)
+        else:  # many rows: one scatter over N beats the sort
+            dense = np.bincount(rows, weights=contrib, minlength=self.n)
+            uniq = np.flatnonzero(dense)
+            sims = dense[uniq]
+        other = self.env[uniq] != self.env[s]
+        return uniq[other].astype(np.int64), sims[other]
+
+    def to_all(self, s: int) -> np.ndarray:
+        """Similarity of task ``s`` to every task ``(N,)`` (dense; for tests and small pools)."""
+        out = np.zeros(self.n)
+        rows, sims = self.cross(s)
+        out[rows] = sims
+        rows, sims = self.within(s)
+        out[rows] = sims
+        return out
 
 
 class BatchSimilarity:
@@ -94,7 +157,7 @@ class BatchSimilarity:
 
     ``max_sim[c]`` is ``max over batch members m of pair_similarity(c, m)``; ``max_within[c]`` the same over
     members of ``c``'s environment under ``S_full`` (cold start's within-environment novelty). One pick costs
-    a mat-vec over the abstract features and one over its environment's concrete rows.
+    a gather over the tasks sharing its abstract features and a mat-vec over its environment's concrete rows.
     """
 
     def __init__(self, index: SimilarityIndex) -> None:
@@ -105,9 +168,11 @@ class BatchSimilarity:
 
     def add(self, pos: int) -> None:
         self.members.append(int(pos))
-        sims, rows, within = self.index.to_all(int(pos))
-        np.maximum(self.max_sim, sims, out=self.max_sim)
-        self.max_within[rows] = np.maximum(self.max_within[rows], within)
+        rows, sims = self.index.cross(int(pos))
+        self.max_sim[rows] = np.maximum(self.max_sim[rows], sims)
+        rows, sims = self.index.within(int(pos))
+        self.max_sim[rows] = np.maximum(self.max_sim[rows], sims)
+        self.max_within[rows] = np.maximum(self.max_within[rows], sims)
 
 
 @dataclass
@@ -259,10 +324,11 @@ def _coverage(b: _Batch, n_slots: int, info: np.ndarray) -> None:
     ctx, cfg = b.ctx, b.ctx.config
     env = ctx.env_codes
     target = len(b.picks) + n_slots
+    ok = ~b.in_batch & ~b.blocked  # maintained per pick below
+    avail = np.bincount(env[ok], minlength=ctx.num_envs)
+    env_sel = np.zeros(ctx.num_envs, dtype=bool)
     while len(b.picks) < target:
-        ok = ~b.in_batch & ~b.blocked
-        env_avail = np.bincount(env[ok], minlength=ctx.num_envs) > 0
-        env_ok = env_avail & (b.env_cov < cfg.max_per_env_coverage) & (b.env_batch < cfg.env_quota_per_batch)
+        env_ok = (avail > 0) & (b.env_cov < cfg.max_per_env_coverage) & (b.env_batch < cfg.env_quota_per_batch)
         if not env_ok.any():
             return
         e_idx = np.flatnonzero(env_ok)
@@ -270,30 +336,56 @@ def _coverage(b: _Batch, n_slots: int, info: np.ndarray) -> None:
         e_idx = e_idx[lvl == lvl.min()]
         cum = b.env_cum[e_idx]  # then fewer cumulative selections of the environment
         e_idx = e_idx[cum == cum.min()]
-        env_sel = np.zeros(ctx.num_envs, dtype=bool)
-        env_sel[e_idx] = True
-        cands = np.flatnonzero(ok & env_sel[env])
+        idx = ctx.similarity
+        sizes = idx.starts[e_idx + 1] - idx.starts[e_idx]
+        total = int(sizes.sum())
+        if total * 4 < env.size:  # few tied environments: gather their members
+            offs = np.repeat(idx.starts[e_idx] - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes)
+            members = idx.order[offs + np.arange(total)]
+            cands = members[ok[members]]
+        else:
+            env_sel[:] = False
+            env_sel[e_idx] = True
+            cands = np.flatnonzero(ok & env_sel[env])
         obs = b.task_obs[cands]  # then fewer observations of the task
         cands = cands[obs == obs.min()]
         p, score, ms = _best(cands, info, b)  # then penalised informativeness
         b.add(Pick(pos=p, phase="coverage", rank=0, score=score, base_score=float(info[p]), max_similarity=ms,
                    tied_envs=int(e_idx.size)))
+        ok[p] = False
+        avail[env[p]] -= 1
+
+
+#: Exploitation evaluates a shortlist of the ``factor * slots + extra`` best unpenalised candidates first;
+#: a pick from it is provably the exact argmax (penalties only lower scores), else the full pool is scanned.
+SHORTLIST_FACTOR, SHORTLIST_EXTRA = 8, 256
 
 
 def _exploitation(b: _Batch, n_slots: int, base: np.ndarray, exposure: np.ndarray, discount: np.ndarray) -> None:
     ctx, cfg = b.ctx, b.ctx.config
     env = ctx.env_codes
-    excluded = b.blocked.copy()
+    excluded = b.blocked | b.in_batch
     if cfg.use_progress_filter:
         excluded |= ctx.history.progress_filtered()
     if cfg.use_identifier_filter:
         excluded |= ctx.identifier_flagged
+    pool = np.flatnonzero(~excluded)
+    m = min(pool.size, SHORTLIST_FACTOR * n_slots + SHORTLIST_EXTRA)
+    if m < pool.size:
+        part = np.argpartition(-base[pool], m - 1)
+        top, rest = pool[part[:m]], pool[part[m:]]
+        rest_max = float(base[rest].max())
+    else:
+        top, rest_max = pool, -np.inf
     target = len(b.picks) + n_slots
     while len(b.picks) < target:
-        ok = ~b.in_batch & ~excluded & (b.env_batch[env] < cfg.env_quota_per_batch)
-        best = _best(np.flatnonzero(ok), base, b)
-        if best is None:
-            return
+        v = top[~b.in_batch[top] & (b.env_batch[env[top]] < cfg.env_quota_per_batch)]
+        best = _best(v, base, b)
+        if best is None or not best[1] > rest_max:  # not provably the best of the pool: scan it all
+            ok = ~b.in_batch & ~excluded & (b.env_batch[env] < cfg.env_quota_per_batch)
+            best = _best(np.flatnonzero(ok), base, b)
+            if best is None:
+                return
         p, score, ms = best
         b.add(Pick(pos=p, phase="exploitation", rank=0, score=score, base_score=float(base[p]), max_similarity=ms,
                    exposure=float(exposure[p]), exposure_discount=float(discount[p])))
@@ -313,6 +405,8 @@ def _fill(b: _Batch, n: int, info: np.ndarray) -> None:
             relaxed.append("max_consecutive_selections")
         if b.env_batch[e] >= cfg.env_quota_per_batch:
             relaxed.append("env_quota_per_batch")
+        if cfg.mode == "coverage_only" and b.env_cov[e] >= cfg.max_per_env_coverage:
+            relaxed.append("max_per_env_coverage")
         if cfg.use_progress_filter and filtered[p]:
             relaxed.append("progress_filter")
         if cfg.use_identifier_filter and ctx.identifier_flagged[p]:

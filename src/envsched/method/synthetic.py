@@ -73,12 +73,18 @@ def graph_from_arrays(task_ids: Sequence[str], env_names: Sequence[str],
 def _row_similarity(features: sp.csr_matrix, index: np.ndarray) -> np.ndarray:
     """``sim[i, j] = <f_i, f_index[i, j]>`` for every listed neighbour, in ``O(N K nnz_row)``."""
     n, k = index.shape
+    out = np.zeros((n, k))
     if k == 0:
-        return np.zeros((n, 0))
-    safe = np.where(index >= 0, index, 0)
-    rows = np.repeat(np.arange(n), k)
-    sims = np.asarray(features[rows].multiply(features[safe.ravel()]).sum(axis=1)).ravel().reshape(n, k)
-    return np.where(index >= 0, sims, 0.0)
+        return out
+    block = max(1, 200_000 // k)  # bounds the temporary row copies on huge pools
+    for lo in range(0, n, block):
+        hi = min(n, lo + block)
+        idx = index[lo:hi]
+        safe = np.where(idx >= 0, idx, 0)
+        rows = np.repeat(np.arange(lo, hi), k)
+        sims = np.asarray(features[rows].multiply(features[safe.ravel()]).sum(axis=1)).ravel()
+        out[lo:hi] = np.where(idx >= 0, sims.reshape(hi - lo, k), 0.0)
+    return out
 
 
 def synthetic_graph(n: int, n_envs: int, *, k_within: int = 6, k_cross: int = 12, env_vocab: int = 40,

@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 #: Bump when the content of the default pool changes for the same package versions.
-POOL_FORMAT_VERSION = 1
+POOL_FORMAT_VERSION = 2
 #: The paper's pool size (EnvSched section 3.1).
 BENCHMARK_TASKS = 2550
 BENCHMARK_ENVIRONMENTS = 51
@@ -93,8 +93,8 @@ def benchmark_pool(*, seed: int = 0, require_bfcl: bool = False,
             options={"reasoning_gym": {"datasets": sorted(BENCHMARK_DATASETS), "tasks_per_dataset": counts,
                                        "seed": seed}})
     if require_bfcl:
-        from envsched.envs.bfcl import _bfcl
-        _bfcl()  # raises EnvironmentUnavailable with the install command
+        from envsched.envs.base import EnvironmentUnavailable
+        raise EnvironmentUnavailable(f"the benchmark pool needs bfcl-eval, which is not installed: {BFCL_INSTALL}")
     warnings.warn(
         "bfcl-eval is not installed, so the bundled pool is reasoning-gym only (51 datasets x 50 tasks = "
         f"2,550 tasks) instead of BFCL multi-turn's 8 environments + 43 reasoning-gym datasets. For the "
@@ -141,10 +141,12 @@ def default_pool(*, seed: int = 0, cache: str | os.PathLike[str] | None = None, 
     if path.exists() and not rebuild:
         try:
             pool = TaskPool.from_file(path)
-            return TaskPool(pool, reward_range=pool.reward_range, name="default", source=str(path))
+            pool.name = "default"
+            return pool
         except (TaskSpecError, OSError, ValueError) as exc:
             warnings.warn(f"the cached default pool {path} is unreadable ({exc}); rebuilding it",
                           RuntimeWarning, stacklevel=2)
     pool = benchmark_pool(seed=seed, on_progress=on_progress)
     pool.to_jsonl(path)
-    return TaskPool(pool, reward_range=pool.reward_range, name="default", source=str(path))
+    pool.name = "default"
+    return pool

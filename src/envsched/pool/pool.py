@@ -155,7 +155,8 @@ class TaskPool(Sequence[dict[str, Any]]):
                                     source=source)
         rr = reward_range if reward_range is not None else meta.get("reward_range", (0.0, 1.0))
         if (isinstance(rr, str | bytes | Mapping) or not isinstance(rr, Sequence) or len(rr) != 2
-                or not all(isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool) for x in rr)
+                or not all(isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
+                           for x in rr)
                 or not (np.isfinite(float(rr[0])) and np.isfinite(float(rr[1])) and float(rr[0]) < float(rr[1]))):
             raise TaskSpecError(f"reward_range must be two finite numbers [low, high] with low < high, got {rr!r}",
                                 source=source, field="reward_range")

@@ -105,7 +105,7 @@ class MoPPSSampler(BaseSampler):
         self.beta = np.full(len(self.tasks), self.prior[1])
 
     def _select(self, n: int) -> list[int]:
-        size = min(len(self.tasks), max(n, int(round(self.candidate_ratio * n))))
+        size = min(len(self.tasks), max(n, round(self.candidate_ratio * n)))
         cand = self._rng.choice(len(self.tasks), size=size, replace=False)
         gamma = self._rng.beta(self.alpha[cand], self.beta[cand])
         order = np.argsort((gamma - self.target) ** 2, kind="stable")

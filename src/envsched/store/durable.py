@@ -16,6 +16,7 @@ that follow, checking that every replayed draw equals the logged one. Hence:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import math
@@ -187,10 +188,8 @@ class DurableSampler:
             with self._lock, self.store.transaction() as tx:
                 self._rebuild(tx, latest=use_snapshots)
         except BaseException:
-            try:
+            with contextlib.suppress(Exception):  # the original error is the one to report
                 sampler.load_state_dict(state_before)
-            except Exception:  # noqa: BLE001 - the original error is the one to report
-                pass
             raise
 
     # ------------------------------------------------------------------ construction helpers
@@ -223,7 +222,12 @@ class DurableSampler:
             raise StoreError(f"store {store.where} does not hold its task list (the tasks were not JSON); "
                              "pass tasks=...")
         params = dict(header["sampler_params"])
-        sampler = obj(tasks, **params)
+        try:
+            sampler = obj(tasks, **params)
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"store {store.where}: cannot construct {header['sampler_class']} from the recorded "
+                             f"configuration ({exc}); construct the sampler yourself and wrap it: "
+                             "DurableSampler(sampler, store)") from None
         kwargs.setdefault("group_size", header.get("group_size"))
         return cls(sampler, store, **kwargs)
 
@@ -313,7 +317,13 @@ class DurableSampler:
                         self._rebuild(tx, latest=True)
                     else:
                         self._catch_up(tx)
-                    result = apply()  # bad input raises here and changes no state
+                    try:
+                        result = apply()  # bad input raises ValueError/KeyError/TypeError and changes no state
+                    except (ValueError, KeyError, TypeError):
+                        raise
+                    except BaseException:
+                        applied = True  # interrupted mid-call (e.g. KeyboardInterrupt): state may be partial
+                        raise
                     applied = True
                     seq = self._seq + 1
                     digest = self.store.append(tx, seq, self._digest, kind, payload(result))
@@ -338,11 +348,11 @@ class DurableSampler:
         Raises what the wrapped sampler raises for bad input, and ``ValueError`` when ``group_size`` is set
         and ``rewards`` has another length; on error nothing is logged and no state changes.
         """
-        if self.group_size is not None and hasattr(rewards, "__len__") and not isinstance(rewards, str | bytes):
-            if len(rewards) != self.group_size:
-                key = task if isinstance(task, str) else _safe_key(task)
-                raise ValueError(f"rewards for task {key!r} have {len(rewards)} entries, expected group_size="
-                                 f"{self.group_size} (one reward per rollout, None for an unscored one)")
+        if (self.group_size is not None and hasattr(rewards, "__len__") and not isinstance(rewards, str | bytes)
+                and len(rewards) != self.group_size):
+            key = task if isinstance(task, str) else _safe_key(task)
+            raise ValueError(f"rewards for task {key!r} have {len(rewards)} entries, expected group_size="
+                             f"{self.group_size} (one reward per rollout, None for an unscored one)")
 
         def payload(_: Any) -> dict[str, Any]:
             return {"key": task if isinstance(task, str) else task_key(task),

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import os
 import re
 import sqlite3
@@ -100,9 +99,11 @@ def _to_jsonable(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-def canonical_json(value: Any) -> str:
-    """Compact, key-sorted JSON (numpy scalars and arrays become numbers and lists; NaN is refused)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_to_jsonable, allow_nan=False)
+def canonical_json(value: Any, *, allow_nan: bool = False) -> str:
+    """Compact, key-sorted JSON (numpy scalars and arrays become numbers and lists). NaN and infinities are
+    refused unless ``allow_nan`` (snapshots: a sampler state may hold NaN, e.g. the mean of no scored
+    rewards; Python's json reads them back)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_to_jsonable, allow_nan=allow_nan)
 
 
 def _chain(prev: str, kind: str, payload: str) -> str:
@@ -142,7 +143,8 @@ def _sqlite_error(exc: sqlite3.Error, where: str) -> Exception:
     msg = str(exc)
     if isinstance(exc, sqlite3.OperationalError) and ("locked" in msg or "busy" in msg):
         return StoreError(f"store {where} is locked by another process for too long: {msg}")
-    if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError | sqlite3.IntegrityError):
+    if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError
+                                                                 | sqlite3.IntegrityError):
         return StoreCorruptError(f"store {where} is damaged or not an SQLite database ({msg}); "
                                  "restore it from a backup or start a new store")
     if "malformed" in msg or "not a database" in msg:
@@ -497,7 +499,7 @@ class HistoryStore:
         """Create the tables, the metadata and snapshot 0 (all or nothing). Returns ``False`` when the store
         already existed (then nothing is written). Called by :class:`DurableSampler`."""
         full = {**meta, "format": STORE_FORMAT, "store_id": uuid.uuid4().hex, "created_at": time.time()}
-        state_json = canonical_json(initial_state)
+        state_json = canonical_json(initial_state, allow_nan=True)
 
         def init(tx: _Tx) -> None:
             for stmt in self._schema():
@@ -509,9 +511,8 @@ class HistoryStore:
                        {"s": state_json, "d": genesis_digest(full["store_id"]), "c": time.time()})
 
         with self._lock:
-            if self.kind == "sqlite" and not self._backend.exists():
-                if self._backend.create_atomically(init):
-                    return True
+            if self.kind == "sqlite" and not self._backend.exists() and self._backend.create_atomically(init):
+                return True
             with self._backend.transaction() as tx:
                 if self._read_meta(tx) is not None:
                     return False
@@ -569,7 +570,7 @@ class HistoryStore:
         """Store ``state`` as the snapshot after event ``seq``; keep snapshot 0 and the ``keep`` latest."""
         tx.execute(f"DELETE FROM {self.t_snap} WHERE seq = :s", {"s": seq})
         tx.execute(f"INSERT INTO {self.t_snap} (seq, state, digest, created) VALUES (:s, :st, :d, :c)",
-                   {"s": seq, "st": canonical_json(state), "d": digest, "c": time.time()})
+                   {"s": seq, "st": canonical_json(state, allow_nan=True), "d": digest, "c": time.time()})
         rows = tx.execute(f"SELECT seq FROM {self.t_snap} WHERE seq > 0 ORDER BY seq DESC")
         for (old,) in rows[keep:]:
             tx.execute(f"DELETE FROM {self.t_snap} WHERE seq = :s", {"s": int(old)})
@@ -631,12 +632,3 @@ class HistoryStore:
             for t in (self.t_events, self.t_snap, self.t_meta):
                 tx.execute(f"DROP TABLE IF EXISTS {t}")
 
-
-def finite_or_none(x: Any) -> float | None:
-    """A reward as logged: ``None`` or a finite float."""
-    if x is None:
-        return None
-    f = float(x)
-    if not math.isfinite(f):
-        raise ValueError(f"not finite: {f}")
-    return f

@@ -1,0 +1,113 @@
+"""``envsched explain RUN_FILE``: why EnvSched selected each task (the paper's case studies F.1-F.3)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from envsched.method.explain import read_run_file
+
+
+def _num(x: Any, digits: int = 4) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _est(rec: dict[str, Any], relation: str) -> str:
+    rel = (rec.get("relations") or {}).get(relation)
+    if not rel:
+        return "-"
+    v = rel["estimate"]["variance"]
+    tag = "" if rel["has_observed_neighbors"] else " (ref)"
+    return f"{_num(v)}{tag}" + ("" if rel["used"] else " off")
+
+
+def _caps(rec: dict[str, Any]) -> str:
+    reached = [f"{name}={c['count']}/{c['limit']}" for name, c in rec.get("caps", {}).items() if c.get("reached")]
+    return ", ".join(reached) if reached else "-"
+
+
+def _detail(console: Console, rec: dict[str, Any]) -> None:
+    console.print(f"[bold]{rec['task_id']}[/bold] ({rec['env']}) at step {rec['step']}: {rec['phase']} pick, "
+                  f"batch rank {rec['rank']}, score {_num(rec['score'])}")
+    pred = rec.get("predicted")
+    if pred:
+        ref = rec["global_reference"]
+        own = rec["own_history"]
+        console.print(f"  q = {_num(rec['q'])}, informativeness {_num(rec['informativeness'])}; predicted mean "
+                      f"{_num(pred['mean'], 3)}, dispersion {_num(pred['dispersion'], 3)}, variance "
+                      f"{_num(pred['variance'])} (reconstructed {_num(pred['variance_reconstructed'])})")
+        console.print(f"  global reference: mean {_num(ref['mean'], 3)}, variance {_num(ref['variance'])}; own "
+                      f"history: {own['groups']} groups (weight {_num(own['weight'], 2)})")
+        console.print(f"  decline {_num(rec['decline'])}; long/short half-life scores "
+                      f"{_num(rec['half_lives']['long']['score'])} / {_num(rec['half_lives']['short']['score'])}")
+        for relation in ("within", "cross"):
+            rel = rec["relations"][relation]
+            t = Table(title=f"{relation}-environment estimate {_est(rec, relation)}", title_justify="left")
+            for col in ("neighbour", "env", "weight", "similarity", "groups", "mean", "variance"):
+                t.add_column(col, justify="left" if col in ("neighbour", "env") else "right")
+            for nb in rel["neighbors"]:
+                t.add_row(nb["id"], nb["env"], _num(nb["weight"], 3), _num(nb["similarity"], 3), str(nb["groups"]),
+                          _num(nb["mean"], 3), _num(nb["variance"]))
+            console.print(t)
+    elif rec.get("novelty") is not None:
+        console.print(f"  cold start (no history): novelty {_num(rec['novelty'])}")
+    console.print(f"  similarity to the batch {_num(rec['similarity']['max_similarity'], 3)}; exposure "
+                  f"{_num(rec['exposure']['exposure'], 2)} (discount {_num(rec['exposure']['discount'], 3)})")
+    cov = rec["coverage"]
+    console.print(f"  environment: {cov['env_selections_before']} earlier selections, {cov['env_batch_count']} in "
+                  f"this batch; task: {cov['task_observations_before']} earlier observations")
+    for name, c in rec["caps"].items():
+        console.print(f"  cap {name} ({c['paper']}): {c['count']}/{c['limit']}{' reached' if c['reached'] else ''}")
+    prog = rec["filters"]["progress"]
+    ident = rec["filters"]["identifier"]
+    console.print(f"  progress filter: {prog['transitions']} scorable transitions, residual {_num(prog['residual'])}"
+                  f"{' (filtered)' if prog['filtered'] else ''}; identifier filter: "
+                  f"{'flagged: ' + ident['reason'] if ident['flagged'] else 'not flagged'}")
+    if rec.get("relaxed"):
+        console.print(f"  relaxed to fill the batch: {', '.join(rec['relaxed'])}")
+
+
+@click.command("explain")
+@click.argument("run_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--step", type=int, default=None, help="Only this scheduler step (0-based).")
+@click.option("--task", "task_id", default=None, help="Only this task id (a detailed view per step).")
+@click.option("--json", "as_json", is_flag=True, help="Print the records as a JSON list.")
+def explain(run_file: Path, step: int | None, task_id: str | None, as_json: bool) -> None:
+    """Print why EnvSched selected each task, from a RUN_FILE written by EnvSchedSampler(run_file=...).
+
+    One row per selected task: phase, batch rank, q, predicted mean / dispersion / variance, the within-
+    and cross-environment estimates ("(ref)": no observed neighbour, the global reference was used) and
+    the caps that the pick reached. --task shows the neighbours behind each estimate.
+    """
+    try:
+        records = read_run_file(run_file, step=step, task=task_id)
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(records, indent=2))
+        return
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    if not records:
+        what = " and ".join(x for x in (f"step {step}" if step is not None else "",
+                                        f"task {task_id!r}" if task_id else "") if x)
+        raise click.ClickException(f"no explanation records{' for ' + what if what else ''} in {run_file}")
+    if task_id is not None:
+        for rec in records:
+            _detail(console, rec)
+        return
+    table = Table(title=f"{run_file}: {len(records)} selections")
+    for col in ("step", "rank", "task", "env", "phase", "q", "mean", "disp.", "variance", "within", "cross",
+                "caps reached"):
+        table.add_column(col, justify="right" if col in ("step", "rank", "q", "mean", "disp.", "variance") else "left")
+    for rec in records:
+        pred = rec.get("predicted") or {}
+        table.add_row(str(rec["step"]), str(rec["rank"]), rec["task_id"], rec["env"], rec["phase"], _num(rec.get("q")),
+                      _num(pred.get("mean"), 3), _num(pred.get("dispersion"), 3), _num(pred.get("variance")),
+                      _est(rec, "within"), _est(rec, "cross"), _caps(rec))
+    console.print(table)

@@ -1,0 +1,154 @@
+import itertools
+
+import numpy as np
+import pytest
+
+from envsched.bench.learner import LearnerConfig, LearnerModel, task_structure
+from envsched.pool.pool import TaskPool
+
+
+def _pool(n_env=4, per_env=6):
+    specs = []
+    for e in range(n_env):
+        for i in range(per_env):
+            specs.append({"id": f"e{e}/t{i}", "env": f"env{e}", "pattern": f"p{i % 2}",
+                          "tools": [{"name": f"op{i % 3}"}, {"name": "common"}],
+                          "verifier": {"checks": ["c1", "c2", "c3", "c4"][: 1 + i % 4]}})
+    return TaskPool(specs)
+
+
+def test_seeded_determinism_and_range():
+    pool = _pool()
+    a, b, c = LearnerModel(pool, seed=7), LearnerModel(pool, seed=7), LearnerModel(pool, seed=8)
+    pos = np.arange(len(pool))
+    ra, ca = a.rollout(pos, 8)
+    rb, _ = b.rollout(pos, 8)
+    rc, _ = c.rollout(pos, 8)
+    assert np.array_equal(ra, rb)
+    assert not np.array_equal(ra, rc)
+    assert ((ra >= 0) & (ra <= 1)).all()
+    assert ca.shape == ra.shape and (ca == 1).all()  # no executable environment: one step per rollout
+    # graded: a task with 4 checks yields multiples of 1/4; binary mode yields 0/1 only
+    four = [i for i, t in enumerate(pool) if len(t["verifier"]["checks"]) == 4]
+    assert np.allclose((ra[four] * 4) % 1, 0)
+    rbin, _ = LearnerModel(pool, {"reward": "binary"}, seed=7).rollout(pos, 8)
+    assert set(np.unique(rbin)) <= {0.0, 1.0}
+    # training the same groups keeps two equal-seed models equal
+    a.train(pos, ra)
+    b.train(pos, rb)
+    assert np.array_equal(a.competence(), b.competence())
+
+
+def test_no_signal_no_learning():
+    pool = _pool()
+    m = LearnerModel(pool, {"forgetting": 0.0}, seed=1)
+    before = m.competence().copy()
+    pos = np.arange(len(pool))
+    flat = np.tile(np.array([[0.0] * 8, [1.0] * 8, [0.5] * 8]), (len(pool) // 3, 1))
+    assert m.train(pos, flat) == 0.0
+    assert np.array_equal(m.competence(), before)
+    # with forgetting on and nothing learnt yet, nothing moves either (skills sit at their initial values)
+    m2 = LearnerModel(pool, seed=1)
+    m2.train(pos, flat)
+    assert np.allclose(m2.competence(), before)
+
+
+def test_learning_is_proportional_to_group_signal():
+    pool = _pool()
+    small, big = LearnerModel(pool, seed=2), LearnerModel(pool, seed=2)
+    c0 = small.competence()[0]
+    small.train([0], [[0, 0, 0, 0, 0, 0, 0, 1.0]])  # std 0.331
+    big.train([0], [[0, 0, 0, 0, 1, 1, 1, 1.0]])  # std 0.5
+    gain_small, gain_big = small.competence()[0] - c0, big.competence()[0] - c0
+    assert gain_small > 0 and gain_big > 0
+    assert gain_big / gain_small == pytest.approx(0.5 / np.std([0] * 7 + [1]), rel=0.05)
+
+
+def test_transfer_direction_and_no_sharing():
+    pool = _pool()
+    i = 0  # e0/t0
+    same_env = [j for j, t in enumerate(pool) if t["env"] == "env0" and j != i]
+    other = [j for j, t in enumerate(pool) if t["env"] != "env0" and t["pattern"] != pool[i]["pattern"]]
+    shared = LearnerModel(pool, {"sharing": 1.0, "forgetting": 0.0}, seed=3)
+    c0 = shared.competence()
+    shared.train([i], [[0, 1] * 4])
+    d = shared.competence() - c0
+    assert d[i] > 0
+    assert (d[same_env] > 0).all()          # transfer to tasks sharing the environment / tools
+    assert d[i] >= d[same_env].max() - 1e-12  # the trained task gains most
+    iso = LearnerModel(pool, {"sharing": 0.0, "forgetting": 0.0}, seed=3)
+    c0 = iso.competence()
+    iso.train([i], [[0, 1] * 4])
+    d = iso.competence() - c0
+    assert d[i] > 0
+    assert np.allclose(np.delete(d, i), 0.0)  # structure sharing off: nothing else moves
+    assert other  # the pool has unrelated tasks (sanity of the fixture)
+
+
+def test_forgetting_relaxes_toward_initial():
+    pool = _pool()
+    m = LearnerModel(pool, {"forgetting": 0.1, "sharing": 0.5, "transfer": 0.0}, seed=4)
+    c0 = m.competence().copy()
+    m.train([0], [[0, 1] * 4])
+    after = m.competence()[0]
+    assert after > c0[0]
+    gaps = []
+    other = next(j for j, t in enumerate(pool) if t["env"] == "env3" and t["pattern"] != pool[0]["pattern"])
+    for _ in range(5):  # train something unrelated with signal: task 0's skills are not moved
+        m.train([other], [[0, 1] * 4])
+        gaps.append(m.competence()[0] - c0[0])
+    assert all(g2 < g1 for g1, g2 in itertools.pairwise(gaps))
+    assert 0 < gaps[-1] < after - c0[0]
+
+
+def test_expected_reward_matches_rollouts_and_score():
+    pool = _pool()
+    m = LearnerModel(pool, seed=5)
+    pos = np.arange(len(pool))
+    r, _ = m.rollout(pos, 4000, rng=np.random.default_rng(0))
+    assert np.abs(r.mean(axis=1) - m.expected_reward()).max() < 0.03
+    assert np.abs(r.var(axis=1) - m.expected_variance()).max() < 0.02
+    assert m.score() == pytest.approx(100 * m.expected_reward().mean())
+
+
+def test_misleading_features_and_bad_input():
+    pool = _pool()
+    assert not LearnerModel(pool, seed=1).misleading.any()
+    noisy = LearnerModel(pool, {"feature_noise": 1.0}, seed=1)
+    assert noisy.misleading.all()
+    with pytest.raises(ValueError, match="sharing"):
+        LearnerConfig(sharing=1.5)
+    with pytest.raises(ValueError, match="unknown learner option"):
+        LearnerModel(pool, {"shareing": 0.5})
+    m = LearnerModel(pool, seed=1)
+    with pytest.raises(ValueError, match="rewards must be"):
+        m.train([0, 1], [[0.0, 1.0]])
+    with pytest.raises(ValueError, match="positions"):
+        m.rollout([len(pool)], 2)
+
+
+def test_task_structure_patterns():
+    tools, pattern, env, checks = task_structure({"id": "a", "env": "E", "tools": [{"name": "x"}],
+                                                  "verifier": {"checks": ["1", "2"]}, "group": "g"})
+    assert (tools, pattern, env, checks) == (["E::x"], "group:g", "E", 2)
+    rg = task_structure({"id": "b", "env": "reasoning_gym/gcd", "reasoning_gym": {"dataset": "gcd"},
+                         "verifier": {"checks": ["a", "b", "c"]}})
+    assert rg[1] == "rg:arithmetic" and rg[3] == 1
+
+
+def test_bfcl_rollouts_run_the_real_checker():
+    bfcl = pytest.importorskip("envsched.envs.bfcl")
+    if not bfcl.bfcl_available():
+        pytest.skip("bfcl-eval not installed")
+    specs = bfcl.build_bfcl_pool(["base"], limit=2)
+    pool = TaskPool(specs)
+    easy = LearnerModel(pool, {"difficulty_mean": -40.0, "difficulty_sd": 0.0}, seed=0)
+    hard = LearnerModel(pool, {"difficulty_mean": 40.0, "difficulty_sd": 0.0}, seed=0)
+    assert easy.bfcl_tasks == [0, 1]
+    r_easy, cost = easy.rollout([0, 1], 3)
+    r_hard, _ = hard.rollout([0, 1], 3)
+    full = [bfcl.replay_reward(t, bfcl.ground_truth_calls(t)) for t in specs]
+    assert np.array_equal(r_easy, np.array([[full[0]] * 3, [full[1]] * 3]))  # every call right: checker's verdict
+    assert (r_hard == 0).all()  # every tool wrong: the real checker fails it
+    assert cost[0, 0] == sum(len(t) for t in bfcl.ground_truth_calls(specs[0]))
+    assert easy.bfcl_rollouts == 6
