@@ -21,6 +21,8 @@ SamplerFactory = Callable[..., BaseSampler]
 SAMPLERS: dict[str, tuple[str, str]] = {
     "uniform": ("uniform without replacement per epoch (the baseline)", "envsched.samplers.registry:_uniform"),
     "curriculum": ("RFC 013 signal-only curriculum keyed by difficulty", "envsched.samplers.registry:_curriculum"),
+    "envsched": ("EnvSched: dual-relation graph, variance prediction, coverage-aware batches",
+                 "envsched.method.sampler:make_envsched_sampler"),
 }
 
 

@@ -210,6 +210,8 @@ class CurriculumSampler(BaseSampler):
         return out
 
     def _observe(self, group: GroupResult) -> None:
+        if group.scored.size == 0:  # an all-unscored group carries no evidence: no decay either
+            return
         k = self._key_of[group.position]
         successes = float(np.sum(group.scored >= self.success_threshold))
         failures = float(group.scored.size) - successes
