@@ -68,3 +68,13 @@ def test_run_rejects_bad_options(pool_file):
     assert r.exit_code == 2
     r = CliRunner().invoke(cli, ["run", "--resume"])
     assert r.exit_code == 2 and "--resume needs --output" in r.output
+
+
+@pytest.mark.parametrize("name", ["curriculum", "mopps", "greso", "plr", "envsched"])
+def test_run_every_registered_sampler(pool_file, name):
+    result = CliRunner().invoke(cli, ["run", "--pool", str(pool_file), "--sampler", name, "--steps", "3",
+                                      "--batch-size", "8", "--group-size", "4", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["sampler_metrics"]["groups"] == 24
+    assert summary["sampler_metrics"]["dispatched_groups"] == 24

@@ -22,7 +22,7 @@ def _write_pool(path: Path) -> TaskPool:
         specs.append({"id": f"a{i}", "env": "hotel", "tools": tools_a,
                       "instruction": f"Get booking B{i}00{i} and cancel booking B{i}00{i}.",
                       "verifier": {"checks": [f"booking B{i}00{i} is cancelled"]}})
-        specs.append({"id": f"b{i}", "env": "clinic", "tools": tools_b,
+        specs.append({"id": f"[visit]b{i}", "env": "clinic", "tools": tools_b,
                       "instruction": f"Find patient P{i}1{i} and remove visit V{i}2.",
                       "verifier": {"checks": [f"visit V{i}2 is deleted"]}})
     path.write_text("\n".join(json.dumps(s) for s in specs))
@@ -49,9 +49,10 @@ def test_graph_command_builds_saves_and_explains(tmp_path: Path) -> None:
     assert load_graph(saved, pool).num_nodes == 8
     # human output and --reuse
     res = runner.invoke(cli, ["pool", "graph", str(tmp_path / "p.jsonl"), "--reuse", "--k-within", "2",
-                              "--k-cross", "3", "--task", "b1"])
+                              "--k-cross", "3", "--task", "[visit]b1"])
     assert res.exit_code == 0, res.output
-    assert "reusing" in res.output and "cross neighbours of b1" in res.output
+    assert "reusing" in res.output and "cross neighbours of [visit]b1" in res.output
+    assert "[visit]b0" in res.output  # task ids with brackets are printed verbatim, not read as markup
     # errors are clean
     res = runner.invoke(cli, ["pool", "graph", str(tmp_path / "p.jsonl"), "--no-save", "--task", "zzz"])
     assert res.exit_code == 1 and "unknown task id 'zzz'" in res.output

@@ -188,9 +188,9 @@ def test_approximate_search_matches_exact_search() -> None:
 
 
 def test_large_environment_uses_approximate_within_search() -> None:
-    pool = TaskPool(_random_pool(n_envs=2, per_env=300, seed=2))
+    pool = TaskPool(_random_pool(n_envs=2, per_env=150, seed=2))
     exact = build_graph(pool, GraphConfig())
-    approx = build_graph(pool, GraphConfig(exact_max_nodes=200))
+    approx = build_graph(pool, GraphConfig(exact_max_nodes=100))
     assert approx.report["within"]["approximate_envs"] == 2
     found = [len(np.intersect1d(a[a >= 0], b[b >= 0])) / max(1, (b >= 0).sum())
              for a, b in zip(approx.within_index, exact.within_index, strict=True)]

@@ -85,11 +85,7 @@ NOT_THE_PROMISED_JSON = {
 }
 
 
-_KNOWN_GAPS = {
-    # llm_abstraction._parse catches json.JSONDecodeError only; json.loads raises RecursionError on deep nesting.
-    # Fix: `except (json.JSONDecodeError, RecursionError)` in LLMAbstractor._parse; then drop this xfail.
-    "deep nesting": pytest.mark.xfail(strict=True, reason="LLMAbstractor._parse lets RecursionError escape"),
-}
+_KNOWN_GAPS: dict[str, pytest.MarkDecorator] = {}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=_KNOWN_GAPS.get(c, ())) for c in sorted(NOT_THE_PROMISED_JSON)])

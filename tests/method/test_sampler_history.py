@@ -10,7 +10,7 @@ from scipy.stats import rankdata
 
 from envsched.method.config import SchedulerConfig
 from envsched.method.history import observation_statistics
-from envsched.method.prediction import percentile_ranks, quantile_map
+from envsched.method.prediction import percentile_ranks, propagate, quantile_map, relation_operator
 from envsched.method.sampler import EnvSchedSampler
 from envsched.method.synthetic import graph_from_arrays
 
@@ -150,6 +150,22 @@ def test_equal_weight_fusion_as_in_case_study_f1_and_edge_ablations():
     assert np.allclose(p_none.long.prior, p_none.reference)
 
 
+def test_unobserved_neighbours_count_with_the_reference():
+    # task 0 has neighbours 1 (weight 0.6), 2 (0.3), 3 (0.1); only 1 and 3 have history
+    index = np.array([[1, 2, 3], [0, -1, -1], [0, -1, -1], [0, -1, -1]])
+    weight = np.array([[0.6, 0.3, 0.1], [1.0, 0, 0], [1.0, 0, 0], [1.0, 0, 0]])
+    op = relation_operator(index, weight, 4)
+    values = np.array([[0.5, 0.0, 0.0], [0.4, 0.20, 0.8], [9.0, 9.0, 9.0], [0.6, 0.10, 0.5]])
+    ref = np.array([0.3, 0.05, 0.4])
+    est, has = propagate(values, np.array([False, True, False, True]), op, ref)
+    # B.1: a neighbour without history counts with the reference (task 2's own values are never read)
+    assert est[0] == pytest.approx(0.6 * values[1] + 0.3 * ref + 0.1 * values[3])
+    assert est[0, 1] == pytest.approx(0.6 * 0.20 + 0.3 * 0.05 + 0.1 * 0.10)  # 0.145, not 0.19 (observed only)
+    assert has.tolist() == [True, False, False, False]  # 1, 2, 3: their only neighbour (0) has no history
+    assert np.allclose(est[2], ref) and np.allclose(est[3], ref)
+    assert np.allclose(est[1], ref)
+
+
 def test_no_observed_neighbour_uses_global_reference_and_own_history_fuses():
     tasks, envs = _pool(2, 3)
     # e0t0's within neighbour e0t1 and cross neighbour e1t1 stay unobserved
@@ -198,7 +214,9 @@ def test_recent_decline_lowers_priority():
     def run(config):
         s = _sampler(tasks, envs, [[1], [0], [3], [2]], [[2], [3], [0], [1]], config)
         for step in range(6):
-            s.sample(1)
+            # the drawn task depends on the penalty: release it, so that both runs hold identical observations
+            # (dated by this step, phase "external") and differ only in the priority formula
+            s.discard(s.sample(1)[0])
             s.update("e0t0", _var_rewards(0.24 if step < 4 else 0.0))  # informative, then solved
             s.update("e1t0", _var_rewards(0.02 + 0.03 * step))  # rising
         return s.predict()

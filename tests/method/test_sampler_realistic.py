@@ -16,6 +16,7 @@ from envsched.cli.main import cli
 from envsched.envs.builders import build_combined_pool
 from envsched.method.graph_build import build_graph
 from envsched.method.sampler import EnvSchedSampler
+from envsched.method.synthetic import graph_from_arrays
 from envsched.samplers.simple import UniformSampler
 
 DATA = Path("/work/shared/data")
@@ -74,10 +75,14 @@ def test_explanations_run_file_and_cli(real, tmp_path):
         r = expl["relations"][rel]
         assert r["used"] and isinstance(r["neighbors"], list)
         obs = [nb for nb in r["neighbors"] if nb["observed"]]
-        if obs:  # the relation estimate is the weighted mean of the observed neighbours (long half-life)
+        if obs:  # the relation estimate is the weighted mean of all neighbours (long half-life), a neighbour
+            # without history counting with the global reference (B.1)
             w = np.array([nb["weight"] for nb in obs])
             v = np.array([nb["variance"] for nb in obs])
-            assert r["estimate"]["variance"] == pytest.approx(float(w @ v / w.sum()), abs=1e-5)
+            w_all = sum(nb["weight"] for nb in r["neighbors"])
+            ref_v = expl["global_reference"]["variance"]
+            want = (float(w @ v) + (w_all - float(w.sum())) * ref_v) / w_all
+            assert r["estimate"]["variance"] == pytest.approx(want, abs=1e-5)
         else:
             assert r["estimate"] == expl["global_reference"]
     assert set(expl["caps"]) == {"max_per_env_coverage", "env_quota_per_batch", "max_consecutive_selections"}
@@ -91,8 +96,10 @@ def test_explanations_run_file_and_cli(real, tmp_path):
     assert json.loads(res.output) == json.loads(json.dumps(records))
     res = runner.invoke(cli, ["explain", str(run_file), "--step", "1"])
     assert res.exit_code == 0 and "exploitation" in res.output and "coverage" in res.output
-    res = runner.invoke(cli, ["explain", str(run_file), "--task", expl["task_id"], "--step", "2"])
-    assert res.exit_code == 0 and "within-environment estimate" in res.output and expl["task_id"] in res.output
+    # the detail view of an exploitation pick (one whose id has no "[...]": see the xfail test below)
+    shown = next(r for r in records if r["phase"] == "exploitation" and "[" not in r["task_id"])
+    res = runner.invoke(cli, ["explain", str(run_file), "--task", shown["task_id"], "--step", "2"])
+    assert res.exit_code == 0 and "within-environment estimate" in res.output and shown["task_id"] in res.output
     res = runner.invoke(cli, ["explain", str(run_file), "--task", "no-such-task"])
     assert res.exit_code != 0 and "no explanation records" in res.output
     bad = tmp_path / "bad.jsonl"
@@ -116,3 +123,17 @@ def test_graph_is_built_when_not_given_and_registry_factory():
     assert len(s.sample(4)) == 4
     f = make_envsched_sampler(pool, seed=1, group_size=4, mode="coverage_only", graph=s.graph)
     assert f.config.rollouts_per_task == 4 and f.config.mode == "coverage_only" and f.graph is s.graph
+
+
+@pytest.mark.xfail(strict=True, reason="envsched.cli.explain prints task ids as rich markup: '[mms_issue]' in "
+                   "'tau2/telecom/[mms_issue]break_app_storage_permission[PERSONA:Easy]' is read as a style tag "
+                   "and dropped (needs rich.markup.escape in src/envsched/cli/explain.py)")
+def test_explain_cli_prints_task_ids_with_brackets_verbatim(tmp_path):
+    task_id = "tau2/telecom/[mms_issue]break_app_storage_permission[PERSONA:Easy]"
+    tasks = [{"id": task_id, "env": "tau2/telecom"}, {"id": "other", "env": "tau2/telecom"}]
+    run_file = tmp_path / "run.jsonl"
+    g = graph_from_arrays([t["id"] for t in tasks], ["tau2/telecom"] * 2, [[1], [0]], [[-1], [-1]])
+    s = EnvSchedSampler(tasks, g, seed=0, run_file=run_file)
+    s.sample(2)
+    res = CliRunner().invoke(cli, ["explain", str(run_file), "--task", task_id])
+    assert res.exit_code == 0 and task_id in res.output

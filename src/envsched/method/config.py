@@ -52,12 +52,12 @@ coverage / exploitation split (3.1)    ``SchedulerConfig.coverage_slots``       
 long / short half-life (B.1)           ``SchedulerConfig.long_half_life`` /     8 / 2 steps (values not
                                        ``short_half_life``                      in the summary)
 equal-weight relation fusion (F)       ``SchedulerConfig.within_fusion_weight`` 0.5
-fusion with own history (2.3)          ``SchedulerConfig.prior_strength``       1.0 (pseudo-groups)
+fusion with own history (2.3)          ``SchedulerConfig.prior_strength``       0.5 (pseudo-groups)
 second variance ``d m (1 - m)`` (B.1)  ``SchedulerConfig.reconstruction_``      0.5
                                        ``weight``
-recent decline (2.3, B.1)              ``SchedulerConfig.decline_penalty``      0.5
-batch-similarity penalty (2.4, C)      ``SchedulerConfig.similarity_penalty``   0.5
-exposure discounting (2.4)             ``SchedulerConfig.exposure_power``       0.5
+recent decline (2.3, B.1)              ``SchedulerConfig.decline_penalty``      0.25
+batch-similarity penalty (2.4, C)      ``SchedulerConfig.similarity_penalty``   0.2
+exposure discounting (2.4)             ``SchedulerConfig.exposure_power``       0.1
 progress filter: >= 3 scorable         ``SchedulerConfig.progress_min_``        3
 transitions (C)                        ``transitions``
 progress filter: residual <= 0 (C)     ``SchedulerConfig.progress_residual_``   0.0
@@ -308,19 +308,25 @@ class SchedulerConfig:
             cross-environment estimate (0.5: equal weight, as in F.1-F.3).
         prior_strength: pseudo-count of the graph prior when it is fused with a task's own history: the
             posterior is ``(prior_strength * prior + W * own) / (prior_strength + W)`` with ``W`` the
-            task's recency-weighted number of observed groups (not in the paper: 1.0).
+            task's recency-weighted number of observed groups (not in the paper: 0.5, so one observed
+            group of the task itself counts twice the graph prior; see docs/envsched-sampler.md).
         reconstruction_weight: weight of the variance reconstructed from predicted mean and dispersion
             (``d * m * (1 - m)``) against the direct variance prediction, as a share of the percentile
             rank that is mapped through the quantile function (0.5; not in the paper).
         decline_penalty: how much a recent decline (short half-life score below the long one) lowers the
             priority: ``priority = mean(long, short) - decline_penalty * max(0, long - short)``. With 0.5 a
-            declining task gets its short-term score (not in the paper).
+            declining task would get its short-term score; the default 0.25 (not in the paper) goes a
+            quarter of the way, as the short-half-life score rests on about one group of 8 rollouts.
         similarity_penalty: batch-similarity penalty ``lambda``: a candidate's score is multiplied by
             ``1 - lambda * max_sim`` where ``max_sim`` is its largest similarity to the tasks already in
-            the batch (``S_full`` within an environment, ``S_abs`` across) (0.5; not in the paper).
+            the batch (``S_full`` within an environment, ``S_abs`` across) (0.2; not in the paper: tasks of
+            one environment typically have ``S_full`` around 0.8, so 0.5 turned the penalty into a
+            second environment quota that overrode the predictions; see docs/envsched-sampler.md).
         exposure_power: exposure discounting in exploitation: the score is multiplied by
             ``(1 + exposure) ** -exposure_power``, exposure being the long-half-life-weighted number of
-            past selections of the task (0.5; not in the paper).
+            past selections of the task (0.1; not in the paper: 0.5 halved the score of a task drawn in 3
+            of the last 4 batches, so exploitation avoided exactly the tasks known to be informative; the
+            hard limit on repetition is ``max_consecutive_selections``; see docs/envsched-sampler.md).
         progress_min_transitions: the progress filter needs at least this many scorable transitions
             (consecutive pairs of scorable observations of the task) (3, appendix C).
         progress_residual_threshold: a task whose estimated residual is ``<=`` this leaves exploitation
@@ -354,11 +360,11 @@ class SchedulerConfig:
     long_half_life: float = 8.0
     short_half_life: float = 2.0
     within_fusion_weight: float = 0.5
-    prior_strength: float = 1.0
+    prior_strength: float = 0.5
     reconstruction_weight: float = 0.5
-    decline_penalty: float = 0.5
-    similarity_penalty: float = 0.5
-    exposure_power: float = 0.5
+    decline_penalty: float = 0.25
+    similarity_penalty: float = 0.2
+    exposure_power: float = 0.1
     progress_min_transitions: int = 3
     progress_residual_threshold: float = 0.0
     min_scored_rollouts: int = 2

@@ -161,6 +161,8 @@ class LLMAbstractor:
             answer = json.loads(text)
         except json.JSONDecodeError as exc:
             return None, [f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"]
+        except RecursionError:
+            return None, ["not valid JSON (nested too deeply)"]
         return answer, self.validate(answer)
 
     # ------------------------------------------------------------------ cache

@@ -155,6 +155,7 @@ class _Projector:
         if features.shape[1] > dim:
             from sklearn.decomposition import TruncatedSVD
 
+            dim = max(1, min(dim, features.shape[0] - 1, features.shape[1] - 1))
             svd = TruncatedSVD(n_components=dim, algorithm="randomized", n_iter=4, random_state=seed)
             fit_rows = features
             if features.shape[0] > 200_000:

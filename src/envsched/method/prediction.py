@@ -5,8 +5,10 @@ For each of the two half-lives (long and short) the complete score is computed s
 1. **task histories** (:meth:`History.task_history`): centered, clipped, recency-weighted ``(m, v, d)``
    per task and their weight ``W``;
 2. **propagation** along each relation: the estimate of task ``i`` in relation ``r`` is the average of its
-   *observed* neighbours' histories with the graph's neighbour weights (re-normalised over the observed
-   ones); a task with no observed neighbour in ``r`` gets the global reference;
+   neighbours' histories with the graph's neighbour weights, where a neighbour without history counts with
+   the global reference (B.1: "the current reference substituted when no history is available"); a task
+   with no observed neighbour in ``r`` therefore gets the global reference, and one observed neighbour
+   out of six moves the estimate only by its weight's share;
 3. **relation fusion**: ``prior = w * within + (1 - w) * cross`` (``w = 0.5``, equal weight); the
    ablations drop one relation (or both: the prior is the global reference);
 4. **fusion with the task's own history**: ``post = (n0 * prior + W * own) / (n0 + W)``;
@@ -59,18 +61,30 @@ def propagate(values: np.ndarray, observed: np.ndarray, operator: sp.spmatrix,
         reference: ``(C,)`` used where a task has no observed neighbour.
 
     Returns:
-        ``(estimate (N, C), has_observed_neighbour (N,))``: the neighbour-weighted mean over *observed*
-        neighbours (weights re-normalised over them), or the reference.
+        ``(estimate (N, C), has_observed_neighbour (N,))``: the neighbour-weighted mean of the neighbours'
+        histories, a neighbour without history counting with ``reference`` (B.1's substitution), so
+        ``(sum_obs w_j h_j + (sum_all w_j - sum_obs w_j) reference) / sum_all w_j``; the reference for a
+        task without neighbours or without an observed one.
+
+    Why not re-normalise over the observed neighbours only: then a task with one observed neighbour out
+    of 18 copies that neighbour's statistics with full confidence, and early in a run every unobserved
+    neighbour of a high-variance task ties with the task itself, so exploitation spread over dozens of
+    barely-evidenced guesses instead of the tasks whose own rollouts showed reward differences
+    (measured in ``docs/envsched-sampler.md``).
     """
     seen = np.flatnonzero(observed)
     if seen.size == 0:
         return np.broadcast_to(reference, values.shape).copy(), np.zeros(values.shape[0], dtype=bool)
+    op = sp.csc_matrix(operator)
+    row_total = np.asarray(op.sum(axis=1)).ravel()
     # only observed tasks contribute: O(K * observed + N) instead of O(K * N) random reads
-    sub = sp.csc_matrix(operator)[:, seen]
-    agg = np.asarray(sub @ np.column_stack([np.ones(seen.size), values[seen]]))
+    agg = np.asarray(op[:, seen] @ np.column_stack([np.ones(seen.size), values[seen]]))
     total = agg[:, 0]
     has = total > 0
-    est = np.where(has[:, None], agg[:, 1:] / np.where(has, total, 1.0)[:, None], reference[None, :])
+    missing = np.maximum(row_total - total, 0.0)
+    denom = np.where(has, row_total, 1.0)
+    est = np.where(has[:, None], (agg[:, 1:] + missing[:, None] * reference[None, :]) / denom[:, None],
+                   reference[None, :])
     return est, has
 
 

@@ -23,6 +23,10 @@ SAMPLERS: dict[str, tuple[str, str]] = {
     "curriculum": ("RFC 013 signal-only curriculum keyed by difficulty", "envsched.samplers.registry:_curriculum"),
     "envsched": ("EnvSched: dual-relation graph, variance prediction, coverage-aware batches",
                  "envsched.method.sampler:make_envsched_sampler"),
+    "mopps": ("MoPPS: Beta posterior per task, Thompson sampling toward p = 0.5", "envsched.samplers.registry:_mopps"),
+    "greso": ("GRESO: skip tasks with a run of zero-variance groups, exploration floor",
+              "envsched.samplers.registry:_greso"),
+    "plr": ("prioritized level replay: rank prioritisation with staleness", "envsched.samplers.registry:_plr"),
 }
 
 
@@ -55,3 +59,21 @@ def _curriculum(pool: TaskPool, *, seed: int, group_size: int, **options: Any) -
     from envsched.samplers.simple import CurriculumSampler
 
     return CurriculumSampler(pool, group_size=group_size, seed=seed, **options)
+
+
+def _mopps(pool: TaskPool, *, seed: int, group_size: int, **options: Any) -> BaseSampler:
+    from envsched.samplers.baselines import MoPPSSampler
+
+    return MoPPSSampler(pool, seed=seed, **options)
+
+
+def _greso(pool: TaskPool, *, seed: int, group_size: int, **options: Any) -> BaseSampler:
+    from envsched.samplers.baselines import GRESOSampler
+
+    return GRESOSampler(pool, seed=seed, **options)
+
+
+def _plr(pool: TaskPool, *, seed: int, group_size: int, **options: Any) -> BaseSampler:
+    from envsched.samplers.baselines import PLRSampler
+
+    return PLRSampler(pool, seed=seed, **options)
