@@ -125,9 +125,6 @@ def test_graph_is_built_when_not_given_and_registry_factory():
     assert f.config.rollouts_per_task == 4 and f.config.mode == "coverage_only" and f.graph is s.graph
 
 
-@pytest.mark.xfail(strict=True, reason="envsched.cli.explain prints task ids as rich markup: '[mms_issue]' in "
-                   "'tau2/telecom/[mms_issue]break_app_storage_permission[PERSONA:Easy]' is read as a style tag "
-                   "and dropped (needs rich.markup.escape in src/envsched/cli/explain.py)")
 def test_explain_cli_prints_task_ids_with_brackets_verbatim(tmp_path):
     task_id = "tau2/telecom/[mms_issue]break_app_storage_permission[PERSONA:Easy]"
     tasks = [{"id": task_id, "env": "tau2/telecom"}, {"id": "other", "env": "tau2/telecom"}]

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from envsched.method.explain import read_run_file
@@ -33,7 +34,8 @@ def _caps(rec: dict[str, Any]) -> str:
 
 
 def _detail(console: Console, rec: dict[str, Any]) -> None:
-    console.print(f"[bold]{rec['task_id']}[/bold] ({rec['env']}) at step {rec['step']}: {rec['phase']} pick, "
+    console.print(f"[bold]{escape(rec['task_id'])}[/bold] ({escape(rec['env'])}) at step {rec['step']}: "
+                  f"{rec['phase']} pick, "
                   f"batch rank {rec['rank']}, score {_num(rec['score'])}")
     pred = rec.get("predicted")
     if pred:
@@ -52,7 +54,8 @@ def _detail(console: Console, rec: dict[str, Any]) -> None:
             for col in ("neighbour", "env", "weight", "similarity", "groups", "mean", "variance"):
                 t.add_column(col, justify="left" if col in ("neighbour", "env") else "right")
             for nb in rel["neighbors"]:
-                t.add_row(nb["id"], nb["env"], _num(nb["weight"], 3), _num(nb["similarity"], 3), str(nb["groups"]),
+                t.add_row(escape(nb["id"]), escape(nb["env"]), _num(nb["weight"], 3), _num(nb["similarity"], 3),
+                          str(nb["groups"]),
                           _num(nb["mean"], 3), _num(nb["variance"]))
             console.print(t)
     elif rec.get("novelty") is not None:
@@ -107,7 +110,8 @@ def explain(run_file: Path, step: int | None, task_id: str | None, as_json: bool
         table.add_column(col, justify="right" if col in ("step", "rank", "q", "mean", "disp.", "variance") else "left")
     for rec in records:
         pred = rec.get("predicted") or {}
-        table.add_row(str(rec["step"]), str(rec["rank"]), rec["task_id"], rec["env"], rec["phase"], _num(rec.get("q")),
+        table.add_row(str(rec["step"]), str(rec["rank"]), escape(rec["task_id"]), escape(rec["env"]), rec["phase"],
+                      _num(rec.get("q")),
                       _num(pred.get("mean"), 3), _num(pred.get("dispersion"), 3), _num(pred.get("variance")),
                       _est(rec, "within"), _est(rec, "cross"), _caps(rec))
     console.print(table)
