@@ -65,6 +65,13 @@ def main() -> None:
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump({"world": trainer.accelerator.num_processes, "draws": sampler.draws, "updates": sampler.updates,
                    "pending": trainer.pending_chunks, "seen": seen}, f)
+    # Tear the gloo process group down before the interpreter exits: left to exit-time destructors, its
+    # threads can abort the process ("terminate called without an active exception").
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        trainer.accelerator.wait_for_everyone()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
