@@ -429,26 +429,26 @@ class LearnerModel:
         self.steps_trained += 1
         return total
 
-    def expected_reward(self, positions: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
-        """Exact expected reward per task under the model (quadrature over the rollout noise)."""
+    def _check_pass_probabilities(self, positions: Sequence[int] | np.ndarray | None
+                                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Task positions, per-check pass probabilities at each quadrature node ``(T, nodes, checks)`` and
+        the mask of the checks each task really has."""
         pos = np.arange(len(self.tasks)) if positions is None else np.asarray(positions, dtype=np.int64)
         logit = self.competence()[pos]
         x = logit[:, None, None] + self.config.rollout_noise * self._gh_x[None, :, None] \
             + self.check_offset[pos][:, None, :]
-        p = _sigmoid(x)
-        mask = self.check_mask[pos][:, None, :]
+        return pos, _sigmoid(x), self.check_mask[pos][:, None, :]
+
+    def expected_reward(self, positions: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+        """Exact expected reward per task under the model (quadrature over the rollout noise)."""
+        pos, p, mask = self._check_pass_probabilities(positions)
         per = np.where(self.binary[pos][:, None], np.where(mask, p, 1.0).prod(axis=2),
                        np.where(mask, p, 0.0).sum(axis=2) / self.num_checks[pos][:, None])
         return per @ self._gh_w
 
     def expected_variance(self, positions: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
         """Expected within-group (population, n -> inf) reward variance per task under the model."""
-        pos = np.arange(len(self.tasks)) if positions is None else np.asarray(positions, dtype=np.int64)
-        logit = self.competence()[pos]
-        x = logit[:, None, None] + self.config.rollout_noise * self._gh_x[None, :, None] \
-            + self.check_offset[pos][:, None, :]
-        p = _sigmoid(x)
-        mask = self.check_mask[pos][:, None, :]
+        pos, p, mask = self._check_pass_probabilities(positions)
         m = self.num_checks[pos][:, None]
         all_pass = np.where(mask, p, 1.0).prod(axis=2)
         binary = self.binary[pos][:, None]
