@@ -2,6 +2,7 @@
 
     python _store_workers.py crash STORE ACKS KILLS SEED      # supervisor: fork a worker, SIGKILL it, repeat
     python _store_workers.py writer STORE PREFIX ACKS WORKER ROUNDS WRITERS  # one of many concurrent writers
+    python _store_workers.py opener STORE START PREFIX [PREFIX ...]  # open fresh stores at the same instant
 """
 
 from __future__ import annotations
@@ -129,11 +130,26 @@ def writer(store: str, prefix: str, ack_path: str, worker: int, rounds: int, wri
     sampler.close()
 
 
+def opener(store: str, start: float, prefixes: list[str]) -> None:
+    """Round ``r`` opens a sampler on the (not yet created) store ``prefixes[r]`` at ``start + r * 0.5`` s,
+    the instant every other opener does, and prints the id of the store it joined."""
+    for r, prefix in enumerate(prefixes):
+        target = store.replace("{prefix}", prefix)
+        handle = HistoryStore(target, table_prefix=prefix)
+        while time.time() < start + 0.5 * r:
+            time.sleep(0.0005)
+        sampler = DurableSampler(make_sampler(), handle, snapshot_every=SNAPSHOT_EVERY)
+        print(prefix, sampler.store.header()["store_id"], flush=True)
+        sampler.close()
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "crash":
         crash(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     elif mode == "writer":
         writer(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]))
+    elif mode == "opener":
+        opener(sys.argv[2], float(sys.argv[3]), sys.argv[4:])
     else:
         raise SystemExit(f"unknown mode {mode}")

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -104,3 +105,56 @@ def test_eight_processes_share_one_postgres_store(tmp_path: Path) -> None:
     finally:
         store.drop()
         store.close()
+
+
+OPEN_ROUNDS = 8
+
+
+def _open_at_once(store: str, prefixes: list[str]) -> dict[str, list[str]]:
+    """Eight processes create each store at the same instant; returns the store ids each round saw."""
+    start = time.time() + 8.0  # after every process has imported envsched
+    procs = [subprocess.Popen([sys.executable, str(HERE / "_store_workers.py"), "opener", store, str(start),
+                               *prefixes], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(WRITERS)]
+    seen: dict[str, list[str]] = {p: [] for p in prefixes}
+    for p in procs:
+        out, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err[-3000:]
+        for line in out.splitlines():
+            prefix, store_id = line.split()
+            seen[prefix].append(store_id)
+    return seen
+
+
+def _check_one_store_each(seen: dict[str, list[str]]) -> None:
+    for prefix, ids in seen.items():
+        assert len(ids) == WRITERS, prefix
+        assert len(set(ids)) == 1, f"{prefix}: writers created different stores {set(ids)}"
+
+
+def test_simultaneous_creation_of_an_sqlite_store_makes_one_store(tmp_path: Path) -> None:
+    prefixes = [f"race_{r}" for r in range(OPEN_ROUNDS)]
+    seen = _open_at_once(str(tmp_path / "{prefix}.sqlite"), prefixes)
+    _check_one_store_each(seen)
+    for prefix in prefixes:
+        store = HistoryStore(tmp_path / f"{prefix}.sqlite", table_prefix=prefix)
+        assert store.events() == [] and store.snapshot_seqs() == [0]
+
+
+@pytest.mark.skipif(not PG_URL, reason="ENVSCHED_TEST_POSTGRES_URL is not set (CI runs .ci/postgres.sh)")
+def test_simultaneous_creation_of_a_postgres_store_makes_one_store() -> None:
+    # regression: a writer that waited for the advisory lock used to miss the tables another had just
+    # committed (stale catalog snapshot) and insert the metadata a second time
+    prefixes = [f"t_race_{uuid.uuid4().hex[:10]}" for _ in range(OPEN_ROUNDS)]
+    try:
+        seen = _open_at_once(PG_URL, prefixes)
+        _check_one_store_each(seen)
+        for prefix in prefixes:
+            store = HistoryStore(PG_URL, table_prefix=prefix)
+            assert store.events() == [] and store.snapshot_seqs() == [0]
+            store.close()
+    finally:
+        for prefix in prefixes:
+            store = HistoryStore(PG_URL, table_prefix=prefix)
+            store.drop()
+            store.close()

@@ -446,8 +446,12 @@ class HistoryStore:
                 raise StoreCorruptError(f"store {self.where} is an SQLite database but not an envsched store "
                                         f"(no table {self.t_meta}; it has {sorted(names)[:5]})")
             return self.t_meta in names
-        rows = tx.execute("SELECT to_regclass(:t)", {"t": self.t_meta})
-        return rows[0][0] is not None
+        # pg_class read through the statement's MVCC snapshot: to_regclass() would consult the catalog
+        # snapshot, which can predate another writer's committed CREATE TABLE while we waited for the lock
+        rows = tx.execute("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+                          "ON n.oid = c.relnamespace WHERE c.relname = :t AND n.nspname = current_schema())",
+                          {"t": self.t_meta})
+        return bool(rows[0][0])
 
     def _read_meta(self, tx: _Tx) -> dict[str, Any] | None:
         if not self._table_exists(tx):
@@ -514,6 +518,11 @@ class HistoryStore:
             if self.kind == "sqlite" and not self._backend.exists() and self._backend.create_atomically(init):
                 return True
             with self._backend.transaction() as tx:
+                if self.kind == "postgresql":
+                    # idempotent DDL first, under the advisory lock: it also makes this session see every
+                    # table another writer committed while we waited, so two writers never both insert
+                    for stmt in self._schema():
+                        tx.execute(stmt)
                 if self._read_meta(tx) is not None:
                     return False
                 init(tx)
