@@ -518,11 +518,6 @@ class HistoryStore:
             if self.kind == "sqlite" and not self._backend.exists() and self._backend.create_atomically(init):
                 return True
             with self._backend.transaction() as tx:
-                if self.kind == "postgresql":
-                    # idempotent DDL first, under the advisory lock: it also makes this session see every
-                    # table another writer committed while we waited, so two writers never both insert
-                    for stmt in self._schema():
-                        tx.execute(stmt)
                 if self._read_meta(tx) is not None:
                     return False
                 init(tx)
