@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic_pool import synthetic_specs
 
 from envsched.method.config import GraphConfig
-from envsched.method.features import build_features
-from envsched.method.graph_build import _tokens, compute_abstractions
-from envsched.method.neighbors import ann_cross_neighbors, exact_cross_neighbors, recall_at_k
+from envsched.method.graph.build import _tokens, compute_abstractions
+from envsched.method.graph.features import build_features
+from envsched.method.graph.neighbors import ann_cross_neighbors, exact_cross_neighbors, recall_at_k
 from envsched.pool import TaskPool
 
 

@@ -52,7 +52,7 @@ def run_one(n_tasks: int, n_envs: int, recall_sample: int, workers: int) -> dict
     from synthetic_pool import synthetic_specs
 
     from envsched.method.config import GraphConfig
-    from envsched.method.graph_build import build_graph
+    from envsched.method.graph.build import build_graph
     from envsched.pool import TaskPool
 
     load_start = os.getloadavg()

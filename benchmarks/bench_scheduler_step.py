@@ -5,8 +5,8 @@ paper times at 34.93 s per step for 2,550 tasks (section 3.3.2). Targets (issue 
 2,550 tasks, <= 1 s at 100,000, <= 10 s at 1,000,000, linear growth.
 
 Graphs: the real dual-relation graph of the bundled 2,550-task pool when ``--real`` is given (built with
-``envsched.method.graph_build``; needs the pool's packages), and for every size a *synthetic* graph
-(:func:`envsched.method.synthetic.synthetic_graph`: the same arrays and sparsity as a real graph -- 6 within
+``envsched.method.graph.build``; needs the pool's packages), and for every size a *synthetic* graph
+(:func:`envsched.method.graph.synthetic.synthetic_graph`: the same arrays and sparsity as a real graph -- 6 within
 and 12 cross neighbours, L2-normalised sparse features -- without building features from task text), 50
 tasks per environment. Rewards: Bernoulli(p) per rollout with a fixed per-task p.
 
@@ -28,8 +28,8 @@ import time
 
 import numpy as np
 
+from envsched.method.graph.synthetic import synthetic_graph, synthetic_tasks
 from envsched.method.sampler import EnvSchedSampler
-from envsched.method.synthetic import synthetic_graph, synthetic_tasks
 
 DEFAULT_SIZES = (2_550, 10_000, 30_000, 100_000, 300_000, 1_000_000)
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = []
     if args.real:
-        from envsched.method.graph_build import build_graph
+        from envsched.method.graph.build import build_graph
         from envsched.pool.default import benchmark_pool
 
         pool = benchmark_pool()

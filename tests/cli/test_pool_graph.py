@@ -8,7 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from envsched.cli.main import cli
-from envsched.method.graph_io import load_graph
+from envsched.method.graph.io import load_graph
 from envsched.pool import TaskPool
 
 

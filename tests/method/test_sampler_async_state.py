@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from envsched.method.config import SchedulerConfig
+from envsched.method.graph.synthetic import synthetic_graph, synthetic_tasks
 from envsched.method.sampler import EnvSchedSampler
-from envsched.method.synthetic import synthetic_graph, synthetic_tasks
 
 G = synthetic_graph(240, 8, seed=5)
 TASKS = synthetic_tasks(G)
@@ -105,7 +105,7 @@ def test_late_out_of_order_and_missing_updates():
 
 def test_same_task_in_flight_twice_is_matched_first_in_first_out():
     tasks = TASKS[:3]
-    from envsched.method.synthetic import graph_from_arrays
+    from envsched.method.graph.synthetic import graph_from_arrays
 
     g = graph_from_arrays([t["id"] for t in tasks], [t["env"] for t in tasks], [[], [], []], [[1], [0], [0]])
     s = EnvSchedSampler(tasks, g, seed=0)

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from envsched.bench.rewards import StochasticRewardSource
 from envsched.cli.main import cli
 from envsched.envs.builders import build_combined_pool
-from envsched.method.graph_build import build_graph
+from envsched.method.graph.build import build_graph
+from envsched.method.graph.synthetic import graph_from_arrays
 from envsched.method.sampler import EnvSchedSampler
-from envsched.method.synthetic import graph_from_arrays
 from envsched.samplers.simple import UniformSampler
 
 DATA = Path("/work/shared/data")

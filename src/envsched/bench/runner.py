@@ -112,7 +112,7 @@ def envsched_graph(pool: TaskPool) -> Any:
     import pickle
 
     from envsched.method.config import GraphConfig
-    from envsched.method.graph_build import build_graph
+    from envsched.method.graph.build import build_graph
 
     h = hashlib.sha256((fp + repr(GraphConfig())).encode())
     method_dir = Path(build_graph.__code__.co_filename).parent

@@ -119,8 +119,8 @@ def graph(file: Path, output: Path | None, no_save: bool, reuse: bool, task_id: 
     fields and, with --task ID, that task's neighbours and the shared features that made them neighbours.
     """
     from envsched.method.config import GraphConfig
-    from envsched.method.graph_build import build_graph
-    from envsched.method.graph_io import GraphFileError, load_graph, save_graph
+    from envsched.method.graph.build import build_graph
+    from envsched.method.graph.io import GraphFileError, load_graph, save_graph
 
     console = Console(stderr=True)
     if (llm_endpoint is None) != (llm_model is None):
@@ -162,7 +162,7 @@ def graph(file: Path, output: Path | None, no_save: bool, reuse: bool, task_id: 
             try:
                 g = build_graph(task_pool, config, progress=progress)
             except Exception as exc:  # LLM failures and bad configurations: a clean message, exit 1
-                from envsched.method.llm_abstraction import LLMAbstractionError
+                from envsched.method.graph.llm_abstraction import LLMAbstractionError
 
                 if isinstance(exc, LLMAbstractionError | ValueError):
                     raise click.ClickException(str(exc)) from None

@@ -151,7 +151,7 @@ class GraphConfig:
             is not computed. Weights need not sum to 1 (the rows are re-normalised).
         abstract_view_weights: weight of each abstract view (keys: :data:`ABSTRACT_VIEWS`).
         abstraction: ``"static"`` (deterministic extractor, offline) or ``"llm"`` (see
-            :mod:`envsched.method.llm_abstraction`; needs ``llm_endpoint`` and ``llm_model``).
+            :mod:`envsched.method.graph.llm_abstraction`; needs ``llm_endpoint`` and ``llm_model``).
         bandwidth_rank: the rank ``r`` of the neighbour whose distance is a node's bandwidth; ``0`` means
             ``ceil(K / 2)`` of the relation.
         min_bandwidth: floor of a bandwidth (identical neighbours would otherwise give 0).

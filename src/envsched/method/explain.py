@@ -43,10 +43,10 @@ from typing import Any
 import numpy as np
 
 from envsched.method.config import SchedulerConfig
-from envsched.method.graph import DualRelationGraph
-from envsched.method.history import History
-from envsched.method.prediction import Prediction
-from envsched.method.scheduling import Pick
+from envsched.method.graph.dual_graph import DualRelationGraph
+from envsched.method.history.prediction import Prediction
+from envsched.method.history.statistics import History
+from envsched.method.scheduling.batch import Pick
 
 __all__ = ["EXPLAIN_FORMAT", "build_records", "filter_snapshot", "iter_run_file", "read_run_file", "write_records"]
 

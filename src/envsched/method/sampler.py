@@ -1,10 +1,10 @@
 """``EnvSchedSampler``: the EnvSched scheduler as an RFC 013 ``TaskSampler``.
 
 Each ``sample(n)`` runs the paper's rollout-history loop (2.1): predict every task's informativeness from
-the rollout history propagated over the dual-relation graph (:mod:`~envsched.method.prediction`), then
-build the batch by coverage and exploitation (:mod:`~envsched.method.scheduling`), and record why each
+the rollout history propagated over the dual-relation graph (:mod:`~envsched.method.history.prediction`), then
+build the batch by coverage and exploitation (:mod:`~envsched.method.scheduling.batch`), and record why each
 task was chosen (:mod:`~envsched.method.explain`). ``update`` adds one group's statistics to the history
-(:mod:`~envsched.method.history`).
+(:mod:`~envsched.method.history.statistics`).
 
 Asynchronous trainers are first-class: an update is matched to the oldest outstanding dispatch of its task
 and dated by the step it was drawn in, so updates may arrive batches later or out of order; a dropped group
@@ -25,11 +25,17 @@ import numpy as np
 
 from envsched.method.config import SchedulerConfig
 from envsched.method.explain import build_records, filter_snapshot, write_records
-from envsched.method.graph import DualRelationGraph
-from envsched.method.history import History
-from envsched.method.identifier_filter import IdentifierFilter, IdentifierVerdict, Trajectory
-from envsched.method.prediction import Prediction, predict, relation_operators
-from envsched.method.scheduling import Pick, SchedulingContext, SimilarityIndex, build_batch, representative_scores
+from envsched.method.graph.dual_graph import DualRelationGraph
+from envsched.method.history.prediction import Prediction, predict, relation_operators
+from envsched.method.history.statistics import History
+from envsched.method.scheduling.batch import (
+    Pick,
+    SchedulingContext,
+    SimilarityIndex,
+    build_batch,
+    representative_scores,
+)
+from envsched.method.scheduling.identifier_filter import IdentifierFilter, IdentifierVerdict, Trajectory
 from envsched.pool.pool import TaskPool
 from envsched.samplers.base import BaseSampler, GroupResult
 
@@ -43,12 +49,12 @@ class EnvSchedSampler(BaseSampler):
     Args:
         tasks: a :class:`~envsched.pool.TaskPool` (or a sequence of task specs with ``id`` and ``env``).
         graph: the dual-relation graph over exactly these tasks, in the same order. ``None`` builds it with
-            :func:`envsched.method.graph_build.build_graph` and the default :class:`GraphConfig`.
+            :func:`envsched.method.graph.build.build_graph` and the default :class:`GraphConfig`.
         config: scheduler hyperparameters (:class:`~envsched.method.config.SchedulerConfig`; paper
             defaults).
         seed: seed of the random generator that breaks exact ties (deterministic given the seed).
         identifier_filter: the environment's identifier-filter hook (see
-            :mod:`~envsched.method.identifier_filter`); trajectories reach it via :meth:`submit_trajectory`.
+            :mod:`~envsched.method.scheduling.identifier_filter`); trajectories reach it via :meth:`submit_trajectory`.
         run_file: a JSONL file to which every ``sample()`` appends one explanation record per selected task
             (``envsched explain RUN_FILE`` prints them).
         reward_range, require_dispatch: as :class:`~envsched.samplers.base.BaseSampler`.
@@ -93,9 +99,9 @@ class EnvSchedSampler(BaseSampler):
     def _build_graph(self, tasks: Any) -> DualRelationGraph:
         try:
             from envsched.method.config import GraphConfig
-            from envsched.method.graph_build import build_graph
+            from envsched.method.graph.build import build_graph
         except ImportError as exc:
-            raise RuntimeError("graph=None needs envsched.method.graph_build.build_graph, which is not "
+            raise RuntimeError("graph=None needs envsched.method.graph.build.build_graph, which is not "
                                f"available ({exc}); pass a DualRelationGraph") from None
         pool = tasks if isinstance(tasks, TaskPool) else TaskPool(self.tasks, reward_range=self.reward_range)
         return build_graph(pool, GraphConfig())

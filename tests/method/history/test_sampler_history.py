@@ -9,10 +9,10 @@ import pytest
 from scipy.stats import rankdata
 
 from envsched.method.config import SchedulerConfig
-from envsched.method.history import observation_statistics
-from envsched.method.prediction import percentile_ranks, propagate, quantile_map, relation_operator
+from envsched.method.graph.synthetic import graph_from_arrays
+from envsched.method.history.prediction import percentile_ranks, propagate, quantile_map, relation_operator
+from envsched.method.history.statistics import observation_statistics
 from envsched.method.sampler import EnvSchedSampler
-from envsched.method.synthetic import graph_from_arrays
 
 
 def _pool(n_envs: int, per_env: int) -> tuple[list[dict], list[str]]:

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from envsched.method.abstraction import abstract_tokens, extract_abstraction
 from envsched.method.config import DEFAULT_VIEW_WEIGHTS, GraphConfig
-from envsched.method.features import build_features
-from envsched.method.graph_build import build_graph, extend_graph
-from envsched.method.neighbors import adaptive_weights, merge_topk
+from envsched.method.graph.abstraction import abstract_tokens, extract_abstraction
+from envsched.method.graph.build import build_graph, extend_graph
+from envsched.method.graph.features import build_features
+from envsched.method.graph.neighbors import adaptive_weights, merge_topk
 from envsched.pool import TaskPool
 
 DATA = Path("/work/shared/data")

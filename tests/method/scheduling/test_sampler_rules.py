@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envsched.method.config import SchedulerConfig
-from envsched.method.identifier_filter import IdentifierVerdict, Trajectory
+from envsched.method.graph.synthetic import graph_from_arrays, synthetic_graph, synthetic_tasks
 from envsched.method.sampler import EnvSchedSampler
-from envsched.method.scheduling import BatchSimilarity, SimilarityIndex, representative_scores
-from envsched.method.synthetic import graph_from_arrays, synthetic_graph, synthetic_tasks
+from envsched.method.scheduling.batch import BatchSimilarity, SimilarityIndex, representative_scores
+from envsched.method.scheduling.identifier_filter import IdentifierVerdict, Trajectory
 
 
 def _pool(n_envs: int, per_env: int):
@@ -283,7 +283,7 @@ def test_graph_must_match_the_tasks():
 
 @pytest.mark.parametrize("factor, extra", [(0, 3), (8, 256)])
 def test_exploitation_shortlist_gives_the_same_batches_as_a_full_scan(monkeypatch, factor, extra):
-    import envsched.method.scheduling as scheduling
+    import envsched.method.scheduling.batch as scheduling
 
     g = synthetic_graph(400, 8, seed=4)
     tasks = synthetic_tasks(g)

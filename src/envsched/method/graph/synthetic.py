@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from envsched.method.graph import DualRelationGraph
+from envsched.method.graph.dual_graph import DualRelationGraph
 
 __all__ = ["graph_from_arrays", "synthetic_graph", "synthetic_tasks"]
 

@@ -27,7 +27,7 @@ into exactly that structure:
 ``literals``
     ``{category: count}``: the literals of the task text and checks, replaced by their categories.
 
-The same structure is what the optional LLM extractor (:mod:`envsched.method.llm_abstraction`) must
+The same structure is what the optional LLM extractor (:mod:`envsched.method.graph.llm_abstraction`) must
 return; :data:`ABSTRACTION_SCHEMA` is its JSON schema and :func:`abstract_tokens` turns either into the
 token views that ``S_abs`` is computed from. The static extractor is a heuristic: it reads keywords and
 parameter names, so it is deterministic, offline and fast (it caches per tool set), but shallower than

@@ -34,8 +34,8 @@ import scipy.sparse as sp
 from scipy.stats import rankdata
 
 from envsched.method.config import SchedulerConfig
-from envsched.method.graph import DualRelationGraph
-from envsched.method.history import History, TaskHistory
+from envsched.method.graph.dual_graph import DualRelationGraph
+from envsched.method.history.statistics import History, TaskHistory
 
 __all__ = ["HalfLifePrediction", "Prediction", "percentile_ranks", "predict", "propagate", "quantile_map",
            "relation_operator", "relation_operators"]

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from envsched.method.graph_build import build_graph, extend_graph
-from envsched.method.graph_io import FORMAT_VERSION, GraphFileError, load_graph, read_graph_header, save_graph
+from envsched.method.graph.build import build_graph, extend_graph
+from envsched.method.graph.io import FORMAT_VERSION, GraphFileError, load_graph, read_graph_header, save_graph
 from envsched.pool import TaskPool
 
 

@@ -10,7 +10,7 @@ L2-normalised again, so that for two tasks with all views present
 and a task missing a view is compared on the views it has (its weights are renormalised). A missing
 field contributes nothing and is *reported* (``report["missing"]``), never an error.
 
-Abstract (``S_abs``): the token views of :func:`envsched.method.abstraction.abstract_tokens` (operation
+Abstract (``S_abs``): the token views of :func:`envsched.method.graph.abstraction.abstract_tokens` (operation
 families, gates, dependencies, check groups, conflicts, literal categories) go through the same
 TF-IDF / weight / normalise pipeline.
 
@@ -215,7 +215,7 @@ class FeatureSpace:
         return out
 
     def to_state(self) -> dict[str, Any]:
-        """JSON-able description plus arrays (for :mod:`envsched.method.graph_io`)."""
+        """JSON-able description plus arrays (for :mod:`envsched.method.graph.io`)."""
         meta, arrays = [], {}
         for kind, views in (("full", self.full_views), ("abstract", self.abstract_views)):
             for v in views:
@@ -255,7 +255,7 @@ def build_features(specs: Sequence[Mapping[str, Any]],
 
     Args:
         specs: task specs, in pool order.
-        abstract_tokens_list: for each spec, :func:`~envsched.method.abstraction.abstract_tokens` of its
+        abstract_tokens_list: for each spec, :func:`~envsched.method.graph.abstraction.abstract_tokens` of its
             abstract representation (per view a token list, or the tokens joined by spaces, which
             large pools use: equal strings are stored once).
         config: weights and TF-IDF settings.

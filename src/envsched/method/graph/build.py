@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from envsched.method.abstraction import abstract_tokens, extract_abstraction
 from envsched.method.config import ABSTRACT_VIEWS, GraphConfig
-from envsched.method.features import FeatureSpace, build_features
-from envsched.method.graph import DualRelationGraph
-from envsched.method.neighbors import (
+from envsched.method.graph.abstraction import abstract_tokens, extract_abstraction
+from envsched.method.graph.dual_graph import DualRelationGraph
+from envsched.method.graph.features import FeatureSpace, build_features
+from envsched.method.graph.neighbors import (
     adaptive_weights,
     ann_cross_neighbors,
     exact_cross_neighbors,
@@ -52,7 +52,7 @@ def compute_abstractions(specs: Sequence[Mapping[str, Any]], config: GraphConfig
     progress = progress or _noop
     n = len(specs)
     if config.abstraction == "llm":
-        from envsched.method.llm_abstraction import LLMAbstractor
+        from envsched.method.graph.llm_abstraction import LLMAbstractor
 
         extractor = LLMAbstractor(config.llm_endpoint or "", config.llm_model or "",
                                   cache_dir=config.llm_cache_dir)

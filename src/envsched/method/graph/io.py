@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from envsched.method.features import FeatureSpace
-from envsched.method.graph import DualRelationGraph
+from envsched.method.graph.dual_graph import DualRelationGraph
+from envsched.method.graph.features import FeatureSpace
 from envsched.pool import TaskPool
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "GraphFileError", "load_graph", "read_graph_header", "save_graph"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from envsched.method.llm_abstraction import LLMAbstractionError, LLMAbstractor
+from envsched.method.graph.llm_abstraction import LLMAbstractionError, LLMAbstractor
 
 SPEC = {"id": "airline-7", "env": "airline", "instruction": "Cancel reservation ABC123.",
         "tools": [{"name": "cancel_reservation", "description": "Cancel a reservation by id"}],

@@ -40,9 +40,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from envsched.method.config import SchedulerConfig
-from envsched.method.graph import DualRelationGraph
-from envsched.method.history import History
-from envsched.method.prediction import Prediction
+from envsched.method.graph.dual_graph import DualRelationGraph
+from envsched.method.history.prediction import Prediction
+from envsched.method.history.statistics import History
 
 __all__ = ["BatchSimilarity", "Pick", "SchedulingContext", "SimilarityIndex", "build_batch", "representative_scores"]
 

@@ -1,12 +1,12 @@
 """Optional LLM extractor of the abstract representation (EnvSched appendix E), over any OpenAI-compatible API.
 
-The static extractor (:mod:`envsched.method.abstraction`) reads keywords; an LLM can read the tool
+The static extractor (:mod:`envsched.method.graph.abstraction`) reads keywords; an LLM can read the tool
 descriptions and verifier code and state the execution structure more faithfully. This module asks an
 OpenAI-compatible ``/chat/completions`` endpoint for the appendix E.1 structure as JSON, with a prompt
 written for this project (not the paper's text), and:
 
 * forbids difficulty or outcome guesses (the schema has no place for them and rejects extra keys);
-* validates every answer against :data:`~envsched.method.abstraction.ABSTRACTION_SCHEMA` (``jsonschema``);
+* validates every answer against :data:`~envsched.method.graph.abstraction.ABSTRACTION_SCHEMA` (``jsonschema``);
 * retries malformed answers, telling the model what was wrong, up to ``max_retries`` times, then raises
   :class:`LLMAbstractionError` naming the task, the endpoint and the last problem;
 * caches valid answers on disk keyed by a hash of the task content, the model and the prompt version,
@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from envsched.method.abstraction import (
+from envsched.method.graph.abstraction import (
     ABSTRACTION_SCHEMA,
     CHECK_KINDS,
     CONFLICT_TYPES,

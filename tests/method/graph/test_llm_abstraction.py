@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from envsched.method.config import GraphConfig
-from envsched.method.graph_build import build_graph
-from envsched.method.llm_abstraction import SYSTEM_PROMPT, LLMAbstractionError, LLMAbstractor
+from envsched.method.graph.build import build_graph
+from envsched.method.graph.llm_abstraction import SYSTEM_PROMPT, LLMAbstractionError, LLMAbstractor
 from envsched.pool import TaskPool
 
 VALID = {

@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 
 from envsched.method.config import SchedulerConfig
-from envsched.method.identifier_filter import (
+from envsched.method.scheduling.identifier_filter import (
     BfclIdentifierFilter,
     Trajectory,
     _is_known,
@@ -73,8 +73,8 @@ def test_flags_only_when_removing_the_suspicious_action_lowers_the_reward():
                     reason="needs bfcl-eval: pip install --no-deps bfcl-eval==2026.3.23 mpmath==1.3.0")
 def test_bfcl_ground_truth_with_an_unseen_receiver_id_is_flagged_and_leaves_exploitation():
     from envsched.envs.bfcl import build_bfcl_pool, ground_truth_calls
+    from envsched.method.graph.synthetic import graph_from_arrays
     from envsched.method.sampler import EnvSchedSampler
-    from envsched.method.synthetic import graph_from_arrays
 
     specs = {s["id"]: s for s in build_bfcl_pool(["multi_turn_base"])}
     f = BfclIdentifierFilter()

@@ -40,8 +40,8 @@ class DualRelationGraph:
         config: the parameters used to build it.
         report: build diagnostics (missing fields, timings, neighbour search method, recall...).
         within_bandwidth, cross_bandwidth: ``float32 (N,)`` adaptive per-node bandwidths (or ``None``).
-        feature_space: the fitted :class:`~envsched.method.features.FeatureSpace` (vocabularies, IDF), so
-            new tasks can be added (:func:`~envsched.method.graph_build.extend_graph`) and shared
+        feature_space: the fitted :class:`~envsched.method.graph.features.FeatureSpace` (vocabularies, IDF), so
+            new tasks can be added (:func:`~envsched.method.graph.build.extend_graph`) and shared
             features named (:meth:`shared_features`); ``None`` when unknown.
     """
 

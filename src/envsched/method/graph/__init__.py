@@ -1,0 +1,16 @@
+"""Stage 1 of EnvSched, features and graph: the dual-relation graph over environment-task pairs.
+
+- ``features``: the six weighted TF-IDF views of a task (``S_full``);
+- ``abstraction`` / ``llm_abstraction``: the abstract representation behind ``S_abs`` (static or from an LLM);
+- ``neighbors``: exact and approximate nearest neighbours with adaptive bandwidths;
+- ``dual_graph``: :class:`DualRelationGraph`, the within-environment and cross-environment relations;
+- ``build``: :func:`build_graph` / :func:`extend_graph` from a pool;
+- ``io``: the versioned graph file (:func:`save_graph`, :func:`load_graph`);
+- ``synthetic``: graphs from plain arrays (tests) and of any size (benchmarks).
+"""
+
+from envsched.method.graph.build import build_graph, extend_graph
+from envsched.method.graph.dual_graph import DualRelationGraph
+from envsched.method.graph.io import GraphFileError, load_graph, save_graph
+
+__all__ = ["DualRelationGraph", "GraphFileError", "build_graph", "extend_graph", "load_graph", "save_graph"]
