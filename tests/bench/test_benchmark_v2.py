@@ -187,3 +187,64 @@ def test_summary_has_heldout_paired_and_cost_figures(tmp_path, monkeypatch):
     assert split["heldout_envs"] and 0 <= split["sharing_degree"]["heldout_envs"] <= 1
     text = (tmp_path / "run" / "summary.md").read_text()
     assert "Held-out score" in text and "uniform in held-out score at step 5" in text
+
+
+def test_matrix_writes_cells_verdicts_and_heat_map(tmp_path):
+    from envsched.bench.matrix import MatrixPreset, matrix_cells, run_matrix
+
+    pool_file = tmp_path / "pool.jsonl"
+    _pool().to_jsonl(pool_file)
+    preset = MatrixPreset(pools=(str(pool_file),), samplers=("uniform", "plr"), seeds=3, steps=4,
+                          vary_on_every_pool=False, axes={"reward": ("binary",), "batch_size": (4,)})
+    cells = matrix_cells(preset)
+    assert [c["reward"] for c in cells] == ["graded", "binary", "graded"]
+    assert [c["batch_size"] for c in cells] == [64, 64, 4]
+    # the default batch (64) is larger than this pool's training part: centre the matrix on batch 8
+    preset = MatrixPreset(pools=(str(pool_file),), samplers=("uniform", "plr"), seeds=3, steps=4,
+                          vary_on_every_pool=False, axes={"reward": ("binary",), "sharing": (0.0,)},
+                          base={"batch_size": 8, "reward": "graded", "sharing": 0.5, "feature_noise": 0.0})
+    doc = run_matrix(preset, tmp_path / "m", workers=1)
+    assert len(doc["cells"]) == 3
+    for cell in doc["cells"]:
+        assert set(cell["verdict"]) == {"uniform", "plr"}
+        assert set(cell["verdict"].values()) <= {"win", "tie", "loss"}
+        # the two samplers' paired differences to each other are opposite
+        a = cell["samplers"]["uniform"]["paired_vs_best"]["mean"]
+        b = cell["samplers"]["plr"]["paired_vs_best"]["mean"]
+        assert a == pytest.approx(-b)
+    tally = doc["tally"]
+    assert sum(tally["uniform"].values()) == 3
+    assert (tmp_path / "m" / "matrix.png").stat().st_size > 1000
+    text = (tmp_path / "m" / "matrix.md").read_text()
+    assert "| setting |" in text and "binary" in text
+    saved = json.loads((tmp_path / "m" / "matrix.json").read_text())
+    assert saved["cells"][1]["setting"]["reward"] == "binary"
+
+
+def test_tuning_gives_every_sampler_the_same_budget(tmp_path):
+    from envsched.bench.tuning import TUNING_SEEDS, load_tuned, tune, tuning_space
+
+    assert set(TUNING_SEEDS).isdisjoint(range(5))  # never a reported seed
+    assert tuning_space("uniform") == {}
+    assert set(tuning_space("plr")) == {"temperature", "staleness_coef"}
+    assert set(tuning_space("envsched-paper")) <= set(tuning_space("envsched"))
+    out = tmp_path / "tuned.json"
+    doc = tune(["plr", "mopps", "uniform"], pool=_pool(), trials=3, steps=3, seeds=(1000, 1001), batch_size=6,
+               group_size=4, eval_rollouts=2, out=out)
+    plr, mopps, uni = (doc["samplers"][k] for k in ("plr", "mopps", "uniform"))
+    assert len(plr["trials"]) == len(mopps["trials"]) == 3 and len(uni["trials"]) == 1
+    assert plr["trials"][0]["params"] == {}  # trial 0: the sampler's defaults
+    for entry in (plr, mopps):
+        best = max(t["objective"] for t in entry["trials"])
+        assert entry["objective"] == best
+        assert entry["params"] == entry["trials"][entry["trial"]]["params"]
+        for t in entry["trials"][1:]:
+            lo, hi = 0.03, 1.0
+            if "temperature" in t["params"]:
+                assert lo <= t["params"]["temperature"] <= hi
+    assert doc["protocol"]["split"] == {"split_seed": 1} and doc["protocol"]["seeds"] == [1000, 1001]
+    assert load_tuned(out)["plr"] == plr["params"]
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not a tuned-parameters file"):
+        load_tuned(bad)

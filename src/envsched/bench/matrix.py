@@ -41,6 +41,12 @@ class MatrixPreset:
     vary_on_every_pool: bool
     axes: dict[str, tuple[Any, ...]] = field(default_factory=lambda: {
         "batch_size": (32, 128), "reward": ("binary",), "sharing": (0.0, 1.0), "feature_noise": (0.3,)})
+    base: dict[str, Any] = field(default_factory=lambda: dict(BASE_SETTING))
+    """The setting every cell starts from (one axis changed per cell)."""
+
+
+#: The default benchmark setting, the matrix's centre.
+BASE_SETTING: dict[str, Any] = {"batch_size": 64, "reward": "graded", "sharing": 0.5, "feature_noise": 0.0}
 
 
 MATRIX_PRESETS = {
@@ -56,7 +62,7 @@ MATRIX_PRESETS = {
 
 def matrix_cells(preset: MatrixPreset) -> list[dict[str, Any]]:
     """The settings of the matrix: ``{"pool", "batch_size", "reward", "sharing", "feature_noise"}`` each."""
-    base = {"batch_size": 64, "reward": "graded", "sharing": 0.5, "feature_noise": 0.0}
+    base = dict(preset.base)
     cells = []
     for i, pool in enumerate(preset.pools):
         cells.append({"pool": pool, **base})
@@ -73,6 +79,10 @@ def matrix_pool(name: str, data_dirs: Mapping[str, str | os.PathLike[str]] | Non
 
     if name == "default":
         return load_bench_pool("default")
+    if name not in ("bfcl", "small-envs"):
+        if Path(name).is_file():  # a pool file (custom matrices)
+            return load_bench_pool(name)
+        raise ValueError(f"unknown matrix pool {name!r}; choose from: default, bfcl, small-envs, or a pool file")
     from envsched.bench.runner import bench_cache_dir
     from envsched.envs.builders import build_combined_pool, build_corpus
     from envsched.envs.reasoning_gym import DEFAULT_DATASETS
@@ -95,8 +105,8 @@ def matrix_pool(name: str, data_dirs: Mapping[str, str | os.PathLike[str]] | Non
                                             "reasoning_gym": {"datasets": list(DEFAULT_DATASETS),
                                                               "tasks_per_dataset": 10, "seed": 2}},
                                    name="small-envs")
-    else:
-        raise ValueError(f"unknown matrix pool {name!r}; choose from: default, bfcl, small-envs")
+    else:  # pragma: no cover - names are checked above
+        raise AssertionError(name)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text("".join(json.dumps(t) + "\n" for t in pool))
@@ -109,7 +119,8 @@ def _cell_name(cell: Mapping[str, Any]) -> str:
             f"_q{cell['feature_noise']:g}")
 
 
-def run_matrix(preset_name: str, out_dir: str | os.PathLike[str], *, samplers: Sequence[str] | None = None,
+def run_matrix(preset_name: str | MatrixPreset, out_dir: str | os.PathLike[str], *,
+               samplers: Sequence[str] | None = None,
                sampler_options: Mapping[str, Mapping[str, Any]] | None = None, workers: int = 1,
                data_dirs: Mapping[str, str | os.PathLike[str]] | None = None, plots: bool = True,
                progress: Callable[[int, int], None] | None = None,
@@ -119,9 +130,12 @@ def run_matrix(preset_name: str, out_dir: str | os.PathLike[str], *, samplers: S
     from envsched.bench.report import _verdict
     from envsched.bench.runner import BenchConfig, run_benchmark
 
-    if preset_name not in MATRIX_PRESETS:
+    if isinstance(preset_name, MatrixPreset):
+        preset, preset_name = preset_name, "custom"
+    elif preset_name in MATRIX_PRESETS:
+        preset = MATRIX_PRESETS[preset_name]
+    else:
         raise ValueError(f"unknown matrix {preset_name!r}; choose from: {', '.join(MATRIX_PRESETS)}")
-    preset = MATRIX_PRESETS[preset_name]
     names = list(samplers) if samplers else list(preset.samplers)
     cells = matrix_cells(preset)
     out = Path(out_dir)
@@ -175,7 +189,7 @@ def run_matrix(preset_name: str, out_dir: str | os.PathLike[str], *, samplers: S
 
 
 def _setting_label(s: Mapping[str, Any]) -> str:
-    base = {"batch_size": 64, "reward": "graded", "sharing": 0.5, "feature_noise": 0.0}
+    base = BASE_SETTING
     diff = [f"{'B' if k == 'batch_size' else k}={v}" for k, v in s.items() if k != "pool" and base.get(k) != v]
     return f"{s['pool']}" + (f" {' '.join(diff)}" if diff else "")
 
@@ -219,7 +233,7 @@ def matrix_heatmap(doc: Mapping[str, Any], path: Path) -> None:
     vals = np.array([[c["samplers"].get(s, {}).get("paired_vs_best", {}).get("mean", math.nan) for s in names]
                      for c in doc["cells"]], dtype=float)
     lim = float(np.nanmax(np.abs(vals))) if np.isfinite(vals).any() else 1.0
-    fig, ax = plt.subplots(figsize=(1.3 * len(names) + 3.5, 0.42 * len(rows) + 1.8))
+    fig, ax = plt.subplots(figsize=(1.3 * len(names) + 5.0, 0.42 * len(rows) + 2.2), layout="constrained")
     im = ax.imshow(vals, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
     ax.set_yticks(range(len(rows)), rows)
@@ -232,6 +246,5 @@ def matrix_heatmap(doc: Mapping[str, Any], path: Path) -> None:
     cb.set_label("held-out score minus best other sampler (points)")
     ax.set_title(f"Sensitivity matrix ({doc['matrix']}, {doc['seeds']} seeds x {doc['steps']} steps): "
                  "W/T/L = paired 95% CI above / across / below 0", fontsize=9)
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
