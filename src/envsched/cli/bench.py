@@ -174,8 +174,7 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
                   TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=as_json) as prog:
         bar = prog.add_task("sampler steps", total=None)
 
-        def on_progress(done: int, total: int) -> None:
-            prog.update(bar, completed=done, total=total)
+        on_progress = _reporter(prog, bar, "sampler steps")
 
         try:
             summary = run_benchmark(cfg, out_dir, pool=pool, pool_source=source, workers=nworkers,
@@ -230,6 +229,27 @@ def _progress(console: Console, transient: bool) -> Progress:
                     TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=transient)
 
 
+def _reporter(prog: Progress, bar: Any, what: str) -> Any:
+    """Progress callback: the bar on a terminal; a line on stderr every 5 % when piped or logged."""
+    import sys
+    import time
+
+    started = time.perf_counter()
+    last = [-1]
+
+    def report(done: int, total: int) -> None:
+        prog.update(bar, completed=done, total=total)
+        if prog.console.is_terminal or not total:
+            return
+        pct = int(100 * done / total) // 5 * 5
+        if pct > last[0]:
+            last[0] = pct
+            print(f"{done}/{total} {what} ({pct}%, {time.perf_counter() - started:.0f} s)", file=sys.stderr,
+                  flush=True)
+
+    return report
+
+
 def _run_tuning(console: Console, names: list[str], trials: int, steps: int | None, batch_size: int,
                 group_size: int, learner: dict[str, Any], out: Path | None, workers: int | None,
                 as_json: bool) -> None:
@@ -245,7 +265,7 @@ def _run_tuning(console: Console, names: list[str], trials: int, steps: int | No
         bar = prog.add_task("tuning steps", total=None)
         doc = tune(names, pool=pool, trials=trials, steps=steps or 60, batch_size=batch_size, group_size=group_size,
                    learner=learner, workers=workers or os.cpu_count() or 1, out=out,
-                   progress=lambda d, t: prog.update(bar, completed=d, total=t))
+                   progress=_reporter(prog, bar, "tuning steps"))
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
@@ -286,7 +306,7 @@ def _run_matrix(console: Console, preset: str, names: list[str] | None, options:
 
         doc = run_matrix(preset, out_dir, samplers=names, sampler_options=options, workers=workers or os.cpu_count()
                          or 1, data_dirs=dirs, plots=not no_plots,
-                         progress=lambda d, t: prog.update(bar, completed=d, total=t), on_cell=on_cell)
+                         progress=_reporter(prog, bar, "sampler steps"), on_cell=on_cell)
     if as_json:
         click.echo(json.dumps(doc, indent=2, default=float))
         return
