@@ -91,7 +91,7 @@ def test_bfcl_ground_truth_with_an_unseen_receiver_id_is_flagged_and_leaves_expl
     # through the sampler: the flagged task leaves exploitation
     tasks = [task, clean, specs["bfcl/multi_turn_base_1"]]
     g = graph_from_arrays([t["id"] for t in tasks], [t["env"] for t in tasks], [[], [], []], [[1], [0], [0]])
-    s = EnvSchedSampler(tasks, g, config=SchedulerConfig(mode="exploitation_only"), identifier_filter=f,
+    s = EnvSchedSampler(tasks, g, config=SchedulerConfig.paper(mode="exploitation_only"), identifier_filter=f,
                         require_dispatch=False)
     s.update(task["id"], [0.0, 1.0])
     assert s.submit_trajectory(task["id"], Trajectory(ground_truth_calls(task), 1.0)).flagged
