@@ -436,7 +436,8 @@ class SchedulerConfig:
             stops coverage from reaching them.
         yield_half_life: half-life, in steps, of the yield counts (8.0 = ``long_half_life``: the share
             tracks the horizon the task histories use).
-        coverage_share_floor: smallest share (0.0625: 4 slots of 64). Coverage also feeds the graph
+        coverage_share_floor: smallest share (0.0625: 4 slots of 64; a floor above ``coverage_share`` acts as
+            ``coverage_share``). Coverage also feeds the graph
             prediction with observations of other environments, which its own yield does not measure; a
             sixteenth keeps each of the default pool's 51 environments visited about every 13 steps.
         adaptive_coverage: coverage picks its environment by an upper confidence bound on the environment's
@@ -553,10 +554,6 @@ class SchedulerConfig:
                             "1 - 0.5 / batch_size, or mode='coverage_only'")
         inf = float("inf")
         _num("coverage_share_floor", 0.0, 1.0)
-        if isinstance(self.coverage_share_floor, int | float) and isinstance(self.coverage_share, int | float) \
-                and self.coverage_share_floor > self.coverage_share:
-            problems.append(f"coverage_share_floor ({self.coverage_share_floor}) must be <= coverage_share "
-                            f"({self.coverage_share})")
         _num("yield_half_life", 0.0, inf, open_low=True)
         _num("ucb_quantile", 0.5, 1.0)
         if self.ucb_quantile == 1.0:

@@ -241,7 +241,7 @@ class EnvSchedSampler(BaseSampler):
             y = signal.phase_yields(h, c.yield_half_life)
             y_cov = (1.0 + y["coverage"][0]) / (2.0 + y["coverage"][1])
             y_exp = (1.0 + y["exploitation"][0]) / (2.0 + y["exploitation"][1])
-            share = min(max(y_cov / (y_cov + y_exp), c.coverage_share_floor), c.coverage_share)
+            share = min(max(y_cov / (y_cov + y_exp), c.coverage_share_floor), c.coverage_share)  # cap wins
             k = round(share * n)
             never_selected = int((h.env_selection_counts() == 0).sum())
             ad.coverage_slots = min(cap, max(k, never_selected))
