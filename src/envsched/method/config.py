@@ -341,7 +341,7 @@ PAPER_PRESET: dict[str, Any] = {
 #: docs/envsched-sampler.md ("Adaptive mode").
 ADAPTIVE_TUNING_SPACE: dict[str, tuple[float, float] | list[Any]] = {
     "coverage_share": (0.125, 0.5),
-    "coverage_share_floor": (0.0, 0.125),
+    "coverage_share_floor": (0.0, 0.5),
     "yield_half_life": (2.0, 32.0),
     "ucb_quantile": (0.6, 0.99),
     "env_size_power": (0.0, 1.0),

@@ -176,7 +176,7 @@ class EnvSchedSampler(BaseSampler):
         flagged = np.zeros(len(self.tasks), dtype=bool)
         if self._flags:
             flagged[list(self._flags)] = True
-        adaptive = self._adaptive_inputs(n, cap, prediction) if prediction is not None else None
+        adaptive = self._adaptive_inputs(n, cap, prediction, tiebreak) if prediction is not None else None
         ctx = SchedulingContext(graph=self.graph, history=self._history, prediction=prediction, config=self.config,
                                 env_codes=self.env_codes, num_envs=len(self.envs), tiebreak=tiebreak,
                                 env_tiebreak=env_tiebreak, identifier_flagged=flagged, centrality=self._centrality,
@@ -208,8 +208,14 @@ class EnvSchedSampler(BaseSampler):
         self._batch_totals["tools"] += self._last_tools
         return positions
 
-    def _adaptive_inputs(self, n: int, cap: int, prediction: Prediction) -> AdaptiveInputs | None:
-        """The adaptive rules' inputs for a batch of ``n`` (``None`` with every adaptive rule off: the paper)."""
+    def _adaptive_inputs(self, n: int, cap: int, prediction: Prediction,
+                         tiebreak: np.ndarray) -> AdaptiveInputs | None:
+        """The adaptive rules' inputs for a batch of ``n`` (``None`` with every adaptive rule off: the paper).
+
+        Scores get ``1e-12 * tiebreak`` added: tasks with the same posterior (every unobserved task of an
+        environment without history) would otherwise tie exactly, and an exact tie at the shortlist's edge
+        forces exploitation to rescan the whole pool for every pick (the tie goes to the same draw either way).
+        """
         c = self.config
         h = self._history
         if c.is_paper:
@@ -222,15 +228,16 @@ class EnvSchedSampler(BaseSampler):
             g = c.rollouts_per_task
         if c.exploitation_score == "signal_probability":
             if c.exploitation_rule == "mean":
-                ad.exploitation_score = signal.mixed_probability(alpha, beta, g)
+                score = signal.mixed_probability(alpha, beta, g)
             elif c.exploitation_rule == "thompson":
-                ad.exploitation_score = signal.group_signal(self._rng.beta(alpha, beta), g)
+                score = signal.group_signal(self._rng.beta(alpha, beta), g)
             else:
-                ad.exploitation_score = signal.optimistic_signal(alpha, beta, g, c.ucb_quantile)
+                score = signal.optimistic_signal(alpha, beta, g, c.ucb_quantile)
+            ad.exploitation_score = score + 1e-12 * tiebreak
         if c.adaptive_coverage:
             # optimistic signal probability; the predictive mean breaks the ties of wide posteriors
             ad.coverage_score = (signal.optimistic_signal(alpha, beta, g, c.ucb_quantile)
-                                 + 1e-3 * signal.mixed_probability(alpha, beta, g))
+                                 + 1e-3 * signal.mixed_probability(alpha, beta, g) + 1e-12 * tiebreak)
             s_e, k_e = signal.env_signal(h, c.long_half_life)
             ucb = signal.beta_quantile(1.0 + s_e, 1.0 + k_e - s_e, c.ucb_quantile)
             never = h.env_selection_counts() == 0
