@@ -36,16 +36,12 @@ def _pool(n_envs: int, per_env: int):
 
 
 def _ring_graph(tasks, envs):
-    by_env: dict[str, list[int]] = {}
-    for i, e in enumerate(envs):
-        by_env.setdefault(e, []).append(i)
-    names = sorted(by_env)
-    within = [[j for j in by_env[e] if j != i] for i, e in enumerate(envs)]
-    cross = []
-    for i, e in enumerate(envs):
-        nxt = by_env[names[(names.index(e) + 1) % len(names)]]
-        cross.append([nxt[by_env[e].index(i) % len(nxt)]])
-    return graph_from_arrays([t["id"] for t in tasks], envs, within, cross)
+    """Within: the other tasks of the environment; cross: task ``i + per_env`` (the next environment's
+    same slot, wrapping around)."""
+    n = len(tasks)
+    per_env = sum(e == envs[0] for e in envs)
+    within = [[j for j in range(n) if j != i and envs[j] == envs[i]] for i in range(n)]
+    return graph_from_arrays([t["id"] for t in tasks], envs, within, [[(i + per_env) % n] for i in range(n)])
 
 
 def _binary(rng, p):
