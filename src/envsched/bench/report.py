@@ -255,6 +255,11 @@ def _goals(per: dict[str, Any], t4: dict[str, Any], config: Any) -> dict[str, An
             g["steps_to_uniform_best"] = _goal(st["mean"], 40, met, f"EnvSched {reached}: uniform's best held-out "
                                                f"score within {config.target_step} steps (goal: by step 40).",
                                                missed=e["target_missed"])
+            ds, us = e.get(f"heldout_score@{config.steps}", {}), u.get(f"heldout_score@{config.steps}", {})
+            if ds.get("n") and us.get("n"):
+                rel = ds["mean"] / us["mean"] - 1
+                g["final_score_vs_uniform"] = _goal(rel, 0.0, rel >= 0, f"EnvSched's held-out score at step "
+                                                    f"{config.steps} is {rel:+.1%} relative to uniform's.")
             best = max(per, key=lambda s: per[s]["signal_per_episode"]["mean"])
             g["highest_signal_per_episode"] = _goal(
                 per["envsched"]["signal_per_episode"]["mean"], per[best]["signal_per_episode"]["mean"],
