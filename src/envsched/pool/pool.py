@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from envsched.pool.spec import OPTIONAL_STATIC_FIELDS, TaskSpecError, validate_task_spec
+from envsched.pool.spec import OPTIONAL_STATIC_FIELDS, TaskSpecError, normalized_id, validate_task_spec
 
 __all__ = ["DEFAULT_MAX_LINE_BYTES", "TaskPool"]
 
@@ -37,12 +37,16 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number (NaN and infinities are refused)")
+
+
 _LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 def _parse_json(text: str, *, source: str, line: int | None) -> Any:
     try:
-        obj = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        obj = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise TaskSpecError(f"invalid JSON ({exc.msg} at column {exc.colno})", source=source,
                             line=line if line is not None else exc.lineno) from None
@@ -93,6 +97,7 @@ class TaskPool(Sequence[dict[str, Any]]):
             raise ValueError(f"reward_range must be two finite numbers with low < high, got {reward_range!r}")
         specs: list[dict[str, Any]] = []
         index: dict[str, int] = {}
+        normal: dict[str, int] = {}
         lines: list[int] = []
         for position, obj in enumerate(tasks, start=1):
             line = getattr(obj, "lineno", position)
@@ -102,6 +107,13 @@ class TaskPool(Sequence[dict[str, Any]]):
                 raise TaskSpecError(f"duplicate task id {spec['id']!r} (first at {unit} "
                                     f"{lines[index[spec['id']]]})", source=source, line=line, field="id",
                                     unit=unit)
+            norm = normalized_id(spec["id"])
+            if norm in normal:
+                first = normal[norm]
+                raise TaskSpecError(f"task id {spec['id']!r} equals {specs[first]['id']!r} (at {unit} "
+                                    f"{lines[first]}) after Unicode NFKC normalisation: look-alike ids are "
+                                    "refused", source=source, line=line, field="id", unit=unit)
+            normal[norm] = len(specs)
             index[spec["id"]] = len(specs)
             specs.append(spec)
             lines.append(line)
