@@ -52,6 +52,7 @@ def worker(store: str, acks: str, signal_fd: int) -> None:
 def main(store: str, acks: str, kills: int, seed: int) -> int:
     rng = random.Random(seed)
     in_checkpoint = 0
+    open(acks, "ab").close()
     for k in range(kills):
         r, w = os.pipe()
         pid = os.fork()
@@ -59,7 +60,7 @@ def main(store: str, acks: str, kills: int, seed: int) -> int:
             os.close(r)
             try:
                 worker(store, acks, w)
-            except BaseException as exc:  # noqa: BLE001 - reported to the supervisor
+            except BaseException as exc:
                 sys.stderr.write(f"worker failed to run: {type(exc).__name__}: {exc}\n")
                 sys.stderr.flush()
                 os._exit(3)

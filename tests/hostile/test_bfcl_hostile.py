@@ -141,9 +141,10 @@ def test_evaluation_scores_a_call_past_the_episode_deadline_as_a_failure_not_an_
         def complete(self, messages: object, *, timeout_s: float | None = None) -> PolicyResponse:
             return PolicyResponse(text="[power(base=3, exponent=30000000)]")
 
-    settings = EpisodeSettings(episode_timeout_s=2.0, max_retries=2, backoff_s=0.0, backoff_max_s=0.0)
-    rec = run_episode(lambda: BFCLEnvironment(call_timeout_s=60.0), SlowCallPolicy(), FunctionCallAdapter(), spec,
-                      None, 0, settings, sleep=lambda s: None)
+    # the deadline (1 s) comes before the default per-call budget (2 s): the deadline is what stops the call
+    settings = EpisodeSettings(episode_timeout_s=1.0, max_retries=2, backoff_s=0.0, backoff_max_s=0.0)
+    rec = run_episode(BFCLEnvironment, SlowCallPolicy(), FunctionCallAdapter(), spec, None, 0, settings,
+                      sleep=lambda s: None)
     assert rec.outcome == "failure" and rec.reward == 0.0
     assert rec.attempts == 1
     assert rec.duration_s < 15, rec.duration_s  # a hang guard: the call was killed at the deadline

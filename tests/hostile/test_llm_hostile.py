@@ -50,7 +50,7 @@ HOSTILE_REPLIES = {
 @pytest.mark.parametrize("case", sorted(HOSTILE_REPLIES))
 def test_hostile_reply_is_a_malformed_answer(tmp_path: Path, case: str) -> None:
     reply, problem = HOSTILE_REPLIES[case]
-    answer, errors = _llm(tmp_path)._parse(reply)
+    _, errors = _llm(tmp_path)._parse(reply)
     assert errors and any(problem in e for e in errors), errors
 
 

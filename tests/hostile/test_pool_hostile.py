@@ -5,6 +5,7 @@ after NFKC normalisation."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -76,9 +77,9 @@ def test_bad_pool_file_is_refused(tmp_path: Path, case: str) -> None:
     path.write_bytes(b'{"id": "ok", "env": "e"}\n' + BAD_FILES[case])
     with pytest.raises(TaskSpecError, match="line 2") as info:
         TaskPool.from_file(path)
-    assert "Infinity" in str(info.value) or "NaN" in str(info.value) or "'id'" in str(info.value)
+    assert re.search(r"field '(id|initial_state|difficulty)'.*(NaN|finite|printable|character)", str(info.value))
 
 
 def test_non_finite_numbers_in_an_iterable_are_refused() -> None:
-    with pytest.raises(TaskSpecError, match="NaN or infinite number at initial_state.a\\[1\\]"):
+    with pytest.raises(TaskSpecError, match=r"NaN or infinite number at initial_state.a\[1\]"):
         TaskPool([{"id": "a", "env": "e", "initial_state": {"a": [0.0, float("inf")]}}])

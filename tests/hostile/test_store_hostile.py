@@ -4,6 +4,7 @@ checkpoint leaves a store that still opens; a lost tail of the event log is dete
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -176,3 +177,16 @@ def test_an_intact_store_passes_the_head_check(tmp_path: Path) -> None:
     assert len(HistoryStore(path).events()) == 10
     result = CliRunner().invoke(cli, ["store", "verify", str(path)])
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders: nothing to refuse")
+def test_a_store_in_a_read_only_folder_says_read_only(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    _make_store(folder / "s.sqlite").close()
+    folder.chmod(0o555)
+    try:
+        with pytest.raises(StoreError, match="read-only"):
+            DurableSampler.resume(folder / "s.sqlite")
+    finally:
+        folder.chmod(0o755)

@@ -69,14 +69,14 @@ from typing import Any
 from envsched.envs.base import Environment, EnvironmentUnavailable, StepResult
 
 __all__ = [
+    "BFCL_INSTALL",
+    "BFCL_VERSION",
+    "ENV_PRECEDENCE",
     "MAX_CALLS_PER_STEP",
     "MAX_CALL_CHARS",
     "MAX_LITERAL_DEPTH",
     "MAX_LITERAL_INT",
     "MAX_LITERAL_ITEMS",
-    "BFCL_INSTALL",
-    "BFCL_VERSION",
-    "ENV_PRECEDENCE",
     "MULTI_TURN_CATEGORIES",
     "BFCLEnvironment",
     "bfcl_available",

@@ -37,16 +37,12 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number (NaN and infinities are refused)")
-
-
 _LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 def _parse_json(text: str, *, source: str, line: int | None) -> Any:
     try:
-        obj = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_refuse_constant)
+        obj = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise TaskSpecError(f"invalid JSON ({exc.msg} at column {exc.colno})", source=source,
                             line=line if line is not None else exc.lineno) from None

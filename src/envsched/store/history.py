@@ -139,8 +139,24 @@ class _SqliteTx(_Tx):
             raise _sqlite_error(exc, self.where) from exc
 
 
+def _read_only_hint(msg: str, where: str) -> str | None:
+    """Say so when SQLite failed because the store's file or folder is read-only."""
+    if not any(w in msg for w in ("readonly", "read-only", "unable to open")):
+        return None
+    path = Path(where)
+    if not os.access(path.parent, os.W_OK):
+        return f"the folder {path.parent} is read-only"
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"the file {path} is read-only"
+    return None
+
+
 def _sqlite_error(exc: sqlite3.Error, where: str) -> Exception:
     msg = str(exc)
+    hint = _read_only_hint(msg, where)
+    if hint is not None:
+        return StoreError(f"store {where} cannot be written: {hint} ({msg}); SQLite needs to write the store and "
+                          "create its -wal and -shm files next to it: copy it to a writable folder")
     if isinstance(exc, sqlite3.OperationalError) and ("locked" in msg or "busy" in msg):
         return StoreError(f"store {where} is locked by another process for too long: {msg}")
     if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError

@@ -255,7 +255,8 @@ def _check_declared(data: Any, header: dict[str, Any], path: Path) -> dict[str, 
             want = "(" + ", ".join("K" if w is None else str(w) for w in shape) + ")"
             raise _bad(path, name, f"shape {got}, expected {want}")
         if dtype.kind not in kind:
-            raise _bad(path, name, f"dtype {dtype}, expected {'an integer' if kind == 'iu' else 'a float' if kind == 'f' else 'a string'} array")
+            expected = {"iu": "an integer", "f": "a float", "U": "a string"}[kind]
+            raise _bad(path, name, f"dtype {dtype}, expected {expected} array")
 
     need("env_codes", (n,), "iu")
     need("task_ids", (n,), "U")
@@ -277,7 +278,7 @@ def _check_declared(data: Any, header: dict[str, Any], path: Path) -> dict[str, 
         if nnz > MAX_NNZ:
             raise _bad(path, f"{mat}/indices", f"{nnz} stored entries, more than the limit {MAX_NNZ}")
         need(f"{mat}/data", (nnz,), "f")
-    for name, (shape, _) in declared.items():
+    for name in declared:
         if name.startswith(("vocab/", "idf/")):
             need(name, (None,), "U" if name.startswith("vocab/") else "f")
     return declared
