@@ -38,6 +38,12 @@ def _set_meta(path: Path, **values: object) -> None:
     conn.close()
 
 
+def _digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def _crafted(tmp_path: Path, sampler_class: str, tasks: object, params: object = None) -> Path:
     path = tmp_path / "evil.sqlite"
     _make_store(path, steps=1).close()
@@ -48,8 +54,10 @@ def _crafted(tmp_path: Path, sampler_class: str, tasks: object, params: object =
 def test_store_verify_refuses_a_store_naming_subprocess_run_and_runs_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     path = _crafted(tmp_path, "subprocess:run", ["touch", str(marker)])
+    before = _digest(path)
     result = CliRunner().invoke(cli, ["store", "verify", str(path)])
     assert not marker.exists(), "the crafted store ran a command"
+    assert _digest(path) == before
     assert result.exit_code == 1
     assert "not a registered envsched sampler class" in result.output
     assert "subprocess:run" in result.output
@@ -61,9 +69,11 @@ def test_store_verify_refuses_a_store_naming_subprocess_run_and_runs_nothing(tmp
 def test_resume_refuses_any_unregistered_class_before_importing_it(tmp_path: Path, name: str) -> None:
     marker = tmp_path / "pwned"
     path = _crafted(tmp_path, name, [f"touch {marker}"], {"x": str(marker)})
+    before = _digest(path)
     with pytest.raises(StoreError, match="not a registered envsched sampler class"):
         DurableSampler.resume(path)
     assert not marker.exists()
+    assert _digest(path) == before
 
 
 @pytest.mark.parametrize("key,value,word", [
@@ -78,8 +88,10 @@ def test_metadata_of_the_wrong_type_is_refused_naming_the_key(tmp_path: Path, ke
     path = tmp_path / "s.sqlite"
     _make_store(path, steps=1).close()
     _set_meta(path, **{key: value})
+    before = _digest(path)
     with pytest.raises(StoreCorruptError, match=word):
         HistoryStore(path)
+    assert _digest(path) == before
 
 
 def test_a_class_the_caller_passes_is_allowed(tmp_path: Path) -> None:
@@ -163,12 +175,14 @@ def test_deleting_the_last_events_is_detected(tmp_path: Path, n: int) -> None:
     path = tmp_path / "s.sqlite"
     _make_store(path, steps=5, snapshot_every=None).close()
     _delete_last_events(path, n)
+    before = _digest(path)
     with pytest.raises(StoreCorruptError, match=rf"ends at event {10 - n}.*recorded event 10"):
         DurableSampler.resume(path)
     with pytest.raises(StoreCorruptError, match="lost"):
         HistoryStore(path).events()
     result = CliRunner().invoke(cli, ["store", "verify", str(path)])
     assert result.exit_code == 1 and "lost" in result.output
+    assert _digest(path) == before
 
 
 def test_an_intact_store_passes_the_head_check(tmp_path: Path) -> None:

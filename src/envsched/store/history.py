@@ -4,7 +4,8 @@ The store holds three tables (names prefixed by ``table_prefix``, default ``envs
 
 ``<p>_meta``       one row per key: the format, the sampler's class and configuration, the pool's
                    fingerprint, the task list itself (so a sampler can be rebuilt from the store alone),
-                   and the store's random id (the start of the hash chain).
+                   and the store's random id (the start of the hash chain); ``head`` holds the last
+                   event's ``seq`` and digest, rewritten with every event, so a lost tail is detected.
 ``<p>_events``     ``seq`` (1, 2, 3, ... without gaps), ``kind`` (``sample``, ``update``, ``discard``),
                    ``payload`` (JSON) and ``digest`` = SHA-256 of the previous digest, the kind and the
                    payload, so a damaged, reordered or foreign row is detected on replay.
