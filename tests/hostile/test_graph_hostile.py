@@ -156,3 +156,27 @@ def test_a_good_file_still_loads(tmp_path: Path, good: Any) -> None:
     np.savez(path, **arrays)
     g = load_graph(path, pool)
     assert g.num_nodes == len(pool)
+
+
+def test_a_planted_benchmark_graph_cache_file_runs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The benchmark's graph cache once held pickles: a planted cache file ran code when loaded."""
+    import pickle
+
+    from envsched.bench import runner
+
+    monkeypatch.setenv("ENVSCHED_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(runner, "_GRAPH_CACHE", {})
+    pool = _pool()
+    first = runner.envsched_graph(pool)
+    (cached,) = (tmp_path / "cache" / "bench").glob("graph-*")
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self) -> tuple:
+            return (open, (str(marker), "w"))
+
+    cached.write_bytes(pickle.dumps(Payload()))
+    monkeypatch.setattr(runner, "_GRAPH_CACHE", {})
+    again = runner.envsched_graph(pool)
+    assert not marker.exists(), "loading the cache ran code"
+    assert again.task_ids == first.task_ids
