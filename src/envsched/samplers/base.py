@@ -469,7 +469,7 @@ class BaseSampler(ABC):
                     raise ValueError(f"costs[{i}] for task {key!r} is {c}: costs must be finite and >= 0")
                 vals.append(c)
             cost_arr = np.asarray(vals, dtype=float)
-            if not math.isfinite(self._counters["cost"] + math.fsum(vals)):
+            if not math.isfinite(self._counters["cost"] + sum(vals)):
                 raise ValueError(f"costs for task {key!r} sum to more than a float can count: the cost counter "
                                  "would become infinite (report costs in a larger unit)")
         if self.require_dispatch and self._outstanding.get(pos, 0) == 0:
