@@ -107,37 +107,32 @@ def bench_cache_dir() -> Path:
 
 def envsched_graph(pool: TaskPool) -> Any:
     """EnvSched's dual-relation graph for ``pool`` with the default GraphConfig: built once, then kept in
-    memory (inherited by forked workers) and pickled in :func:`bench_cache_dir` keyed by the pool's
+    memory (inherited by forked workers) and saved as a graph file in :func:`bench_cache_dir` keyed by the pool's
     fingerprint, the graph configuration and the source of ``envsched.method``."""
     fp = pool.fingerprint()
     if fp in _GRAPH_CACHE:
         return _GRAPH_CACHE[fp]
-    import pickle
-
     from envsched.method.config import GraphConfig
     from envsched.method.graph.build import build_graph
+    from envsched.method.graph.io import GraphFileError, load_graph, save_graph
 
     h = hashlib.sha256((fp + repr(GraphConfig())).encode())
     method_dir = Path(build_graph.__code__.co_filename).parent
     for src in sorted(method_dir.glob("*.py")):  # the graph code itself: a changed builder invalidates the cache
         h.update(src.read_bytes())
     key = h.hexdigest()[:20]
-    path = bench_cache_dir() / f"graph-{key}.pkl"
+    # the validated graph file format, never pickle: a cache file is data and cannot run code
+    path = bench_cache_dir() / f"graph-{key}.graph.npz"
     graph = None
     if path.exists():
         try:
-            with path.open("rb") as fh:
-                graph = pickle.load(fh)
-        except Exception:
+            graph = load_graph(path, pool)
+        except (GraphFileError, OSError):
             graph = None
     if graph is None:
         graph = build_graph(pool, GraphConfig())
         with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            with tmp.open("wb") as fh:
-                pickle.dump(graph, fh)
-            os.replace(tmp, path)
+            save_graph(graph, path)
     _GRAPH_CACHE[fp] = graph
     return graph
 

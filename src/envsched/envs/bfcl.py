@@ -33,6 +33,15 @@ Security: BFCL's executor ``eval``s call strings. Before anything reaches it, ea
 plain call of a documented function of the task's involved classes, with literal arguments, is let through;
 others get an error result and are left out of the record the checker re-executes. As in BFCL, a function
 held out by ``miss_func`` is not shown before its turn but executes if called.
+
+Bounded work: a call string is at most :data:`MAX_CALL_CHARS` characters, a step at most
+:data:`MAX_CALLS_PER_STEP` calls, literal arguments at most :data:`MAX_LITERAL_DEPTH` levels deep with
+:data:`MAX_LITERAL_ITEMS` items in all and integers of magnitude below :data:`MAX_LITERAL_INT` (others are
+refused with an error result, as above). Calls run in a worker process (one per episode, reused by later
+episodes when it ends cleanly), each under ``call_timeout_s`` seconds and ``call_memory_mb`` MiB of extra
+address space and under the deadline :meth:`BFCLEnvironment.set_deadline` sets (the evaluation harness
+sets its episode deadline). A call that exceeds its budget is killed and ends the episode, scored 0: the
+policy's failure (``info["terminated"]`` says why), never an infrastructure failure.
 """
 
 from __future__ import annotations
@@ -45,7 +54,12 @@ import functools
 import importlib
 import inspect
 import json
+import multiprocessing
+import os
 import re
+import sys
+import threading
+import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -58,6 +72,11 @@ __all__ = [
     "BFCL_INSTALL",
     "BFCL_VERSION",
     "ENV_PRECEDENCE",
+    "MAX_CALLS_PER_STEP",
+    "MAX_CALL_CHARS",
+    "MAX_LITERAL_DEPTH",
+    "MAX_LITERAL_INT",
+    "MAX_LITERAL_ITEMS",
     "MULTI_TURN_CATEGORIES",
     "BFCLEnvironment",
     "bfcl_available",
@@ -88,6 +107,12 @@ ENV_PRECEDENCE: tuple[str, ...] = (
     "TravelAPI",
     "VehicleControlAPI",
 )
+#: Limits on what one step may ask BFCL to execute (see the module docstring).
+MAX_CALL_CHARS = 100_000
+MAX_CALLS_PER_STEP = 64
+MAX_LITERAL_DEPTH = 16
+MAX_LITERAL_ITEMS = 10_000
+MAX_LITERAL_INT = 2**63
 _FORBIDDEN = frozenset({"kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"})
 
 
@@ -366,30 +391,214 @@ def _sanitize(name: str) -> str:
     return re.sub(r"[-./:]", "_", name)
 
 
+def _literal_problem(node: ast.AST) -> str | None:
+    """Why a call argument is not a bounded literal (see the limits), else ``None``."""
+    stack: list[tuple[ast.AST, int]] = [(node, 1)]
+    items = 0
+    while stack:
+        n, depth = stack.pop()
+        items += 1
+        if depth > MAX_LITERAL_DEPTH:
+            return f"literal arguments may nest at most {MAX_LITERAL_DEPTH} levels"
+        if items > MAX_LITERAL_ITEMS:
+            return f"literal arguments may hold at most {MAX_LITERAL_ITEMS} items"
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub | ast.UAdd):
+            if not (isinstance(n.operand, ast.Constant) and isinstance(n.operand.value, int | float)):
+                return "a sign may only precede a number"
+            stack.append((n.operand, depth))
+        elif isinstance(n, ast.Constant):
+            v = n.value
+            if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= MAX_LITERAL_INT:
+                return f"integer arguments must be smaller than 2**63 in magnitude (got {len(str(abs(v)))} digits)"
+        elif isinstance(n, ast.List | ast.Tuple | ast.Set):
+            stack.extend((e, depth + 1) for e in n.elts)
+        elif isinstance(n, ast.Dict):
+            if any(k is None for k in n.keys):
+                return "**unpacking is not allowed in a literal"
+            stack.extend((e, depth + 1) for e in [*n.keys, *n.values] if e is not None)
+        else:
+            return "arguments must be literals (strings, numbers, lists, dicts, booleans, None)"
+    return None
+
+
 def _safe_call(call: Any, allowed: set[str]) -> str | None:
     """``None`` if ``call`` may be executed; else why not."""
     if not isinstance(call, str) or not call.strip():
         return f"a call must be a non-empty string, got {call!r:.80}"
+    if len(call) > MAX_CALL_CHARS:
+        return f"the call is {len(call)} characters long, more than the limit of {MAX_CALL_CHARS}"
     try:
         node = ast.parse(call.strip(), mode="eval").body
     except SyntaxError as exc:
         return f"invalid call syntax: {exc.msg}"
+    except (MemoryError, RecursionError, ValueError):
+        return "invalid call syntax: the call is nested too deeply"
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
         return "not a plain function call"
     if node.func.id not in allowed:
         return f"no such function available: {node.func.id}"
     if node.func.id in _FORBIDDEN:
         return f"Function call {node.func.id} is not allowed."
+    for kw in node.keywords:
+        if kw.arg is None:
+            return "**kwargs is not allowed"
+    for arg in [*node.args, *(kw.value for kw in node.keywords)]:
+        why = _literal_problem(arg)
+        if why is not None:
+            return why
     try:
-        for arg in node.args:
+        for arg in [*node.args, *(kw.value for kw in node.keywords)]:
             ast.literal_eval(arg)
-        for kw in node.keywords:
-            if kw.arg is None:
-                return "**kwargs is not allowed"
-            ast.literal_eval(kw.value)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return "arguments must be literals (strings, numbers, lists, dicts, booleans, None)"
     return None
+
+
+# ---------------------------------------------------------------------------------------------- the call worker
+def _address_space() -> int:
+    """This process's virtual memory size in bytes (0 when /proc is unavailable)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as fh:
+            return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+@contextlib.contextmanager
+def _memory_errors(executor: Callable[..., Any]) -> Iterator[list[bool]]:
+    """Notice a ``MemoryError`` that reaches BFCL's executor: it turns every exception of a call into an
+    error string, which would hide that the call ran out of its memory budget."""
+    hit: list[bool] = []
+    target = getattr(executor, "__code__", None)
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "exception" and issubclass(arg[0], MemoryError):
+            hit.append(True)
+        return local
+
+    def on_call(frame: Any, event: str, arg: Any) -> Any:
+        return local if frame.f_code is target else None
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        yield hit
+    finally:
+        sys.settrace(previous)
+
+
+def _worker_main(conn: Any, memory_bytes: int) -> None:
+    """The worker process: executes one episode's calls (and then its check) on request, holding the BFCL
+    class instances between calls; its address space is capped ``memory_bytes`` above its start size."""
+    import resource
+
+    b = _bfcl()
+    with contextlib.suppress(ValueError, OSError):
+        base = _address_space()
+        if base:
+            resource.setrlimit(resource.RLIMIT_AS, (base + memory_bytes, base + memory_bytes))
+    entry: dict[str, Any] = {}
+    model_name = ""
+    ctx = decimal.Context()
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        op = msg[0]
+        try:
+            if op == "begin":  # a new episode in this (possibly reused) worker
+                if model_name:
+                    _drop_instances(model_name)
+                entry, model_name, ctx = msg[1], msg[2], decimal.Context()
+                reply: tuple[str, Any] = ("ok", None)
+            elif op == "call":
+                with _episode_decimal(ctx), _memory_errors(b.execute) as hit:
+                    out, _ = b.execute(func_call_list=[msg[1]], initial_config=entry.get("initial_config", {}),
+                                       involved_classes=entry["involved_classes"], model_name=model_name,
+                                       test_entry_id=entry["id"], long_context=msg[2], is_evaL_run=False)
+                if hit:
+                    raise MemoryError
+                reply = ("ok", [str(r) if not isinstance(r, str) else r for r in out])
+            elif op == "check":
+                reply = ("ok", _check(entry, msg[1]))
+            else:
+                reply = ("error", f"unknown request {op!r}")
+        except MemoryError:
+            reply = ("budget", "the call exceeded its memory budget")
+        except Exception as exc:  # BFCL's own failure: reported, the worker goes on
+            reply = ("error", f"{type(exc).__name__}: {exc}")
+        try:
+            conn.send(reply)
+        except MemoryError:
+            conn.send(("budget", "the call's result exceeded the memory budget"))
+
+
+_IDLE: list[_CallWorker] = []
+_IDLE_LOCK = threading.Lock()
+_MAX_IDLE = 8
+
+
+def _context() -> Any:
+    """``fork`` where the platform has it: the worker starts at once with bfcl-eval already imported and
+    runs nothing of the caller's ``__main__`` (``spawn``/``forkserver`` would re-import an unguarded script);
+    it only runs this module's code and BFCL's, so the parent's other threads do not matter to it."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
+class _CallWorker:
+    """One worker process and the pipe to it."""
+
+    def __init__(self, memory_bytes: int) -> None:
+        ctx = _context()
+        self.conn, child = ctx.Pipe()
+        self.memory_bytes = memory_bytes
+        self.proc = ctx.Process(target=_worker_main, args=(child, memory_bytes), daemon=True,
+                                name="envsched-bfcl-calls")
+        self.proc.start()
+        child.close()
+
+    @classmethod
+    def get(cls, memory_bytes: int) -> _CallWorker:
+        with _IDLE_LOCK:
+            while _IDLE:
+                w = _IDLE.pop()
+                if w.proc.is_alive() and w.memory_bytes == memory_bytes:
+                    return w
+                w.kill()
+        return cls(memory_bytes)
+
+    def request(self, msg: tuple[Any, ...], timeout_s: float) -> tuple[str, Any]:
+        """Send ``msg``; ``("ok", value)``, ``("error", why)`` or ``("budget", why)`` (then the worker is dead)."""
+        try:
+            self.conn.send(msg)
+            ready = self.conn.poll(max(0.0, timeout_s))
+            if ready:
+                reply = self.conn.recv()
+                if reply[0] == "budget":  # out of memory: never reuse a worker in that state
+                    self.kill()
+                return reply
+        except (EOFError, OSError, BrokenPipeError):
+            self.kill()
+            return "budget", f"the call's worker process died (exit code {self.proc.exitcode})"
+        self.kill()
+        return "budget", f"the call took longer than its {timeout_s:.3g}s budget"
+
+    def release(self) -> None:
+        """Back to the idle list for the next episode (or stopped if the list is full)."""
+        with _IDLE_LOCK:
+            if self.proc.is_alive() and len(_IDLE) < _MAX_IDLE:
+                _IDLE.append(self)
+                return
+        self.kill()
+
+    def kill(self) -> None:
+        with contextlib.suppress(Exception):
+            self.proc.kill()
+            self.proc.join(5)
+        with contextlib.suppress(Exception):
+            self.conn.close()
 
 
 class BFCLEnvironment(Environment):
@@ -406,11 +615,20 @@ class BFCLEnvironment(Environment):
 
     name = "bfcl"
 
-    def __init__(self, *, max_steps_per_turn: int | None = None) -> None:
+    def __init__(self, *, max_steps_per_turn: int | None = None, call_timeout_s: float = 2.0,
+                 call_memory_mb: int = 1024, check_timeout_s: float = 60.0) -> None:
         self._b = _bfcl()
         self.max_steps_per_turn = int(max_steps_per_turn or self._b.max_steps)
         if self.max_steps_per_turn <= 0:
             raise ValueError("max_steps_per_turn must be positive")
+        if not (call_timeout_s > 0 and check_timeout_s > 0 and call_memory_mb > 0):
+            raise ValueError("call_timeout_s, check_timeout_s and call_memory_mb must be positive")
+        #: Seconds one call may run, MiB of memory it may add, seconds the final check may run.
+        self.call_timeout_s = float(call_timeout_s)
+        self.call_memory_mb = int(call_memory_mb)
+        self.check_timeout_s = float(check_timeout_s)
+        self._deadline: float | None = None
+        self._worker: _CallWorker | None = None
         self._entry: dict[str, Any] | None = None
         self._model_name = ""
         self._finalizer: weakref.finalize | None = None
@@ -437,9 +655,14 @@ class BFCLEnvironment(Environment):
         self._cleanup()
         self._entry = entry
         self._model_name = f"envsched_{uuid.uuid4().hex}"
-        # An abandoned episode's instances are dropped when this object is garbage-collected.
-        self._finalizer = weakref.finalize(self, _drop_instances, self._model_name)
+        self._worker = _CallWorker.get(self.call_memory_mb * 2**20)
+        # An abandoned episode's worker is stopped when this object is garbage-collected.
+        self._finalizer = weakref.finalize(self, _CallWorker.kill, self._worker)
         self._finalizer.atexit = False
+        status, why = self._worker.request(("begin", entry, self._model_name), 60.0)
+        if status != "ok":
+            self._cleanup()
+            raise RuntimeError(f"BFCL call worker failed to start the episode: {why}")
         self._decimal = decimal.Context()
         self._calls = [[] for _ in entry["question"]]
         self._turn = 0
@@ -467,6 +690,8 @@ class BFCLEnvironment(Environment):
             return self._end_turn()
         if not isinstance(action, Sequence) or not all(isinstance(c, str) for c in action):
             raise TypeError("a BFCL action is a list of call strings (or [] / None / a text reply to end the turn)")
+        if len(action) > MAX_CALLS_PER_STEP:
+            return self._terminate(f"a step of {len(action)} calls, more than the limit of {MAX_CALLS_PER_STEP}")
         self._steps_in_turn += 1
         if self._steps_in_turn > self.max_steps_per_turn:
             self._done = True
@@ -485,21 +710,41 @@ class BFCLEnvironment(Environment):
             else:
                 results[i] = f"Error during execution: {why}"
         if runnable:
-            with _episode_decimal(self._decimal):  # MathAPI sets the decimal precision: keep it per episode
-                out, _ = self._b.execute(
-                    func_call_list=runnable,
-                    initial_config=self._entry.get("initial_config", {}),
-                    involved_classes=self._entry["involved_classes"],
-                    model_name=self._model_name,
-                    test_entry_id=self._entry["id"],
-                    long_context=self._long_context(),
-                    is_evaL_run=False,
-                )
-            for pos, res in zip(positions, out, strict=True):
-                results[pos] = res
             self._calls[self._turn].append(runnable)
+            for pos, call in zip(positions, runnable, strict=True):
+                status, out = self._run_call(call)
+                if status == "budget":
+                    return self._terminate(f"call {call[:80]!r}: {out}")
+                if status != "ok":
+                    raise RuntimeError(f"BFCL failed executing {call[:80]!r}: {out}")
+                results[pos] = out[0] if len(out) == 1 else json.dumps(out)
         return StepResult(observation={"turn": self._turn, "results": results}, done=False,
                           info={"rejected": len(action) - len(runnable)})
+
+    def set_deadline(self, deadline: float | None) -> None:
+        """Bound every later call by ``deadline`` (a :func:`time.monotonic` instant; ``None``: no deadline).
+        A call still running at the deadline is killed and the episode ends, scored 0."""
+        self._deadline = deadline
+
+    def _run_call(self, call: str) -> tuple[str, Any]:
+        assert self._worker is not None
+        timeout, what = self.call_timeout_s, None
+        if self._deadline is not None and self._deadline - time.monotonic() < timeout:
+            timeout, what = self._deadline - time.monotonic(), "the episode deadline passed during the call"
+        if timeout <= 0:
+            return "budget", "the episode deadline passed before the call"
+        status, out = self._worker.request(("call", call, self._long_context()), timeout)
+        if status == "budget" and what is not None and out.startswith("the call took longer"):
+            out = what
+        return status, out
+
+    def _terminate(self, reason: str) -> StepResult:
+        """End the episode as the policy's failure (a call over its budget, a step over the limits)."""
+        self._done = True
+        self._terminated = f"terminated: {reason}"
+        reward = self.final_reward()
+        return StepResult(observation={"turn": self._turn, "results": []}, reward=reward, done=True,
+                          info={"terminated": self._terminated})
 
     def final_reward(self) -> float | None:
         """BFCL's ``multi_turn_checker`` verdict on the episode's calls: 1.0, 0.0, or None if it failed."""
@@ -515,9 +760,23 @@ class BFCLEnvironment(Environment):
                                "error_message": reason}
             self._reward = 0.0
             return self._reward
-        self._reward, self.last_check = _check(self._entry, self._calls)
+        self._reward, self.last_check = self._remote_check()
         self._cleanup()
         return self._reward
+
+    def _remote_check(self) -> tuple[float | None, dict[str, Any]]:
+        """BFCL's checker, run in the worker (it re-executes the calls) under ``check_timeout_s`` plus one
+        call budget per call it replays."""
+        assert self._entry is not None
+        if self._worker is None:
+            return None, {"error": "the episode's worker is gone"}
+        replayed = sum(len(step) for turn in self._calls for step in turn)
+        replayed += sum(len(t) for t in self._entry["ground_truth"])
+        budget = self.check_timeout_s + self.call_timeout_s * replayed
+        status, out = self._worker.request(("check", self._calls), budget)
+        if status == "ok":
+            return out[0], out[1]
+        return None, {"error": f"the checker could not score the episode: {out}"}
 
     def close(self) -> None:
         self._cleanup()
@@ -576,10 +835,14 @@ class BFCLEnvironment(Environment):
         return StepResult(observation=self._turn_observation(), done=False)
 
     def _cleanup(self) -> None:
-        """Drop the class instances BFCL's executor cached for this episode (it keys them by model name)."""
+        """End the episode's use of its worker: a worker that finished cleanly goes back to the idle list
+        (its next episode starts with ``begin``, which drops this episode's instances); a dead one is gone."""
         if self._finalizer is not None:
-            self._finalizer()  # runs _drop_instances once
+            self._finalizer.detach()
             self._finalizer = None
+        if self._worker is not None:
+            self._worker.release()
+            self._worker = None
 
 
 @contextlib.contextmanager

@@ -106,6 +106,8 @@ def _attempt(env_factory: Callable[[], Environment], policy: Policy, adapter: Ac
         return left
 
     env = env_factory()
+    if callable(getattr(env, "set_deadline", None)):
+        env.set_deadline(deadline)  # an environment that can bounds its steps by the deadline (BFCL: each call)
     try:
         t = time.monotonic()
         observation = env.reset(task, seed)

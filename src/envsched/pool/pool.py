@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from envsched.pool.spec import OPTIONAL_STATIC_FIELDS, TaskSpecError, validate_task_spec
+from envsched.pool.spec import OPTIONAL_STATIC_FIELDS, TaskSpecError, normalized_id, validate_task_spec
 
 __all__ = ["DEFAULT_MAX_LINE_BYTES", "TaskPool"]
 
@@ -93,6 +93,7 @@ class TaskPool(Sequence[dict[str, Any]]):
             raise ValueError(f"reward_range must be two finite numbers with low < high, got {reward_range!r}")
         specs: list[dict[str, Any]] = []
         index: dict[str, int] = {}
+        normal: dict[str, int] = {}
         lines: list[int] = []
         for position, obj in enumerate(tasks, start=1):
             line = getattr(obj, "lineno", position)
@@ -102,6 +103,13 @@ class TaskPool(Sequence[dict[str, Any]]):
                 raise TaskSpecError(f"duplicate task id {spec['id']!r} (first at {unit} "
                                     f"{lines[index[spec['id']]]})", source=source, line=line, field="id",
                                     unit=unit)
+            norm = normalized_id(spec["id"])
+            if norm in normal:
+                first = normal[norm]
+                raise TaskSpecError(f"task id {spec['id']!r} equals {specs[first]['id']!r} (at {unit} "
+                                    f"{lines[first]}) after Unicode NFKC normalisation: look-alike ids are "
+                                    "refused", source=source, line=line, field="id", unit=unit)
+            normal[norm] = len(specs)
             index[spec["id"]] = len(specs)
             specs.append(spec)
             lines.append(line)

@@ -23,13 +23,18 @@ key                       type               meaning
 
 from __future__ import annotations
 
+import math
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "MAX_ID_CHARS",
     "OPTIONAL_STATIC_FIELDS",
     "REQUIRED_FIELDS",
     "TaskSpecError",
+    "id_problem",
+    "normalized_id",
     "task_key",
     "validate_task_spec",
 ]
@@ -37,6 +42,48 @@ __all__ = [
 REQUIRED_FIELDS: tuple[str, ...] = ("id", "env")
 #: Static fields EnvSched's graph reads; a task without one of them still works (the view is empty).
 OPTIONAL_STATIC_FIELDS: tuple[str, ...] = ("instruction", "tools", "initial_state", "verifier")
+
+
+#: Longest task id, in characters.
+MAX_ID_CHARS = 256
+
+
+def id_problem(value: str) -> str | None:
+    """Why ``value`` is not an acceptable task id, or ``None``.
+
+    The rule (README, "Reliability"): an id is 1 to :data:`MAX_ID_CHARS` printable characters
+    (``str.isprintable``: no control characters such as newline, NUL or ANSI escapes, no format or
+    separator characters other than the ASCII space) without leading or trailing whitespace. Two ids of
+    one pool may not be equal after NFKC normalisation (:func:`normalized_id`), so look-alikes cannot
+    both appear.
+    """
+    if len(value) > MAX_ID_CHARS:
+        return f"is {len(value)} characters long, more than the limit of {MAX_ID_CHARS}"
+    if value != value.strip():
+        return "has leading or trailing whitespace"
+    bad = next((c for c in value if not c.isprintable()), None)
+    if bad is not None:
+        return f"holds the unprintable character U+{ord(bad):04X} ({unicodedata.name(bad, 'control')})"
+    return None
+
+
+def normalized_id(value: str) -> str:
+    """The form under which task ids are compared for duplicates (NFKC)."""
+    return unicodedata.normalize("NFKC", value)
+
+
+def _first_non_finite(obj: Any) -> str | None:
+    """Path of the first NaN or infinite number inside a spec (JSON cannot hold them), else ``None``."""
+    stack: list[tuple[Any, str]] = [(obj, "")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return where or "(root)"
+        if isinstance(value, Mapping):
+            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in value.items())
+        elif isinstance(value, list | tuple):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(value))
+    return None
 
 
 class TaskSpecError(ValueError):
@@ -85,6 +132,8 @@ def validate_task_spec(obj: Any, *, source: str | None = None, line: int | None 
         value = spec[key]
         _check(isinstance(value, str), f"must be a string, got {_type_name(value)}", key, source, line)
         _check(value.strip() != "", "must be a non-empty string", key, source, line)
+    problem = id_problem(spec["id"])
+    _check(problem is None, f"task id {spec['id'][:60]!r} {problem}", "id", source, line)
     for key in ("split", "group", "instruction"):
         if key in spec and spec[key] is not None:
             _check(isinstance(spec[key], str), f"must be a string, got {_type_name(spec[key])}",
@@ -122,6 +171,9 @@ def validate_task_spec(obj: Any, *, source: str | None = None, line: int | None 
         code = verifier.get("code")
         if code is not None:
             _check(isinstance(code, str), "verifier.code must be a string", "verifier", source, line)
+    bad = _first_non_finite(spec)
+    _check(bad is None, f"holds a NaN or infinite number at {bad} (JSON has no such numbers)",
+           bad.split(".")[0].split("[")[0] if bad else None, source, line)
     return spec
 
 

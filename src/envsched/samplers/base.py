@@ -31,9 +31,15 @@ import numpy as np
 from envsched.pool.pool import TaskPool
 from envsched.pool.spec import task_key
 
-__all__ = ["STATE_FORMAT", "BaseSampler", "GroupResult", "TaskSampler"]
+__all__ = ["MAX_BATCH", "STATE_FORMAT", "BaseSampler", "GroupResult", "TaskSampler"]
 
 STATE_FORMAT = "envsched.sampler/1"
+#: Largest value an integer counter may hold in a loaded state (and largest ``n`` of one ``sample`` call
+#: for samplers that may repeat tasks within a batch: :data:`MAX_BATCH`).
+_MAX_COUNT = 2**53
+#: The most tasks one ``sample(n)`` call may return when the sampler may repeat tasks within a batch
+#: (otherwise the pool's size is the limit); checked before anything is allocated.
+MAX_BATCH = 1_000_000
 _RANGE_TOLERANCE = 1e-9
 
 
@@ -227,9 +233,11 @@ class BaseSampler(ABC):
         if n <= 0:
             raise ValueError(f"n must be a positive integer, got {n}")
         limit = self.max_sample_size()
-        if limit is not None and n > limit:
-            raise ValueError(f"n={n} exceeds what {type(self).__name__} can draw in one batch ({limit}: "
-                             f"distinct tasks available)")
+        if limit is None:
+            limit = MAX_BATCH
+        if n > limit:
+            why = "distinct tasks available" if self.distinct_per_batch else "the batch limit MAX_BATCH"
+            raise ValueError(f"n={n} exceeds what {type(self).__name__} can draw in one batch ({limit}: {why})")
         positions = [int(p) for p in self._select(n)]
         for p in positions:
             self._outstanding[p] = self._outstanding.get(p, 0) + 1
@@ -311,26 +319,76 @@ class BaseSampler(ABC):
             raise ValueError(f"state was saved for another task list ({state.get('num_tasks')} tasks, "
                              f"digest {str(state.get('tasks_sha256'))[:12]}...) than this sampler's "
                              f"{len(self.tasks)} tasks (digest {self._keys_digest()[:12]}...)")
+        counters, outstanding, last_batch, rng = self._validated_base_state(state)
+        extra = state.get("extra", {})
+        if not isinstance(extra, Mapping):
+            raise ValueError(f"malformed sampler state: 'extra' must be an object, got {type(extra).__name__}")
+        saved_extra = self._extra_state()
         try:
-            counters = {k: state["counters"][k] for k in self._counters}
-            if any(not isinstance(v, int | float) or v < 0 for v in counters.values()):
-                raise ValueError("counters must be non-negative numbers")
-            outstanding = {self._pos[k]: int(c) for k, c in state["outstanding"].items() if int(c) > 0}
-            last_batch = [self._pos[k] for k in state.get("last_batch", [])]
-            rng = np.random.default_rng()
-            rng.bit_generator.state = copy.deepcopy(state["rng"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed sampler state: {exc}") from None
-        self._load_extra_state(state.get("extra", {}))  # validates before it changes anything
-        self._counters = {k: (float(v) if k == "cost" else int(v)) for k, v in counters.items()}
+            self._load_extra_state(dict(extra))  # validates before it changes anything
+        except Exception as exc:
+            # all or nothing, even for a subclass hook that assigned part of its state before refusing
+            self._load_extra_state(saved_extra)
+            if isinstance(exc, ValueError):
+                raise
+            raise ValueError(f"malformed {type(self).__name__} state 'extra': {type(exc).__name__}: {exc}") from None
+        self._counters = counters
         self._outstanding = outstanding
         self._last_batch = last_batch
         self._rng = rng
 
+    def _validated_base_state(self, state: Mapping[str, Any]) -> tuple[dict[str, float], dict[int, int], list[int],
+                                                                        np.random.Generator]:
+        """Every base field of ``state``, converted and checked (types, ranges, finiteness), nothing assigned."""
+        raw = state.get("counters")
+        if not isinstance(raw, Mapping):
+            raise ValueError("malformed sampler state: 'counters' must be an object")
+        counters: dict[str, float] = {}
+        for k in self._counters:
+            if k not in raw:
+                raise ValueError(f"malformed sampler state: counter {k!r} is missing")
+            v = raw[k]
+            if k == "cost":
+                ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                if not ok:
+                    raise ValueError(f"malformed sampler state: counter 'cost' must be a finite number >= 0, "
+                                     f"got {v!r:.40}")
+                counters[k] = float(v)
+            else:
+                whole = isinstance(v, int) or (isinstance(v, float) and math.isfinite(v) and v.is_integer())
+                if isinstance(v, bool) or not whole or v < 0 or v > _MAX_COUNT:
+                    raise ValueError(f"malformed sampler state: counter {k!r} must be a whole number in "
+                                     f"[0, {_MAX_COUNT}], got {v!r:.40}")
+                counters[k] = int(v)
+        raw_out = state.get("outstanding")
+        if not isinstance(raw_out, Mapping):
+            raise ValueError("malformed sampler state: 'outstanding' must be an object of task key -> count")
+        outstanding: dict[int, int] = {}
+        for key, c in raw_out.items():
+            if key not in self._pos:
+                raise ValueError(f"malformed sampler state: outstanding task {str(key)[:60]!r} is not in this "
+                                 "sampler's tasks")
+            if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= _MAX_COUNT:
+                raise ValueError(f"malformed sampler state: outstanding count of {str(key)[:60]!r} must be an "
+                                 f"integer in [0, {_MAX_COUNT}], got {c!r:.40}")
+            if c > 0:
+                outstanding[self._pos[key]] = c
+        raw_last = state.get("last_batch", [])
+        if not isinstance(raw_last, list) or not all(isinstance(k, str) and k in self._pos for k in raw_last):
+            raise ValueError("malformed sampler state: 'last_batch' must be a list of this sampler's task keys")
+        last_batch = [self._pos[k] for k in raw_last]
+        rng = np.random.default_rng()
+        try:
+            rng.bit_generator.state = copy.deepcopy(state["rng"])
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"malformed sampler state: bad random generator state 'rng' ({exc})") from None
+        return counters, outstanding, last_batch, rng
+
     # ------------------------------------------------------------------ hooks for subclasses
     def max_sample_size(self) -> int | None:
-        """Largest ``n`` one call to :meth:`sample` accepts (``None``: unbounded)."""
-        return len(self.tasks) if self.distinct_per_batch else None
+        """Largest ``n`` one call to :meth:`sample` accepts: the pool's size when a batch holds distinct
+        tasks, else :data:`MAX_BATCH`."""
+        return len(self.tasks) if self.distinct_per_batch else MAX_BATCH
 
     @abstractmethod
     def _select(self, n: int) -> list[int]:
@@ -411,6 +469,9 @@ class BaseSampler(ABC):
                     raise ValueError(f"costs[{i}] for task {key!r} is {c}: costs must be finite and >= 0")
                 vals.append(c)
             cost_arr = np.asarray(vals, dtype=float)
+            if not math.isfinite(self._counters["cost"] + sum(vals)):
+                raise ValueError(f"costs for task {key!r} sum to more than a float can count: the cost counter "
+                                 "would become infinite (report costs in a larger unit)")
         if self.require_dispatch and self._outstanding.get(pos, 0) == 0:
             raise ValueError(f"update for task {key!r} without an outstanding dispatch: it was not drawn by "
                              "sample(), or its group was already reported")

@@ -38,7 +38,8 @@ from envsched.store.history import (
     genesis_digest,
 )
 
-__all__ = ["DurableSampler", "ReplayDivergenceError", "describe_sampler", "tasks_fingerprint"]
+__all__ = ["SAMPLER_CLASSES", "DurableSampler", "ReplayDivergenceError", "describe_sampler",
+           "register_sampler_class", "tasks_fingerprint"]
 
 _REPLAY_CHUNK = 5000
 
@@ -46,6 +47,54 @@ _REPLAY_CHUNK = 5000
 class ReplayDivergenceError(StoreError):
     """Replaying the log did not reproduce it: a replayed draw differs from the logged one, or a logged
     update is refused. The sampler is not deterministic given its state, or the code changed."""
+
+
+#: The sampler classes :meth:`DurableSampler.resume` may construct from a store's metadata, as
+#: ``"module:qualname"``. A store naming any other class is refused before anything is imported.
+SAMPLER_CLASSES: set[str] = {
+    "envsched.samplers.simple:SequentialSampler",
+    "envsched.samplers.simple:UniformSampler",
+    "envsched.samplers.simple:CurriculumSampler",
+    "envsched.samplers.baselines:DynamicSamplingSampler",
+    "envsched.samplers.baselines:MoPPSSampler",
+    "envsched.samplers.baselines:GRESOSampler",
+    "envsched.samplers.baselines:PLRSampler",
+    "envsched.method.sampler:EnvSchedSampler",
+}
+
+
+def _class_name(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def register_sampler_class(cls: type) -> None:
+    """Allow :meth:`DurableSampler.resume` to construct ``cls`` (a :class:`BaseSampler` subclass) from a
+    store. Registration is by the class object, so a store can only name code the program imported."""
+    if not (isinstance(cls, type) and issubclass(cls, BaseSampler)):
+        raise TypeError(f"register_sampler_class needs a BaseSampler subclass, got {cls!r}")
+    SAMPLER_CLASSES.add(_class_name(cls))
+
+
+def _resolve_sampler_class(name: Any, where: str, extra: Sequence[type]) -> type:
+    """The class a store's ``sampler_class`` names, if it is allowed; checked before any import."""
+    for cls in extra:
+        if isinstance(cls, type) and _class_name(cls) == name:
+            return cls
+    if not isinstance(name, str) or name not in SAMPLER_CLASSES:
+        raise StoreError(f"store {where} names sampler class {str(name)[:120]!r}, which is not a registered "
+                         "envsched sampler class: refusing to import or call it (a store is data, never code). "
+                         "If it is your own sampler, pass DurableSampler.resume(..., sampler_classes=[YourClass]) "
+                         "or call envsched.store.durable.register_sampler_class(YourClass) first")
+    module, _, qualname = name.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise StoreError(f"store {where}: cannot import sampler class {name} ({exc})") from None
+    if not (isinstance(obj, type) and issubclass(obj, BaseSampler)):  # pragma: no cover - registry is checked
+        raise StoreError(f"store {where}: {name} is not a sampler class")
+    return obj
 
 
 def tasks_fingerprint(tasks: Sequence[Any], reward_range: tuple[float, float]) -> str:
@@ -195,10 +244,15 @@ class DurableSampler:
     # ------------------------------------------------------------------ construction helpers
     @classmethod
     def resume(cls, store: HistoryStore | str | os.PathLike[str], *, tasks: Sequence[Any] | None = None,
-               **kwargs: Any) -> DurableSampler:
-        """Rebuild a sampler from the store alone: import its class, construct it with the recorded task
+               sampler_classes: Sequence[type] = (), **kwargs: Any) -> DurableSampler:
+        """Rebuild a sampler from the store alone: look up its class, construct it with the recorded task
         list (or ``tasks``) and configuration, then replay. Samplers whose configuration holds objects JSON
-        cannot record (a graph, a client) must be constructed by the caller and wrapped instead."""
+        cannot record (a graph, a client) must be constructed by the caller and wrapped instead.
+
+        The class the store names is only ever one of envsched's registered sampler classes
+        (:data:`SAMPLER_CLASSES`, :func:`register_sampler_class`) or one of ``sampler_classes``; any other
+        name is refused with :class:`StoreError` before anything is imported or called, so a crafted store
+        cannot run code."""
         store = store if isinstance(store, HistoryStore) else HistoryStore(store)
         header = store.header()
         if header is None:
@@ -208,14 +262,7 @@ class DurableSampler:
             raise StoreError(f"store {store.where}: the {header['sampler_class']} configuration holds objects "
                              f"the store cannot record ({', '.join(objs)}); construct the sampler yourself and "
                              "wrap it: DurableSampler(sampler, store)")
-        module, _, qualname = header["sampler_class"].partition(":")
-        try:
-            obj: Any = importlib.import_module(module)
-            for part in qualname.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError) as exc:
-            raise StoreError(f"store {store.where}: cannot import sampler class {header['sampler_class']} "
-                             f"({exc})") from None
+        obj = _resolve_sampler_class(header["sampler_class"], store.where, sampler_classes)
         if tasks is None:
             tasks = store.tasks()
         if tasks is None:
@@ -224,7 +271,7 @@ class DurableSampler:
         params = dict(header["sampler_params"])
         try:
             sampler = obj(tasks, **params)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, KeyError, OverflowError) as exc:
             raise StoreError(f"store {store.where}: cannot construct {header['sampler_class']} from the recorded "
                              f"configuration ({exc}); construct the sampler yourself and wrap it: "
                              "DurableSampler(sampler, store)") from None
@@ -270,6 +317,7 @@ class DurableSampler:
         self._seq, self._digest = snap.seq, snap.digest
         self._replayed = 0
         self._catch_up(tx)
+        self.store.check_head(tx, self._seq, self._digest)
         self._stale = False
 
     def _catch_up(self, tx: Any) -> None:

@@ -4,7 +4,8 @@ The store holds three tables (names prefixed by ``table_prefix``, default ``envs
 
 ``<p>_meta``       one row per key: the format, the sampler's class and configuration, the pool's
                    fingerprint, the task list itself (so a sampler can be rebuilt from the store alone),
-                   and the store's random id (the start of the hash chain).
+                   and the store's random id (the start of the hash chain); ``head`` holds the last
+                   event's ``seq`` and digest, rewritten with every event, so a lost tail is detected.
 ``<p>_events``     ``seq`` (1, 2, 3, ... without gaps), ``kind`` (``sample``, ``update``, ``discard``),
                    ``payload`` (JSON) and ``digest`` = SHA-256 of the previous digest, the kind and the
                    payload, so a damaged, reordered or foreign row is detected on replay.
@@ -139,8 +140,24 @@ class _SqliteTx(_Tx):
             raise _sqlite_error(exc, self.where) from exc
 
 
+def _read_only_hint(msg: str, where: str) -> str | None:
+    """Say so when SQLite failed because the store's file or folder is read-only."""
+    if not any(w in msg for w in ("readonly", "read-only", "unable to open")):
+        return None
+    path = Path(where)
+    if not os.access(path.parent, os.W_OK):
+        return f"the folder {path.parent} is read-only"
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"the file {path} is read-only"
+    return None
+
+
 def _sqlite_error(exc: sqlite3.Error, where: str) -> Exception:
     msg = str(exc)
+    hint = _read_only_hint(msg, where)
+    if hint is not None:
+        return StoreError(f"store {where} cannot be written: {hint} ({msg}); SQLite needs to write the store and "
+                          "create its -wal and -shm files next to it: copy it to a writable folder")
     if isinstance(exc, sqlite3.OperationalError) and ("locked" in msg or "busy" in msg):
         return StoreError(f"store {where} is locked by another process for too long: {msg}")
     if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError
@@ -183,12 +200,7 @@ class _SqliteBackend:
         if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
             raise StoreCorruptError(f"store file {self.where} is not an SQLite database (bad header; "
                                     f"{size} bytes): damaged, truncated or another kind of file")
-        page_size = int.from_bytes(head[16:18], "big")
-        page_size = 65536 if page_size == 1 else page_size
-        pages = int.from_bytes(head[28:32], "big")
-        if pages and head[24:28] == head[92:96] and pages * page_size > size:
-            raise StoreCorruptError(f"store file {self.where} is truncated: its header promises {pages} pages "
-                                    f"of {page_size} bytes ({pages * page_size} bytes) but the file has {size}")
+        self._check_size(head, size)
         try:
             ro = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=self.busy_timeout_s)
         except sqlite3.Error as exc:
@@ -205,6 +217,24 @@ class _SqliteBackend:
         finally:
             ro.close()
         return names
+
+    def _check_size(self, head: bytes, size: int) -> None:
+        """Refuse a main file shorter than its header promises -- unless a write-ahead log is present.
+
+        A process killed during a checkpoint can leave the header (page 1, copied back from the WAL)
+        promising pages that are still only in the WAL; SQLite recovers that on open, so with a non-empty
+        ``-wal`` file the decision is left to SQLite's own integrity check below.
+        """
+        wal = Path(str(self.path) + "-wal")
+        with contextlib.suppress(OSError):
+            if wal.stat().st_size > 0:
+                return
+        page_size = int.from_bytes(head[16:18], "big")
+        page_size = 65536 if page_size == 1 else page_size
+        pages = int.from_bytes(head[28:32], "big")
+        if pages and head[24:28] == head[92:96] and pages * page_size > size:
+            raise StoreCorruptError(f"store file {self.where} is truncated: its header promises {pages} pages "
+                                    f"of {page_size} bytes ({pages * page_size} bytes) but the file has {size}")
 
     def _connect(self, path: Path) -> sqlite3.Connection:
         try:
@@ -475,7 +505,22 @@ class HistoryStore:
         for key in ("store_id", "sampler_class", "sampler_params", "pool_fingerprint", "num_tasks"):
             if key not in meta:
                 raise StoreCorruptError(f"store {self.where}: metadata lacks {key!r} (damaged store)")
+        self._check_meta_types(meta)
         return meta
+
+    def _check_meta_types(self, meta: Mapping[str, Any]) -> None:
+        """Refuse metadata of the wrong shape before anything reads it (a crafted store is data only)."""
+        for key, kinds in (("store_id", str), ("sampler_class", str), ("sampler_params", dict),
+                           ("pool_fingerprint", str), ("num_tasks", int)):
+            value = meta[key]
+            if not isinstance(value, kinds) or isinstance(value, bool):
+                raise StoreCorruptError(f"store {self.where}: metadata {key!r} is a {type(value).__name__}, "
+                                        f"expected {kinds.__name__} (damaged or crafted store)")
+        head = meta.get("head")
+        if head is not None and not (isinstance(head, dict) and isinstance(head.get("seq"), int)
+                                     and not isinstance(head.get("seq"), bool) and head["seq"] >= 0
+                                     and isinstance(head.get("digest"), str)):
+            raise StoreCorruptError(f"store {self.where}: metadata 'head' is malformed (damaged store)")
 
     def header(self) -> dict[str, Any] | None:
         """The store's metadata, or ``None`` while no sampler has created it. The task list is left out
@@ -537,7 +582,35 @@ class HistoryStore:
         digest = _chain(prev_digest, kind, text)
         tx.execute(f"INSERT INTO {self.t_events} (seq, kind, payload, digest, created) "
                    "VALUES (:s, :k, :p, :d, :c)", {"s": seq, "k": kind, "p": text, "d": digest, "c": time.time()})
+        self._write_head(tx, seq, digest)
         return digest
+
+    def _write_head(self, tx: _Tx, seq: int, digest: str) -> None:
+        """Record the chain's head (last seq and digest) in the same transaction as the event, so that
+        a lost tail of the log (the last events deleted or truncated away) is detected on open."""
+        tx.execute(f"INSERT INTO {self.t_meta} (key, value) VALUES ('head', :v) "
+                   "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                   {"v": canonical_json({"seq": int(seq), "digest": digest})})
+
+    def check_head(self, tx: _Tx, seq: int, digest: str) -> None:
+        """Raise :class:`StoreCorruptError` unless the verified log, which ends at ``(seq, digest)``, ends
+        where the recorded head says (stores written before the head was recorded have none: skipped)."""
+        rows = tx.execute(f"SELECT value FROM {self.t_meta} WHERE key = 'head'")
+        if not rows:
+            return
+        try:
+            head = json.loads(rows[0][0])
+            head_seq, head_digest = int(head["seq"]), str(head["digest"])
+        except (TypeError, ValueError, KeyError):
+            raise StoreCorruptError(f"store {self.where}: metadata 'head' is malformed (damaged store)") from None
+        if head_seq != seq or head_digest != digest:
+            if head_seq > seq:
+                raise StoreCorruptError(
+                    f"store {self.where}: the event log ends at event {seq}, but the store recorded event "
+                    f"{head_seq} as its last: {head_seq - seq} event(s) at the end of the log were lost "
+                    "(deleted or truncated); restore the store from a backup")
+            raise StoreCorruptError(f"store {self.where}: the event log ends at event {seq}, which does not "
+                                    f"match the recorded head (event {head_seq}): the log was edited")
 
     def read_events(self, tx: _Tx, after: int, prev_digest: str, *, limit: int | None = None) -> list[Event]:
         """Events with ``seq > after`` in order, checking seq continuity and the hash chain."""
@@ -609,7 +682,10 @@ class HistoryStore:
             meta = self._read_meta(tx)
             if meta is None:
                 return []
-            return self.read_events(tx, 0, genesis_digest(meta["store_id"]))
+            events = self.read_events(tx, 0, genesis_digest(meta["store_id"]))
+            last = events[-1] if events else None
+            self.check_head(tx, last.seq if last else 0, last.digest if last else genesis_digest(meta["store_id"]))
+            return events
 
     def count_events(self) -> int:
         """Number of logged events."""

@@ -35,8 +35,23 @@ _ARRAYS = ("env_codes", "within_index", "within_weight", "within_similarity", "c
            "cross_similarity")
 
 
+#: Largest graph a file may declare: nodes, neighbours per node, feature columns, stored feature entries.
+#: Declared sizes are checked against these before any array is read (a hostile file cannot make the
+#: loader allocate without bound).
+MAX_NODES = 50_000_000
+MAX_NEIGHBORS = 4096
+MAX_FEATURES = 2**31 - 1
+MAX_NNZ = 2**31 - 1
+MAX_BYTES = 64 * 2**30
+
+
 class GraphFileError(ValueError):
-    """A graph file cannot be used: not a graph file, another format version, or built from another pool."""
+    """A graph file cannot be used: not a graph file, another format version, built from another pool, or
+    malformed. ``field`` names the offending array or header entry when there is one."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def save_graph(graph: DualRelationGraph, path: str | os.PathLike[str]) -> Path:
@@ -131,6 +146,8 @@ def load_graph(path: str | os.PathLike[str], pool: TaskPool | None = None, *,
     path = Path(path)
     with _open(path) as data:
         header = _header(data, path)
+        _check_header_fields(header, path)
+        declared = _check_declared(data, header, path)
         want = pool.fingerprint() if pool is not None else expected_fingerprint
         if want is not None and header.get("pool_fingerprint") != want:
             size = f" ({len(pool)} tasks)" if pool is not None else ""
@@ -141,9 +158,7 @@ def load_graph(path: str | os.PathLike[str], pool: TaskPool | None = None, *,
         try:
             mats = {}
             for name in ("full_features", "abstract_features"):
-                shape = tuple(int(x) for x in data[f"{name}/shape"])
-                mats[name] = sp.csr_matrix((data[f"{name}/data"], data[f"{name}/indices"], data[f"{name}/indptr"]),
-                                           shape=shape)
+                mats[name] = _csr(data, name, header["num_nodes"], path)
             arrays = {name: data[name] for name in _ARRAYS}
             bandwidths = {name: (data[name] if name in data.files else None)
                           for name in ("within_bandwidth", "cross_bandwidth")}
@@ -153,10 +168,13 @@ def load_graph(path: str | os.PathLike[str], pool: TaskPool | None = None, *,
                                                 {k: data[k] for k in data.files if k.startswith(("vocab/", "idf/"))})
             task_ids = [str(t) for t in data["task_ids"].tolist()]
             envs = [str(e) for e in data["envs"].tolist()]
+        except GraphFileError:
+            raise
         except KeyError as exc:
             raise GraphFileError(f"{path}: incomplete graph file (missing {exc})") from None
-    if len(task_ids) != header.get("num_nodes") or arrays["within_index"].shape[0] != len(task_ids):
-        raise GraphFileError(f"{path}: inconsistent graph file (node counts differ)")
+        except (ValueError, TypeError, OSError, zipfile.BadZipFile, EOFError) as exc:
+            raise GraphFileError(f"{path}: damaged graph file ({type(exc).__name__}: {exc})") from None
+    _check_values(arrays, bandwidths, mats, task_ids, envs, space, header, declared, path)
     if pool is not None and pool.ids != task_ids:
         raise GraphFileError(f"{path}: task ids differ from the pool's")
     return DualRelationGraph(task_ids=task_ids, envs=envs, **arrays, full_features=mats["full_features"],
@@ -164,3 +182,163 @@ def load_graph(path: str | os.PathLike[str], pool: TaskPool | None = None, *,
                              pool_fingerprint=str(header.get("pool_fingerprint", "")),
                              config=header.get("config") or {}, report=header.get("report") or {},
                              feature_space=space, **bandwidths)
+
+
+# ---------------------------------------------------------------------------------------------- validation
+def _bad(path: Path, field: str, message: str) -> GraphFileError:
+    return GraphFileError(f"{path}: field {field!r}: {message}", field=field)
+
+
+def _member_header(data: Any, name: str, path: Path) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype an array member declares, read from its ``.npy`` header without reading the data."""
+    fmt = np.lib.format
+    try:
+        with data.zip.open(f"{name}.npy") as fh:
+            version = fmt.read_magic(fh)
+            if version == (1, 0):
+                shape, _, dtype = fmt.read_array_header_1_0(fh)
+            elif version == (2, 0):
+                shape, _, dtype = fmt.read_array_header_2_0(fh)
+            else:
+                raise ValueError(f"unsupported .npy version {version}")
+    except KeyError:
+        raise _bad(path, name, "missing from the file") from None
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError, SyntaxError) as exc:
+        raise _bad(path, name, f"unreadable array header ({exc})") from None
+    if not isinstance(shape, tuple) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise _bad(path, name, f"bad declared shape {shape!r}")
+    return shape, np.dtype(dtype)
+
+
+def _check_header_fields(header: Any, path: Path) -> None:
+    if not isinstance(header, dict):
+        raise _bad(path, "__header__", "the header is not a JSON object")
+    n = header.get("num_nodes")
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_NODES:
+        raise _bad(path, "num_nodes", f"must be an integer in [0, {MAX_NODES}], got {str(n)[:40]}")
+    for key in ("config", "report"):
+        if header.get(key) is not None and not isinstance(header[key], dict):
+            raise _bad(path, key, f"must be an object, got {type(header[key]).__name__}")
+    if not isinstance(header.get("pool_fingerprint", ""), str):
+        raise _bad(path, "pool_fingerprint", "must be a string")
+    space = header.get("feature_space")
+    if space is not None:
+        if not isinstance(space, list):
+            raise _bad(path, "feature_space", "must be a list of views")
+        for i, m in enumerate(space):
+            ok = (isinstance(m, dict) and m.get("kind") in ("full", "abstract") and isinstance(m.get("name"), str)
+                  and isinstance(m.get("fitted"), bool) and isinstance(m.get("weight"), int | float)
+                  and not isinstance(m.get("weight"), bool) and np.isfinite(m["weight"]))
+            if not ok:
+                raise _bad(path, "feature_space", f"view {i} is malformed (needs kind full/abstract, a name, a "
+                                                  "finite weight and a boolean 'fitted')")
+
+
+def _check_declared(data: Any, header: dict[str, Any], path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Every member's declared shape and dtype, checked against the header and the size limits."""
+    n = header["num_nodes"]
+    declared = {name: _member_header(data, name, path) for name in data.files if name != "__header__"}
+    total = 0
+    for name, (shape, dtype) in declared.items():
+        if dtype.hasobject or dtype.fields is not None:
+            raise _bad(path, name, f"dtype {dtype} is not allowed (plain numbers and strings only)")
+        size = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        total += size
+        if total > MAX_BYTES:
+            raise _bad(path, name, f"declared arrays exceed the {MAX_BYTES} byte limit of a graph file")
+
+    def need(name: str, shape: tuple[int | None, ...], kind: str) -> None:
+        if name not in declared:
+            raise _bad(path, name, "missing from the file")
+        got, dtype = declared[name]
+        if len(got) != len(shape) or any(w is not None and g != w for g, w in zip(got, shape, strict=False)):
+            want = "(" + ", ".join("K" if w is None else str(w) for w in shape) + ")"
+            raise _bad(path, name, f"shape {got}, expected {want}")
+        if dtype.kind not in kind:
+            expected = {"iu": "an integer", "f": "a float", "U": "a string"}[kind]
+            raise _bad(path, name, f"dtype {dtype}, expected {expected} array")
+
+    need("env_codes", (n,), "iu")
+    need("task_ids", (n,), "U")
+    need("envs", (None,), "U")
+    for rel in ("within", "cross"):
+        need(f"{rel}_index", (n, None), "iu")
+        k = declared[f"{rel}_index"][0][1]
+        if k > MAX_NEIGHBORS:
+            raise _bad(path, f"{rel}_index", f"{k} neighbours per node, more than the limit {MAX_NEIGHBORS}")
+        need(f"{rel}_weight", (n, k), "f")
+        need(f"{rel}_similarity", (n, k), "f")
+        if f"{rel}_bandwidth" in declared:
+            need(f"{rel}_bandwidth", (n,), "f")
+    for mat in ("full_features", "abstract_features"):
+        need(f"{mat}/shape", (2,), "iu")
+        need(f"{mat}/indptr", (n + 1,), "iu")
+        need(f"{mat}/indices", (None,), "iu")
+        nnz = declared[f"{mat}/indices"][0][0]
+        if nnz > MAX_NNZ:
+            raise _bad(path, f"{mat}/indices", f"{nnz} stored entries, more than the limit {MAX_NNZ}")
+        need(f"{mat}/data", (nnz,), "f")
+    for name in declared:
+        if name.startswith(("vocab/", "idf/")):
+            need(name, (None,), "U" if name.startswith("vocab/") else "f")
+    return declared
+
+
+def _finite(arr: np.ndarray, name: str, path: Path, *, low: float | None = None) -> None:
+    if arr.size and not np.isfinite(arr).all():
+        raise _bad(path, name, "holds NaN or infinite values")
+    if low is not None and arr.size and float(arr.min()) < low:
+        raise _bad(path, name, f"holds {float(arr.min())!r}, below {low}")
+
+
+def _check_values(arrays: dict[str, np.ndarray], bandwidths: dict[str, Any], mats: dict[str, Any],
+                  task_ids: list[str], envs: list[str], space: Any, header: dict[str, Any],
+                  declared: dict[str, Any], path: Path) -> None:
+    """Index ranges, finiteness and consistency of the arrays just read (their shapes were checked)."""
+    n = header["num_nodes"]
+    if len(set(task_ids)) != n:
+        raise _bad(path, "task_ids", "task ids are not unique")
+    if header.get("num_envs") is not None and header["num_envs"] != len(envs):
+        raise _bad(path, "envs", f"{len(envs)} environments, the header declares {header['num_envs']}")
+    codes = arrays["env_codes"]
+    if codes.size and (int(codes.min()) < 0 or int(codes.max()) >= len(envs)):
+        raise _bad(path, "env_codes", f"environment codes must lie in [0, {len(envs)})")
+    for rel in ("within", "cross"):
+        idx = arrays[f"{rel}_index"]
+        if idx.size and (int(idx.min()) < -1 or int(idx.max()) >= n):
+            raise _bad(path, f"{rel}_index", f"neighbour indices must lie in [-1, {n}) (-1 pads a row); got "
+                                             f"{int(idx.min())}..{int(idx.max())}")
+        _finite(arrays[f"{rel}_weight"], f"{rel}_weight", path, low=0.0)
+        if arrays[f"{rel}_weight"].size and float(arrays[f"{rel}_weight"].max()) > 1.0 + 1e-6:
+            raise _bad(path, f"{rel}_weight", "neighbour weights must lie in [0, 1]")
+        _finite(arrays[f"{rel}_similarity"], f"{rel}_similarity", path)
+        if bandwidths.get(f"{rel}_bandwidth") is not None:
+            _finite(bandwidths[f"{rel}_bandwidth"], f"{rel}_bandwidth", path, low=0.0)
+    for mat_name, mat in mats.items():
+        if mat.shape[0] != n or not 0 <= mat.shape[1] <= MAX_FEATURES:
+            raise _bad(path, f"{mat_name}/shape", f"shape {mat.shape}, expected ({n}, <= {MAX_FEATURES})")
+        _finite(mat.data, f"{mat_name}/data", path)
+    if space is not None:
+        for kind, views in (("full", space.full_views), ("abstract", space.abstract_views)):
+            for v in views:
+                if v.vocabulary is not None:
+                    if len(v.idf) != len(v.vocabulary):
+                        raise _bad(path, f"idf/{kind}/{v.name}", "length differs from its vocabulary")
+                    _finite(v.idf, f"idf/{kind}/{v.name}", path)
+
+
+def _csr(data: Any, name: str, n: int, path: Path) -> sp.csr_matrix:
+    """A sparse feature matrix, its raw arrays checked (monotone ``indptr``, column indices in range)
+    before scipy sees them: scipy trusts them and can crash on out-of-range indices."""
+    shape = data[f"{name}/shape"]
+    rows, cols = int(shape[0]), int(shape[1])
+    if rows != n or not 0 <= cols <= MAX_FEATURES:
+        raise _bad(path, f"{name}/shape", f"shape ({rows}, {cols}), expected ({n}, <= {MAX_FEATURES})")
+    indptr, indices, values = data[f"{name}/indptr"], data[f"{name}/indices"], data[f"{name}/data"]
+    if indptr[0] != 0 or indptr[-1] != len(indices) or (np.diff(indptr.astype(np.int64)) < 0).any():
+        raise _bad(path, f"{name}/indptr", f"must rise from 0 to {len(indices)} without decreasing")
+    if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= cols):
+        raise _bad(path, f"{name}/indices", f"column indices must lie in [0, {cols}); got "
+                                          f"{int(indices.min())}..{int(indices.max())}")
+    _finite(values, f"{name}/data", path)
+    return sp.csr_matrix((values, indices, indptr), shape=(rows, cols))

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import tempfile
 import urllib.error
 import urllib.request
@@ -108,7 +107,23 @@ def _content_key(spec: Mapping[str, Any], model: str) -> str:
     return h.hexdigest()
 
 
-_FENCE_RE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
+#: Longest model reply (characters) or cache file (bytes) that is parsed; a longer one is a malformed answer
+#: (a reply) or a cache miss (a file), refused before any parsing.
+MAX_REPLY_CHARS = 200_000
+
+
+def _strip_fence(content: str) -> str:
+    """The text inside one Markdown code fence (```` ```json ... ``` ````), or the text itself.
+
+    Plain string operations, linear in the reply's length: a regular expression here once took cubic time
+    on a hostile reply (an open fence followed by thousands of newlines)."""
+    text = content.strip()
+    if len(text) >= 6 and text.startswith("```") and text.endswith("```"):
+        inner = text[3:-3]
+        if inner.startswith("json"):
+            inner = inner[4:]
+        return inner.strip()
+    return text
 
 
 class LLMAbstractor:
@@ -155,15 +170,22 @@ class LLMAbstractor:
         return [f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors[:10]]
 
     def _parse(self, content: str) -> tuple[Any, list[str]]:
-        m = _FENCE_RE.match(content or "")
-        text = m.group(1) if m else (content or "")
+        content = content or ""
+        if len(content) > MAX_REPLY_CHARS:
+            return None, [f"the reply is {len(content)} characters long, more than the limit of {MAX_REPLY_CHARS}"]
+        text = _strip_fence(content)
         try:
             answer = json.loads(text)
         except json.JSONDecodeError as exc:
             return None, [f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"]
         except RecursionError:
             return None, ["not valid JSON (nested too deeply)"]
-        return answer, self.validate(answer)
+        except ValueError as exc:  # e.g. an integer literal past Python's digit limit
+            return None, [f"not valid JSON ({exc})"]
+        try:
+            return answer, self.validate(answer)
+        except RecursionError:
+            return None, ["the JSON is nested too deeply"]
 
     # ------------------------------------------------------------------ cache
     def _cache_path(self, key: str) -> Path:
@@ -172,13 +194,13 @@ class LLMAbstractor:
     def cached(self, spec: Mapping[str, Any]) -> dict[str, Any] | None:
         """The cached representation of this task content, or ``None``."""
         path = self._cache_path(_content_key(spec, self.model))
-        if not path.exists():
-            return None
         try:
+            if not path.is_file() or path.stat().st_size > MAX_REPLY_CHARS:
+                return None  # absent, or too large to be one of ours: a miss, recomputed and overwritten
             answer = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+            return answer if not self.validate(answer) else None
+        except (OSError, ValueError, RecursionError):  # unreadable, bad UTF-8, bad or too deeply nested JSON
             return None
-        return answer if not self.validate(answer) else None
 
     def _store(self, key: str, answer: dict[str, Any]) -> None:
         path = self._cache_path(key)
