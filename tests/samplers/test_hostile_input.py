@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from envsched.pool import TaskPool, TaskSpecError
-from envsched.ray import SamplerHost
+from envsched.distributed import SamplerHost
 from envsched.samplers import CurriculumSampler, SequentialSampler, UniformSampler
 from envsched.store import DurableSampler
 

@@ -263,7 +263,7 @@ def _ray() -> Any:
     try:
         import ray
     except ImportError:  # pragma: no cover - depends on the environment
-        raise ImportError("envsched.ray needs Ray: pip install 'envsched[ray]'") from None
+        raise ImportError("envsched.distributed needs Ray: pip install 'envsched[ray]'") from None
     return ray
 
 

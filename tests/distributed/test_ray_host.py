@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from envsched.pool import TaskPool
-from envsched.ray import LeaseExpiredError, SamplerHost
+from envsched.distributed import LeaseExpiredError, SamplerHost
 from envsched.samplers import CurriculumSampler, UniformSampler
 from envsched.store import DurableSampler, HistoryStore
 
@@ -110,7 +110,7 @@ def _work(ray: Any) -> Any:
 
 
 def test_many_workers_share_one_sampler(ray_cluster: Any) -> None:
-    from envsched.ray import launch_sampler
+    from envsched.distributed import launch_sampler
 
     ray = ray_cluster
     pool = _pool()
@@ -135,7 +135,7 @@ def test_many_workers_share_one_sampler(ray_cluster: Any) -> None:
 
 
 def test_dead_worker_groups_are_reclaimed_after_the_timeout(ray_cluster: Any) -> None:
-    from envsched.ray import RemoteSampler, launch_sampler
+    from envsched.distributed import RemoteSampler, launch_sampler
 
     ray = ray_cluster
     pool = _pool()
@@ -166,7 +166,7 @@ def test_dead_worker_groups_are_reclaimed_after_the_timeout(ray_cluster: Any) ->
 
 
 def test_durable_shared_sampler_survives_the_actor(ray_cluster: Any, tmp_path: Path) -> None:
-    from envsched.ray import launch_sampler
+    from envsched.distributed import launch_sampler
 
     ray = ray_cluster
     pool = _pool()
