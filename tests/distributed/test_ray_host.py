@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from envsched.pool import TaskPool
 from envsched.distributed import LeaseExpiredError, SamplerHost
+from envsched.pool import TaskPool
 from envsched.samplers import CurriculumSampler, UniformSampler
 from envsched.store import DurableSampler, HistoryStore
 
