@@ -155,7 +155,7 @@ class SamplerHost:
         self._clock = clock
         self._lock = threading.RLock()
         self._epoch = uuid.uuid4().hex[:8]
-        self._leases: dict[str, Lease] = {}
+        self._leases: dict[str, Lease] = {}  # in deadline order (new and renewed leases go to the end)
         self._closed: OrderedDict[str, tuple[str, str]] = OrderedDict()  # non-durable: lease -> (key, outcome)
         self._reclaimed_groups = 0
         self._needs_sync = False
@@ -202,6 +202,7 @@ class SamplerHost:
                 lease = prev_anon[i] if i < len(prev_anon) else Lease(f"anon-{secrets.token_hex(8)}", key, None,
                                                                       now, now + self.lease_timeout_s, True)
                 self._leases[lease.lease_id] = lease
+        self._leases = dict(sorted(self._leases.items(), key=lambda kv: kv[1].deadline))  # deadline order
         self._needs_sync = False
 
     def _sync(self) -> None:
@@ -250,7 +251,13 @@ class SamplerHost:
         with self._lock:
             self._sync()
             now = self._clock()
-            expired = [lease for lease in self._leases.values() if lease.deadline <= now]
+            expired = []
+            for lease in self._leases.values():  # kept in deadline order: stop at the first live one
+                if lease.deadline > now:
+                    break
+                expired.append(lease)
+            if not expired:
+                return []
             return self._reclaim(expired, f"lease expired after {self.lease_timeout_s:g} s")
 
     def release_worker(self, worker: str) -> list[str]:
@@ -268,10 +275,12 @@ class SamplerHost:
             now = self._clock()
             live = 0
             for lid in lease_ids:
-                lease = self._leases.get(lid)
-                if lease is not None and not lease.anonymous:
-                    lease.deadline = now + self.lease_timeout_s
-                    live += 1
+                lease = self._leases.pop(lid, None)
+                if lease is not None:
+                    if not lease.anonymous:
+                        lease.deadline = now + self.lease_timeout_s
+                        live += 1
+                    self._leases[lid] = lease  # to the end: the leases stay in deadline order
             return live
 
     def leases(self) -> list[dict[str, Any]]:
@@ -550,8 +559,8 @@ def launch_sampler(sampler_factory: Callable[[], Any], *, lease_timeout_s: float
     try:
         handle = actor_cls.options(**options).remote(sampler_factory, lease_timeout_s=lease_timeout_s,
                                                      group_size=group_size, store_retry_s=store_retry_s)
-    except ValueError as exc:
-        if name is not None and "already" in str(exc):
+    except Exception as exc:
+        if name is not None and ("AlreadyExists" in type(exc).__name__ or "already taken" in str(exc)):
             raise ValueError(f"a Ray actor named {name!r} already exists (a live host: connect with "
                              f"RemoteSampler.connect({name!r}); a dead one keeps its name: free it with "
                              f"envsched.distributed.release_name({name!r}) and launch again)") from exc
