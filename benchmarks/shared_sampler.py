@@ -45,6 +45,8 @@ def _pool(kind: str, n: int) -> TaskPool:
 
 
 def _factory(kind: str, pool: TaskPool, graph: Any, store: str | None, group: int) -> Any:
+    prefix = f"b_{uuid.uuid4().hex[:10]}"  # a fresh store per measurement (dropped afterwards)
+
     def make() -> Any:
         if kind == "envsched":
             from envsched.method.sampler import EnvSchedSampler
@@ -58,9 +60,10 @@ def _factory(kind: str, pool: TaskPool, graph: Any, store: str | None, group: in
             return sampler
         from envsched.store import DurableSampler, HistoryStore
 
-        return DurableSampler(sampler, HistoryStore(store, table_prefix=os.environ.get("BENCH_PREFIX", "envsched")),
-                              group_size=group, snapshot_every=5000)
+        return DurableSampler(sampler, HistoryStore(store, table_prefix=prefix), group_size=group,
+                              snapshot_every=5000)
 
+    make.target = (store, prefix)  # type: ignore[attr-defined]
     return make
 
 
@@ -69,8 +72,18 @@ def _store_target(spec: str | None, tag: str) -> str | None:
         return None
     if spec == "sqlite":
         return str(Path(tempfile.mkdtemp()) / f"{tag}.sqlite")
-    os.environ["BENCH_PREFIX"] = f"b_{uuid.uuid4().hex[:10]}"
     return spec
+
+
+def _drop(make: Any) -> None:
+    """Remove a PostgreSQL store the measurement wrote (SQLite files live in a temporary directory)."""
+    target, prefix = make.target
+    if target is not None and target.startswith("postgres"):
+        from envsched.store import HistoryStore
+
+        store = HistoryStore(target, table_prefix=prefix)
+        store.drop()
+        store.close()
 
 
 def _load() -> float:
@@ -91,6 +104,9 @@ def single_process(make: Any, k: int, group: int, seconds: float) -> dict[str, A
         lat.append(time.perf_counter() - t0)
         groups += k
     wall = time.perf_counter() - start
+    if hasattr(sampler, "close"):
+        sampler.close()
+    _drop(make)
     return {"groups_per_s": groups / wall, "groups": groups, "round_p50_ms": 1e3 * float(np.percentile(lat, 50)),
             "round_p99_ms": 1e3 * float(np.percentile(lat, 99)), "load_before": load0, "load_after": _load()}
 
@@ -147,6 +163,7 @@ def hosted(make: Any, k: int, group: int, seconds: float, workers: int, offered:
     u_lat = np.array([x for o in out for x in o["update_many"]])
     metrics = remote.metrics()
     ray.kill(remote.actor)
+    _drop(make)
     return {"groups_per_s": groups / seconds, "groups": groups, "workers": workers, "offered_groups_per_s": offered,
             "sample_p50_ms": 1e3 * float(np.percentile(s_lat, 50)),
             "sample_p99_ms": 1e3 * float(np.percentile(s_lat, 99)),

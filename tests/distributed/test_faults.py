@@ -29,7 +29,7 @@ URL = os.environ.get("ENVSCHED_TEST_POSTGRES_URL")
 pytestmark = pytest.mark.skipif(not URL, reason="ENVSCHED_TEST_POSTGRES_URL is not set (CI runs .ci/postgres.sh)")
 
 GROUP = 2
-LEASE_S = 4.0
+LEASE_S = 3.0
 
 
 class Relay:
@@ -171,7 +171,7 @@ def test_shared_sampler_under_faults(ray_cluster: Any, relay_store: tuple[Relay,
     def pauses() -> dict[str, Any]:
         sampler = RemoteSampler.connect(name, worker="paused", retry_s=90)
         tasks = sampler.sample(2)
-        time.sleep(LEASE_S + 2.5)  # paused past the lease: its groups are reclaimed and may be drawn again
+        time.sleep(LEASE_S + 2.0)  # paused past the lease: its groups are reclaimed and may be drawn again
         refused = 0
         for t in tasks:
             try:
@@ -184,7 +184,7 @@ def test_shared_sampler_under_faults(ray_cluster: Any, relay_store: tuple[Relay,
     counts: dict[str, int] = {}
 
     # 1. worker kill and worker pause, while two workers run
-    runs = [worker.remote(12, s) for s in (1, 2)]
+    runs = [worker.remote(8, s) for s in (1, 2)]
     paused = pauses.remote()
     with pytest.raises(ray.exceptions.RayError):
         ray.get(dies.remote())
@@ -193,7 +193,7 @@ def test_shared_sampler_under_faults(ray_cluster: Any, relay_store: tuple[Relay,
         acked += r["acked"]
 
     # 2. host kill while workers run: their calls ride through the restart
-    runs = [worker.remote(10, s) for s in (3, 4)]
+    runs = [worker.remote(6, s) for s in (3, 4)]
     time.sleep(0.5)
     before = remote.ping()
     ray.kill(remote.actor, no_restart=False)
@@ -202,7 +202,7 @@ def test_shared_sampler_under_faults(ray_cluster: Any, relay_store: tuple[Relay,
         acked += r["acked"]
 
     # 3. store outage while workers run: calls fail with StoreError and are retried until it is back
-    runs = [worker.remote(10, s) for s in (5, 6)]
+    runs = [worker.remote(6, s) for s in (5, 6)]
     time.sleep(0.5)
     relay.down()
     time.sleep(3.0)

@@ -810,6 +810,6 @@ def _dead_for_good(exc: BaseException) -> bool:
     unavailable = getattr(ray.exceptions, "ActorUnavailableError", None)
     if unavailable is not None and isinstance(exc, unavailable):
         return False
-    text = str(exc)
-    return ("no_restart" in text or "max_restarts" in text or "restarted too many times" in text
-            or "ray.kill" in text or "Creation task" in text or "__init__" in text)
+    text = str(exc).lower()
+    return any(x in text for x in ("no_restart", "max_restarts", "restarted too many times", "ray.kill",
+                                   "creation task", "__init__"))
