@@ -295,15 +295,15 @@ def test_failed_commit_is_not_acknowledged_and_not_remembered(tmp_path: Path, mo
     tasks = durable.sample(2)
     assert reference.sample(2) == tasks
 
-    original = durable.store.append
+    original = durable.store.append_many
 
-    def failing_append(*args: Any, **kwargs: Any) -> str:
+    def failing_append(*args: Any, **kwargs: Any) -> None:
         raise StoreError("disk full (simulated)")
 
-    monkeypatch.setattr(durable.store, "append", failing_append)
+    monkeypatch.setattr(durable.store, "append_many", failing_append)
     with pytest.raises(StoreError, match="disk full"):
         durable.update(tasks[0], [1.0, 0.0])  # applied in memory, but the commit failed: not acknowledged
-    monkeypatch.setattr(durable.store, "append", original)
+    monkeypatch.setattr(durable.store, "append_many", original)
     # the next call rebuilds from the store first: the unacknowledged update is gone, as after a crash
     durable.update(tasks[1], [0.0, 0.0])
     reference.update(tasks[1], [0.0, 0.0])

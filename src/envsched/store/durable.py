@@ -264,6 +264,8 @@ class DurableSampler:
         self._digest = ""
         self._replayed = 0
         self._last_keys: list[str] = []
+        self._lease_cache: dict[str, Any] | None = None
+        self._closing: list[tuple[str, int, str]] = []
         self._audit: dict[str, list[Any]] | None = None
         expected = describe_sampler(sampler, group_size, graph_path=graph_path)
         header = self.store.header()
@@ -470,7 +472,7 @@ class DurableSampler:
              pre: Callable[[Any], Any] | None = None, post: Callable[[Any, int], None] | None = None) -> Any:
         return self._run_many([(kind, apply, payload, pre, post)], batch=False)[0]
 
-    def _run_many(self, ops: list[tuple[Any, ...]], *, batch: bool) -> list[Any]:
+    def _run_many(self, ops: list[tuple[Any, ...]], *, batch: bool, prefetch: list[str] | None = None) -> list[Any]:
         """Apply and log ``ops`` -- ``(kind, apply, payload, pre, post)`` each -- in one transaction.
 
         ``pre(tx)`` (optional) runs first and may answer the op without applying it (e.g. an update whose
@@ -491,6 +493,9 @@ class DurableSampler:
                     else:
                         self._catch_up(tx)
                     seq, digest = self._seq, self._digest
+                    rows: list[tuple[int, str, str, str]] = []
+                    self._closing = []
+                    self._lease_cache = self.store.leases_bulk(tx, prefetch) if prefetch else None
                     for kind, apply, payload, pre, post in ops:
                         try:
                             early = pre(tx) if pre is not None else _GO
@@ -508,18 +513,32 @@ class DurableSampler:
                             raise
                         applied = True
                         seq += 1
-                        digest = self.store.append(tx, seq, digest, kind, payload(result))
+                        text, digest = self.store.chain_event(digest, kind, payload(result))
+                        rows.append((seq, kind, text, digest))
                         if post is not None:
                             post(tx, seq)
                         if self.snapshot_every is not None and seq % self.snapshot_every == 0:
                             self.store.write_snapshot(tx, seq, digest, self.sampler.state_dict())
                         results.append(result)
+                    if rows:  # the events and the leases they consume, in a few statements
+                        self.store.append_many(tx, rows)
+                    if self._closing:
+                        self.store.close_leases(tx, self._closing)
                 committed = True
             finally:
+                self._lease_cache = None
+                self._closing = []
                 if applied and not committed:
                     self._stale = True  # the local state is ahead of the store: rebuild before the next call
             self._seq, self._digest = seq, digest
             return results
+
+    def _close(self, lease: str, seq: int, outcome: str) -> None:
+        """Consume ``lease`` with event ``seq`` (written with the events at the end of the transaction)."""
+        self._closing.append((lease, seq, outcome))
+        if self._lease_cache is not None and lease in self._lease_cache:
+            key, issued, _, _ = self._lease_cache[lease]
+            self._lease_cache[lease] = (key, issued, seq, outcome)  # a second use in this batch sees it consumed
 
     def _lease_check(self, tx: Any, lease: str, key: str, action: str) -> Any:
         """Pre-check of an update/discard naming ``lease``: ``_GO`` while the lease is open; the answer
@@ -527,7 +546,7 @@ class DurableSampler:
         reply); otherwise an error naming what is wrong."""
         if not isinstance(lease, str) or not lease:
             raise UnknownLeaseError(f"lease must be a non-empty string, got {lease!r}")
-        row = self.store.lease(tx, lease)
+        row = self._lease_cache.get(lease) if self._lease_cache is not None else self.store.lease(tx, lease)
         if row is None:
             raise UnknownLeaseError(f"unknown lease {lease!r} for task {key!r}: store {self.store.where} never "
                                     "issued it")
@@ -607,7 +626,7 @@ class DurableSampler:
             return self._lease_check(tx, lease, key, "update")  # type: ignore[arg-type]
 
         def post(tx: Any, seq: int) -> None:
-            self.store.close_lease(tx, lease, seq, "update")  # type: ignore[arg-type]
+            self._close(lease, seq, "update")  # type: ignore[arg-type]
 
         def apply() -> str:
             self.sampler.update(task, rewards, costs)
@@ -639,13 +658,16 @@ class DurableSampler:
         nothing; the other items are applied and committed together.
         """
         ops: list[Any] = []
+        leases: list[str] = []
         for item in items:
             try:
                 task, rewards, costs, lease = item
                 ops.append(self._update_op(task, rewards, costs, lease))
+                if isinstance(lease, str):
+                    leases.append(lease)
             except (ValueError, TypeError) as exc:
                 ops.append(("update", _raiser(exc), None, None, None))
-        return self._run_many(ops, batch=True)
+        return self._run_many(ops, batch=True, prefetch=leases)
 
     def discard(self, task: Any, *, reason: str | None = None, lease: str | None = None,
                 reclaimed: bool = False) -> None:
@@ -668,7 +690,7 @@ class DurableSampler:
             return self._lease_check(tx, lease, key, "discard")  # type: ignore[arg-type]
 
         def post(tx: Any, seq: int) -> None:
-            self.store.close_lease(tx, lease, seq, "reclaim" if reclaimed else "discard")  # type: ignore[arg-type]
+            self._close(lease, seq, "reclaim" if reclaimed else "discard")  # type: ignore[arg-type]
 
         self._run("discard", lambda: self.sampler.discard(task), payload,
                   pre=pre if lease is not None else None, post=post if lease is not None else None)

@@ -550,6 +550,27 @@ class HistoryStore:
                    "VALUES (:s, :k, :p, :d, :c)", {"s": seq, "k": kind, "p": text, "d": digest, "c": time.time()})
         return digest
 
+    @staticmethod
+    def chain_event(prev_digest: str, kind: str, payload: Mapping[str, Any]) -> tuple[str, str]:
+        """The JSON text and the chained digest of an event (without writing it)."""
+        if kind not in _EVENT_KINDS:
+            raise ValueError(f"unknown event kind {kind!r}")
+        text = canonical_json(payload)
+        return text, _chain(prev_digest, kind, text)
+
+    def append_many(self, tx: _Tx, rows: list[tuple[int, str, str, str]]) -> None:
+        """Insert ``(seq, kind, payload_text, digest)`` rows (see :meth:`chain_event`) in a few statements."""
+        now = time.time()
+        for i in range(0, len(rows), 200):
+            chunk = rows[i:i + 200]
+            params: dict[str, Any] = {"c": now}
+            values = []
+            for j, (seq, kind, text, digest) in enumerate(chunk):
+                params.update({f"s{j}": seq, f"k{j}": kind, f"p{j}": text, f"d{j}": digest})
+                values.append(f"(:s{j}, :k{j}, :p{j}, :d{j}, :c)")
+            tx.execute(f"INSERT INTO {self.t_events} (seq, kind, payload, digest, created) VALUES "
+                       + ", ".join(values), params)
+
     def read_events(self, tx: _Tx, after: int, prev_digest: str, *, limit: int | None = None) -> list[Event]:
         """Events with ``seq > after`` in order, checking seq continuity and the hash chain."""
         sql = f"SELECT seq, kind, payload, digest FROM {self.t_events} WHERE seq > :a ORDER BY seq"
@@ -628,9 +649,14 @@ class HistoryStore:
         if taken:
             raise ValueError(f"lease id {sorted(taken)[0]!r} was already issued in store {self.where}: lease "
                              "ids are never reused")
-        for lid, key in leases:
-            tx.execute(f"INSERT INTO {self.t_leases} (lease, key, issued_seq) VALUES (:l, :k, :s)",
-                       {"l": lid, "k": key, "s": seq})
+        for i in range(0, len(leases), 300):
+            chunk = leases[i:i + 300]
+            params: dict[str, Any] = {"s": seq}
+            values = []
+            for j, (lid, key) in enumerate(chunk):
+                params.update({f"l{j}": lid, f"k{j}": key})
+                values.append(f"(:l{j}, :k{j}, :s)")
+            tx.execute(f"INSERT INTO {self.t_leases} (lease, key, issued_seq) VALUES " + ", ".join(values), params)
 
     def _existing_leases(self, tx: _Tx, ids: list[str]) -> set[str]:
         out: set[str] = set()
@@ -658,6 +684,39 @@ class HistoryStore:
             raise ValueError(f"unknown lease outcome {outcome!r}")
         tx.execute(f"UPDATE {self.t_leases} SET closed_seq = :s, outcome = :o WHERE lease = :l "
                    "AND closed_seq IS NULL", {"s": seq, "o": outcome, "l": lease})
+
+    def leases_bulk(self, tx: _Tx, ids: list[str]) -> dict[str, tuple[str, int, int | None, str | None]]:
+        """:meth:`lease` for many ids at once (ids the store never issued are absent)."""
+        out: dict[str, tuple[str, int, int | None, str | None]] = {}
+        for i in range(0, len(ids), 500):
+            names = {f"l{j}": v for j, v in enumerate(ids[i:i + 500])}
+            if not names:
+                continue
+            marks = ", ".join(f":{k}" for k in names)
+            for lid, key, issued, closed, outcome in tx.execute(
+                    f"SELECT lease, key, issued_seq, closed_seq, outcome FROM {self.t_leases} "
+                    f"WHERE lease IN ({marks})", names):
+                out[str(lid)] = (str(key), int(issued), None if closed is None else int(closed), outcome)
+        return out
+
+    def close_leases(self, tx: _Tx, rows: list[tuple[str, int, str]]) -> None:
+        """:meth:`close_lease` for ``(lease, seq, outcome)`` rows, in a few statements."""
+        for lid, _, outcome in rows:
+            if outcome not in ("update", "discard", "reclaim"):
+                raise ValueError(f"unknown lease outcome {outcome!r} for lease {lid}")
+        if len(rows) == 1:
+            self.close_lease(tx, *rows[0])
+            return
+        for i in range(0, len(rows), 300):
+            chunk = rows[i:i + 300]
+            params: dict[str, Any] = {}
+            values = []
+            for j, (lid, seq, outcome) in enumerate(chunk):
+                params.update({f"l{j}": lid, f"s{j}": int(seq), f"o{j}": outcome})
+                values.append(f"(:l{j}, :s{j}, :o{j})")
+            tx.execute("WITH v(l, s, o) AS (VALUES " + ", ".join(values) + f") UPDATE {self.t_leases} "
+                       f"SET closed_seq = v.s, outcome = v.o FROM v WHERE {self.t_leases}.lease = v.l "
+                       f"AND {self.t_leases}.closed_seq IS NULL", params)
 
     def open_leases(self, tx: _Tx) -> list[tuple[str, str]]:
         """``(lease, key)`` of every lease not yet consumed, oldest first."""
