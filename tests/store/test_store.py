@@ -367,9 +367,9 @@ def test_envsched_sampler_is_durable(tmp_path: Path) -> None:
     rebuilt.close()
     # the store alone rebuilds it: the configuration is plain data, the graph is rebuilt from its recipe and
     # checked against the recorded fingerprint
+    resumed = DurableSampler.resume(tmp_path / "h.sqlite", use_snapshots=False)  # before: "cannot construct"
     header = HistoryStore(tmp_path / "h.sqlite").header()
     assert isinstance(header["sampler_params"]["config"], dict) and len(header["graph"]["fingerprint"]) == 64
-    resumed = DurableSampler.resume(tmp_path / "h.sqlite", use_snapshots=False)
     assert type(resumed.sampler) is EnvSchedSampler
     assert json.dumps(resumed.sampler.state_dict(), sort_keys=True) == json.dumps(reference.state_dict(),
                                                                                   sort_keys=True)
