@@ -707,16 +707,15 @@ class DurableSampler:
 
     def open_leases(self) -> list[tuple[str, str]]:
         """``(lease, task key)`` of every lease the store shows as issued and not consumed, oldest first."""
-        self._run_read()
-        with self.store.transaction() as tx:
-            return self.store.open_leases(tx)
+        return self._run_read(self.store.open_leases)
 
     def refresh(self) -> int:
         """Catch up with events other processes appended; returns the number of logged events."""
         self._run_read()
         return self._seq
 
-    def _run_read(self) -> None:
+    def _run_read(self, read: Callable[[Any], Any] | None = None) -> Any:
+        """Catch up with the store (rebuild if stale), then ``read(tx)`` in the same transaction."""
         if self._broken is not None:
             raise StoreError(f"this DurableSampler is unusable ({self._broken})")
         with self._lock, self.store.transaction() as tx:
@@ -724,18 +723,12 @@ class DurableSampler:
                 self._rebuild(tx, latest=True)
             else:
                 self._catch_up(tx)
+            return read(tx) if read is not None else None
 
     def metrics(self) -> dict[str, float]:
         """The wrapped sampler's metrics after catching up with the store, plus ``store_events`` and, from
         the store's lease table (so they survive restarts), ``reclaimed_groups`` and ``open_leases``."""
-        if self._broken is not None:
-            raise StoreError(f"this DurableSampler is unusable ({self._broken})")
-        with self._lock, self.store.transaction() as tx:
-            if self._stale:
-                self._rebuild(tx, latest=True)
-            else:
-                self._catch_up(tx)
-            counts = self.store.lease_counts(tx)
+        counts = self._run_read(self.store.lease_counts)
         m = dict(self.sampler.metrics())
         m["store_events"] = float(self._seq)
         m["reclaimed_groups"] = float(counts["reclaim"])
