@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from envsched.distributed import SamplerHost
 from envsched.pool import TaskPool, TaskSpecError
-from envsched.ray import SamplerHost
 from envsched.samplers import CurriculumSampler, SequentialSampler, UniformSampler
 from envsched.store import DurableSampler
 
@@ -37,7 +37,7 @@ FACTORIES = {
     "sequential": lambda pool, tmp: SequentialSampler(pool),
     "envsched": lambda pool, tmp: _envsched(pool),
     "durable": lambda pool, tmp: DurableSampler(UniformSampler(pool, seed=1), tmp / "h.sqlite", group_size=GROUP),
-    "host": lambda pool, tmp: SamplerHost(CurriculumSampler(pool, group_size=GROUP, seed=1), group_size=GROUP),
+    "host": lambda pool, tmp: SamplerHost(CurriculumSampler(pool, group_size=GROUP, seed=1), group_size=GROUP).client(),
 }
 
 

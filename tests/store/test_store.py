@@ -295,15 +295,15 @@ def test_failed_commit_is_not_acknowledged_and_not_remembered(tmp_path: Path, mo
     tasks = durable.sample(2)
     assert reference.sample(2) == tasks
 
-    original = durable.store.append
+    original = durable.store.append_many
 
-    def failing_append(*args: Any, **kwargs: Any) -> str:
+    def failing_append(*args: Any, **kwargs: Any) -> None:
         raise StoreError("disk full (simulated)")
 
-    monkeypatch.setattr(durable.store, "append", failing_append)
+    monkeypatch.setattr(durable.store, "append_many", failing_append)
     with pytest.raises(StoreError, match="disk full"):
         durable.update(tasks[0], [1.0, 0.0])  # applied in memory, but the commit failed: not acknowledged
-    monkeypatch.setattr(durable.store, "append", original)
+    monkeypatch.setattr(durable.store, "append_many", original)
     # the next call rebuilds from the store first: the unacknowledged update is gone, as after a crash
     durable.update(tasks[1], [0.0, 0.0])
     reference.update(tasks[1], [0.0, 0.0])
@@ -364,8 +364,52 @@ def test_envsched_sampler_is_durable(tmp_path: Path) -> None:
         assert json.dumps(rebuilt.sampler.state_dict(), sort_keys=True) == json.dumps(reference.state_dict(),
                                                                                       sort_keys=True)
     assert rebuilt.sample(4) == reference.sample(4)
-    with pytest.raises(StoreError, match=r"cannot construct .*EnvSchedSampler from the recorded configuration"):
-        DurableSampler.resume(tmp_path / "h.sqlite")
+    rebuilt.close()
+    # the store alone rebuilds it: the configuration is plain data, the graph is rebuilt from its recipe and
+    # checked against the recorded fingerprint
+    resumed = DurableSampler.resume(tmp_path / "h.sqlite", use_snapshots=False)  # before: "cannot construct"
+    header = HistoryStore(tmp_path / "h.sqlite").header()
+    assert isinstance(header["sampler_params"]["config"], dict) and len(header["graph"]["fingerprint"]) == 64
+    assert type(resumed.sampler) is EnvSchedSampler
+    assert json.dumps(resumed.sampler.state_dict(), sort_keys=True) == json.dumps(reference.state_dict(),
+                                                                                  sort_keys=True)
+    assert resumed.sample(2) == reference.sample(2)
+
+
+def test_envsched_store_verifies_and_a_foreign_graph_is_refused(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from envsched.cli.store import store
+    from envsched.method.config import GraphConfig
+    from envsched.method.graph.build import build_graph
+    from envsched.method.graph.io import save_graph
+    from envsched.method.sampler import EnvSchedSampler
+
+    pool = TaskPool([{"id": f"t{i}", "env": f"e{i % 3}", "instruction": f"book flight {i % 4}",
+                      "tools": [{"name": f"tool{i % 3}", "description": "d"}]} for i in range(15)])
+    graph = build_graph(pool, GraphConfig(k_within=3))
+    graph_file = save_graph(graph, tmp_path / "pool.graph.npz")
+    durable = DurableSampler(EnvSchedSampler(pool, graph, seed=1), tmp_path / "h.sqlite", graph_path=graph_file,
+                             snapshot_every=5)
+    rng = random.Random(0)
+    for _ in range(4):
+        for t in durable.sample(3):
+            durable.update(t, [rng.choice([0.0, 1.0]) for _ in range(4)])
+    durable.close()
+    result = CliRunner().invoke(store, ["verify", str(tmp_path / "h.sqlite"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["ok"] is True and json.loads(result.output)["events"] == 16
+    # the recorded graph file is gone: the recorded GraphConfig rebuilds the same graph
+    graph_file.unlink()
+    assert DurableSampler.resume(tmp_path / "h.sqlite").sampler.graph.within_index.shape[1] == 3
+    # a graph that is not the run's is refused, naming both fingerprints; nothing changes
+    other = build_graph(pool, GraphConfig(k_within=2))
+    before = _file_state(tmp_path / "h.sqlite")
+    with pytest.raises(StoreMismatchError, match="written with a graph of fingerprint"):
+        DurableSampler.resume(tmp_path / "h.sqlite", graph=other)
+    with pytest.raises(StoreMismatchError, match="written with another graph"):
+        DurableSampler(EnvSchedSampler(pool, other, seed=1), tmp_path / "h.sqlite", snapshot_every=5)
+    assert _file_state(tmp_path / "h.sqlite") == before
 
 
 def test_interrupted_call_is_rolled_back_by_a_rebuild(tmp_path: Path, monkeypatch: Any) -> None:

@@ -5,7 +5,14 @@ See ``docs/durability.md``. ``HistoryStore`` keeps the log (SQLite file, or Post
 acknowledged and the sampler can be rebuilt exactly after a crash.
 """
 
-from envsched.store.durable import DurableSampler, ReplayDivergenceError, describe_sampler, tasks_fingerprint
+from envsched.store.durable import (
+    DurableSampler,
+    LeaseExpiredError,
+    ReplayDivergenceError,
+    UnknownLeaseError,
+    describe_sampler,
+    tasks_fingerprint,
+)
 from envsched.store.history import (
     STORE_FORMAT,
     Event,
@@ -22,11 +29,13 @@ __all__ = [
     "DurableSampler",
     "Event",
     "HistoryStore",
+    "LeaseExpiredError",
     "ReplayDivergenceError",
     "Snapshot",
     "StoreCorruptError",
     "StoreError",
     "StoreMismatchError",
+    "UnknownLeaseError",
     "canonical_json",
     "describe_sampler",
     "tasks_fingerprint",

@@ -38,10 +38,22 @@ from envsched.store.history import (
     genesis_digest,
 )
 
-__all__ = ["SAMPLER_CLASSES", "DurableSampler", "ReplayDivergenceError", "describe_sampler",
-           "register_sampler_class", "tasks_fingerprint"]
+__all__ = ["SAMPLER_CLASSES", "DurableSampler", "LeaseExpiredError", "ReplayDivergenceError",
+           "UnknownLeaseError", "describe_sampler", "graph_fingerprint", "register_sampler_class",
+           "tasks_fingerprint"]
 
 _REPLAY_CHUNK = 5000
+_GO = object()  # a pre-check's answer: go on and apply the call
+
+
+class LeaseExpiredError(ValueError):
+    """An update (or discard) named a lease whose group was already given back: reclaimed after its lease
+    expired, or discarded. Its rewards are not counted (the task can be drawn again)."""
+
+
+class UnknownLeaseError(ValueError):
+    """An update (or discard) named a lease that was never issued (by this host or, for a durable sampler,
+    in this store), or a lease of another task. Nothing is changed."""
 
 
 class ReplayDivergenceError(StoreError):
@@ -139,12 +151,44 @@ def _rebuildable(value: Any) -> bool:
     return True
 
 
-def describe_sampler(sampler: Any, group_size: int | None = None) -> dict[str, Any]:
-    """The configuration a store records and checks: class, ``get_params()``, pool fingerprint, group size."""
+def graph_fingerprint(graph: Any) -> str:
+    """SHA-256 of what a scheduler reads from a dual-relation graph: task ids, environments, both neighbour
+    relations (indices, and weights and similarities rounded to 6 decimals, so a rebuild on another machine
+    whose floating point differs in the last bits still matches)."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.sha256()
+    h.update(json.dumps([list(map(str, graph.task_ids)), list(map(str, graph.envs))]).encode())
+    for name in ("env_codes", "within_index", "cross_index"):
+        a = np.ascontiguousarray(np.asarray(getattr(graph, name), dtype=np.int64))
+        h.update(name.encode() + repr(a.shape).encode() + a.tobytes())
+    for name in ("within_weight", "within_similarity", "cross_weight", "cross_similarity"):
+        a = np.asarray(getattr(graph, name), dtype=np.float64)
+        r = np.ascontiguousarray(np.round(a, 6) + 0.0)  # + 0.0 folds -0.0 into 0.0
+        h.update(name.encode() + repr(r.shape).encode() + r.tobytes())
+    return h.hexdigest()
+
+
+def _describe_graph(sampler: Any, graph_path: str | os.PathLike[str] | None) -> dict[str, Any] | None:
+    graph = getattr(sampler, "graph", None)
+    if graph is None or not hasattr(graph, "within_index"):
+        return None
+    return {"fingerprint": graph_fingerprint(graph), "num_nodes": int(graph.num_nodes),
+            "config": _canonical_param(dict(getattr(graph, "config", {}) or {})),
+            "path": None if graph_path is None else os.fspath(graph_path)}
+
+
+def describe_sampler(sampler: Any, group_size: int | None = None, *,
+                     graph_path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """The configuration a store records and checks: class, ``get_params()`` (as plain JSON), pool
+    fingerprint, group size and -- for a sampler with a dual-relation graph (``EnvSchedSampler``) -- the
+    graph's fingerprint, build configuration and, when given, the file it was loaded from (``graph_path``)."""
     cls = type(sampler)
     params = sampler.get_params() if hasattr(sampler, "get_params") else {}
     canon = {k: _canonical_param(v) for k, v in sorted(params.items())}
-    return {
+    out = {
         "sampler_class": f"{cls.__module__}:{cls.__qualname__}",
         "sampler_params": canon,
         "params_rebuildable": _rebuildable(canon),
@@ -153,6 +197,54 @@ def describe_sampler(sampler: Any, group_size: int | None = None) -> dict[str, A
         "reward_range": [float(x) for x in sampler.reward_range],
         "group_size": group_size,
     }
+    graph = _describe_graph(sampler, graph_path)
+    if graph is not None:
+        out["graph"] = graph
+    return out
+
+
+def _resume_envsched(cls: Any, tasks: Any, params: dict[str, Any], header: Mapping[str, Any], where: str,
+                     graph: Any) -> Any:
+    """Construct an ``EnvSchedSampler`` from a store: its ``SchedulerConfig`` from the recorded plain data,
+    its graph from ``graph`` (given), the recorded file, or a rebuild with the recorded ``GraphConfig`` --
+    refused unless the graph's fingerprint equals the recorded one."""
+    from envsched.method.config import GraphConfig, SchedulerConfig
+    from envsched.pool import TaskPool
+
+    recorded = header.get("graph")
+    if not isinstance(recorded, Mapping) or "fingerprint" not in recorded:
+        raise StoreError(f"store {where} does not record the EnvSchedSampler's graph (written by an older "
+                         "envsched): construct the sampler with its graph and wrap it: DurableSampler(sampler, "
+                         "store)")
+    params = dict(params)
+    config = SchedulerConfig.from_dict(params.pop("config"))
+    run_file = params.pop("run_file", "") or None
+    reward_range = tuple(params.pop("reward_range", header.get("reward_range") or (0.0, 1.0)))
+    pool = TaskPool(list(tasks), reward_range=reward_range)
+    source = "the graph passed in"
+    if graph is None and recorded.get("path"):
+        from envsched.method.graph.io import load_graph
+
+        path = recorded["path"]
+        try:
+            graph = load_graph(path, expected_fingerprint=header["pool_fingerprint"])
+            source = f"graph file {path}"
+        except (FileNotFoundError, ValueError):
+            graph = None  # moved or rebuilt since: fall back to the recipe
+    if graph is None:
+        from envsched.method.graph.build import build_graph
+
+        graph = build_graph(pool, GraphConfig.from_dict(dict(recorded.get("config") or {})))
+        source = "the graph rebuilt from the recorded GraphConfig"
+    got = graph_fingerprint(graph)
+    if got != recorded["fingerprint"]:
+        raise StoreMismatchError(f"store {where} was written with a graph of fingerprint "
+                                 f"{recorded['fingerprint'][:12]}..., but {source} has {got[:12]}...: pass the "
+                                 "run's graph (resume(store, graph=load_graph(path))) or use a new store")
+    return cls(pool, graph, config, run_file=run_file, reward_range=reward_range, **params)
+
+
+_RESUME_ADAPTERS: dict[str, Callable[..., Any]] = {"envsched.method.sampler:EnvSchedSampler": _resume_envsched}
 
 
 def _differences(stored: Any, mine: Any) -> list[str]:
@@ -185,7 +277,9 @@ class DurableSampler:
         snapshot_every: store a ``state_dict`` snapshot after every ``snapshot_every``-th event, so that a
             rebuild replays at most that many events (``None``: never; rebuilds replay the whole log).
         use_snapshots: rebuild from the latest snapshot (``True``) or replay the whole log from the initial
-            state (``False``: slower, checks every logged draw).
+            state (``False``: slower, checks every logged draw and the lease index).
+        graph_path: for an ``EnvSchedSampler``, the graph file its graph was loaded from; recorded (with the
+            graph's fingerprint and build configuration) so that :meth:`resume` can reload it.
 
     Raises:
         StoreMismatchError: the store was written for another pool, sampler class, configuration or group
@@ -197,7 +291,7 @@ class DurableSampler:
 
     def __init__(self, sampler: BaseSampler, store: HistoryStore | str | os.PathLike[str], *,
                  group_size: int | None = None, snapshot_every: int | None = 1000,
-                 use_snapshots: bool = True) -> None:
+                 use_snapshots: bool = True, graph_path: str | os.PathLike[str] | None = None) -> None:
         for name in ("sample", "update", "discard", "state_dict", "load_state_dict", "tasks", "reward_range"):
             if not hasattr(sampler, name):
                 raise TypeError(f"DurableSampler needs a BaseSampler-like sampler (missing {name!r}), got "
@@ -218,7 +312,11 @@ class DurableSampler:
         self._seq = 0
         self._digest = ""
         self._replayed = 0
-        expected = describe_sampler(sampler, group_size)
+        self._last_keys: list[str] = []
+        self._lease_cache: dict[str, Any] | None = None
+        self._closing: list[tuple[str, int, str]] = []
+        self._audit: dict[str, list[Any]] | None = None
+        expected = describe_sampler(sampler, group_size, graph_path=graph_path)
         header = self.store.header()
         if header is None:
             try:
@@ -235,6 +333,8 @@ class DurableSampler:
         state_before = sampler.state_dict()
         try:
             with self._lock, self.store.transaction() as tx:
+                if not self.store.has_lease_table(tx):
+                    self.store.ensure_lease_table(tx)  # a store written before leases existed
                 self._rebuild(tx, latest=use_snapshots)
         except BaseException:
             with contextlib.suppress(Exception):  # the original error is the one to report
@@ -244,15 +344,20 @@ class DurableSampler:
     # ------------------------------------------------------------------ construction helpers
     @classmethod
     def resume(cls, store: HistoryStore | str | os.PathLike[str], *, tasks: Sequence[Any] | None = None,
-               sampler_classes: Sequence[type] = (), **kwargs: Any) -> DurableSampler:
+               sampler_classes: Sequence[type] = (), graph: Any = None, **kwargs: Any) -> DurableSampler:
         """Rebuild a sampler from the store alone: look up its class, construct it with the recorded task
-        list (or ``tasks``) and configuration, then replay. Samplers whose configuration holds objects JSON
-        cannot record (a graph, a client) must be constructed by the caller and wrapped instead.
+        list (or ``tasks``) and configuration, then replay.
 
         The class the store names is only ever one of envsched's registered sampler classes
         (:data:`SAMPLER_CLASSES`, :func:`register_sampler_class`) or one of ``sampler_classes``; any other
         name is refused with :class:`StoreError` before anything is imported or called, so a crafted store
-        cannot run code."""
+        cannot run code.
+
+        An ``EnvSchedSampler`` gets its ``SchedulerConfig`` from the recorded plain data and its graph from
+        ``graph`` (if given), else the recorded graph file, else a rebuild with the recorded ``GraphConfig``;
+        the graph must match the recorded fingerprint (``StoreMismatchError`` otherwise). Samplers whose
+        configuration holds objects JSON cannot record (a client) must be constructed by the caller and
+        wrapped instead."""
         store = store if isinstance(store, HistoryStore) else HistoryStore(store)
         header = store.header()
         if header is None:
@@ -269,8 +374,14 @@ class DurableSampler:
             raise StoreError(f"store {store.where} does not hold its task list (the tasks were not JSON); "
                              "pass tasks=...")
         params = dict(header["sampler_params"])
+        adapter = _RESUME_ADAPTERS.get(header["sampler_class"])
         try:
-            sampler = obj(tasks, **params)
+            if adapter is not None:
+                sampler = adapter(obj, tasks, params, header, store.where, graph)
+            else:
+                sampler = obj(tasks, **params)
+        except StoreMismatchError:
+            raise
         except (TypeError, ValueError, KeyError, OverflowError) as exc:
             raise StoreError(f"store {store.where}: cannot construct {header['sampler_class']} from the recorded "
                              f"configuration ({exc}); construct the sampler yourself and wrap it: "
@@ -294,6 +405,13 @@ class DurableSampler:
         if diffs:
             raise StoreMismatchError(f"store {where} was written with another {expected['sampler_class']} "
                                      f"configuration: {'; '.join(diffs)}")
+        mine, theirs = expected.get("graph"), header.get("graph")
+        if (isinstance(mine, Mapping) and isinstance(theirs, Mapping)
+                and mine["fingerprint"] != theirs.get("fingerprint")):
+            raise StoreMismatchError(f"store {where} was written with another graph: fingerprint "
+                                     f"{str(theirs.get('fingerprint'))[:12]}... ({theirs.get('num_nodes')} nodes), "
+                                     f"this sampler's graph has {mine['fingerprint'][:12]}... "
+                                     f"({mine['num_nodes']} nodes)")
         if header.get("group_size") != expected["group_size"]:
             raise StoreMismatchError(f"store {where} was written with group_size={header.get('group_size')}, "
                                      f"this DurableSampler has group_size={expected['group_size']}")
@@ -316,15 +434,60 @@ class DurableSampler:
                                     f"loaded into {type(self.sampler).__name__}: {exc}") from None
         self._seq, self._digest = snap.seq, snap.digest
         self._replayed = 0
-        self._catch_up(tx)
-        self.store.check_head(tx, self._seq, self._digest)
+        self._audit = {} if snap.seq == 0 else None  # a full replay checks the lease index against the events
+        try:
+            self._catch_up(tx)
+            self.store.check_head(tx, self._seq, self._digest)
+            if self._audit is not None and self.store.has_lease_table(tx):
+                self._check_lease_index(tx, self._audit)
+        finally:
+            self._audit = None
         self._stale = False
+
+    def _audit_event(self, ev: Event) -> None:
+        """Follow the leases the events name (full replay): each is issued once and consumed at most once."""
+        audit = self._audit
+        if audit is None:
+            return
+        p = ev.payload
+        if ev.kind == "sample":
+            for lid, key in zip(p.get("leases") or [], p["keys"], strict=False):
+                if lid in audit:
+                    raise StoreCorruptError(f"store {self.store.where}: lease {lid} is issued twice (events "
+                                            f"{audit[lid][1]} and {ev.seq})")
+                audit[lid] = [key, ev.seq, None, None]
+            return
+        lid = p.get("lease")
+        if lid is None:
+            return
+        row = audit.get(lid)
+        if row is None or row[0] != p["key"]:
+            raise StoreCorruptError(f"store {self.store.where}: event {ev.seq} ({ev.kind}) names lease {lid}, "
+                                    f"which no earlier draw of task {p['key']!r} issued")
+        if row[2] is not None:
+            raise StoreCorruptError(f"store {self.store.where}: lease {lid} is consumed twice (events {row[2]} "
+                                    f"and {ev.seq}): a duplicated {ev.kind}")
+        row[2] = ev.seq
+        row[3] = "update" if ev.kind == "update" else ("reclaim" if p.get("reclaimed") else "discard")
+
+    def _check_lease_index(self, tx: Any, audit: dict[str, list[Any]]) -> None:
+        table = self.store.all_leases(tx)
+        if set(table) != set(audit):
+            extra = sorted(set(table) - set(audit))[:3]
+            missing = sorted(set(audit) - set(table))[:3]
+            raise StoreCorruptError(f"store {self.store.where}: the lease table does not match the events "
+                                    f"(rows without a draw: {extra}; drawn leases without a row: {missing})")
+        for lid, row in audit.items():
+            if tuple(row) != table[lid]:
+                raise StoreCorruptError(f"store {self.store.where}: lease {lid} is {table[lid]} in the lease "
+                                        f"table but {tuple(row)} by the events")
 
     def _catch_up(self, tx: Any) -> None:
         while True:
             events = self.store.read_events(tx, self._seq, self._digest, limit=_REPLAY_CHUNK)
             for ev in events:
                 self._replay(ev)
+                self._audit_event(ev)
                 self._seq, self._digest = ev.seq, ev.digest
                 self._replayed += 1
             if len(events) < _REPLAY_CHUNK:
@@ -352,11 +515,23 @@ class DurableSampler:
             raise ReplayDivergenceError(f"store {self.store.where}: event {ev.seq} ({ev.kind}) cannot be "
                                         f"replayed into {type(self.sampler).__name__}: {exc}") from None
 
-    # ------------------------------------------------------------------ one logged call
-    def _run(self, kind: str, apply: Callable[[], Any], payload: Callable[[Any], dict[str, Any]]) -> Any:
+    # ------------------------------------------------------------------ logged calls
+    def _run(self, kind: str, apply: Callable[[], Any], payload: Callable[[Any], dict[str, Any]], *,
+             pre: Callable[[Any], Any] | None = None, post: Callable[[Any, int], None] | None = None) -> Any:
+        return self._run_many([(kind, apply, payload, pre, post)], batch=False)[0]
+
+    def _run_many(self, ops: list[tuple[Any, ...]], *, batch: bool, prefetch: list[str] | None = None) -> list[Any]:
+        """Apply and log ``ops`` -- ``(kind, apply, payload, pre, post)`` each -- in one transaction.
+
+        ``pre(tx)`` (optional) runs first and may answer the op without applying it (e.g. an update whose
+        lease the store shows as already applied); ``post(tx, seq)`` runs after its event is appended. Bad
+        input (``ValueError``/``KeyError``/``TypeError`` from ``pre`` or ``apply``, which change nothing)
+        raises at once when ``batch`` is false; in a batch it becomes that op's result and the others go on.
+        """
         if self._broken is not None:
             raise StoreError(f"this DurableSampler is unusable ({self._broken}); fix the cause and resume it "
                              "from the store")
+        results: list[Any] = []
         with self._lock:
             applied = committed = False
             try:
@@ -365,37 +540,121 @@ class DurableSampler:
                         self._rebuild(tx, latest=True)
                     else:
                         self._catch_up(tx)
-                    try:
-                        result = apply()  # bad input raises ValueError/KeyError/TypeError and changes no state
-                    except (ValueError, KeyError, TypeError):
-                        raise
-                    except BaseException:
-                        applied = True  # interrupted mid-call (e.g. KeyboardInterrupt): state may be partial
-                        raise
-                    applied = True
-                    seq = self._seq + 1
-                    digest = self.store.append(tx, seq, self._digest, kind, payload(result))
-                    if self.snapshot_every is not None and seq % self.snapshot_every == 0:
-                        self.store.write_snapshot(tx, seq, digest, self.sampler.state_dict())
+                    seq, digest = self._seq, self._digest
+                    rows: list[tuple[int, str, str, str]] = []
+                    self._closing = []
+                    self._lease_cache = self.store.leases_bulk(tx, prefetch) if prefetch else None
+                    for kind, apply, payload, pre, post in ops:
+                        try:
+                            early = pre(tx) if pre is not None else _GO
+                            if early is not _GO:
+                                results.append(early)
+                                continue
+                            result = apply()  # bad input raises ValueError/KeyError/TypeError, no state change
+                        except (ValueError, KeyError, TypeError) as exc:
+                            if not batch:
+                                raise
+                            results.append(exc)
+                            continue
+                        except BaseException:
+                            applied = True  # interrupted mid-call (e.g. KeyboardInterrupt): state may be partial
+                            raise
+                        applied = True
+                        seq += 1
+                        text, digest = self.store.chain_event(digest, kind, payload(result))
+                        rows.append((seq, kind, text, digest))
+                        if post is not None:
+                            post(tx, seq)
+                        if self.snapshot_every is not None and seq % self.snapshot_every == 0:
+                            self.store.write_snapshot(tx, seq, digest, self.sampler.state_dict())
+                        results.append(result)
+                    if rows:  # the events and the leases they consume, in a few statements
+                        self.store.append_many(tx, rows)
+                    if self._closing:
+                        self.store.close_leases(tx, self._closing)
                 committed = True
             finally:
+                self._lease_cache = None
+                self._closing = []
                 if applied and not committed:
                     self._stale = True  # the local state is ahead of the store: rebuild before the next call
             self._seq, self._digest = seq, digest
-            return result
+            return results
+
+    def _close(self, lease: str, seq: int, outcome: str) -> None:
+        """Consume ``lease`` with event ``seq`` (written with the events at the end of the transaction)."""
+        self._closing.append((lease, seq, outcome))
+        if self._lease_cache is not None and lease in self._lease_cache:
+            key, issued, _, _ = self._lease_cache[lease]
+            self._lease_cache[lease] = (key, issued, seq, outcome)  # a second use in this batch sees it consumed
+
+    def _lease_check(self, tx: Any, lease: str, key: str, action: str) -> Any:
+        """Pre-check of an update/discard naming ``lease``: ``_GO`` while the lease is open; the answer
+        ``"already_applied"`` for an update whose lease an update already consumed (a retry after a lost
+        reply); otherwise an error naming what is wrong."""
+        if not isinstance(lease, str) or not lease:
+            raise UnknownLeaseError(f"lease must be a non-empty string, got {lease!r}")
+        row = self._lease_cache.get(lease) if self._lease_cache is not None else self.store.lease(tx, lease)
+        if row is None:
+            raise UnknownLeaseError(f"unknown lease {lease!r} for task {key!r}: store {self.store.where} never "
+                                    "issued it")
+        lkey, _, closed, outcome = row
+        if lkey != key:
+            raise UnknownLeaseError(f"lease {lease} belongs to task {lkey!r}, not {key!r}")
+        if outcome is None:
+            return _GO
+        if outcome == "update" and action == "update":
+            return "already_applied"
+        if outcome == "reclaim":
+            raise LeaseExpiredError(f"the group of task {key!r} (lease {lease}) was reclaimed (event {closed}) "
+                                    "after its lease expired without an update; its rewards are refused (the "
+                                    "task can be drawn again)")
+        what = "reported by an update" if outcome == "update" else "discarded"
+        raise LeaseExpiredError(f"the group of task {key!r} (lease {lease}) was already {what} (event {closed}); "
+                                f"this {action} is refused")
 
     # ------------------------------------------------------------------ the protocol
-    def sample(self, n: int) -> list[Any]:
-        """Draw ``n`` tasks (see the wrapped sampler) and log the draw before returning it."""
-        return self._run("sample", lambda: self.sampler.sample(n),
-                         lambda tasks: {"n": int(n), "keys": [task_key(t) for t in tasks]})
+    def sample(self, n: int, *, leases: Sequence[str] | None = None) -> list[Any]:
+        """Draw ``n`` tasks (see the wrapped sampler) and log the draw before returning it.
 
-    def update(self, task: Any, rewards: Sequence[float | None], costs: Sequence[float] | None = None) -> None:
-        """Report one group; returns once the update is committed to the store (acknowledged).
-
-        Raises what the wrapped sampler raises for bad input, and ``ValueError`` when ``group_size`` is set
-        and ``rewards`` has another length; on error nothing is logged and no state changes.
+        ``leases``: one new lease id per drawn group (a sampler host passes them); they are recorded with the
+        draw, so that an update naming one can be matched exactly, and recognised as already applied when it
+        is retried, even by a host restarted on this store.
         """
+        if leases is not None:
+            leases = list(leases)
+            valid_n = isinstance(n, int) and not isinstance(n, bool) and n > 0
+            if valid_n and (len(leases) != n or len(set(leases)) != len(leases)
+                            or not all(isinstance(x, str) and x for x in leases)):
+                raise ValueError(f"leases must be {n!r} distinct non-empty strings, one per drawn group")
+
+        def pre(tx: Any) -> Any:
+            if leases is not None:
+                taken = self.store._existing_leases(tx, leases)
+                if taken:
+                    raise UnknownLeaseError(f"lease id {sorted(taken)[0]!r} was already issued in store "
+                                            f"{self.store.where}: lease ids are never reused")
+            return _GO
+
+        def payload(tasks: list[Any]) -> dict[str, Any]:
+            out: dict[str, Any] = {"n": int(n), "keys": [task_key(t) for t in tasks]}
+            if leases is not None:
+                out["leases"] = leases
+            return out
+
+        def post(tx: Any, seq: int) -> None:
+            if leases is not None:
+                self.store.issue_leases(tx, seq, list(zip(leases, self._last_keys, strict=True)))
+
+        def apply() -> list[Any]:
+            tasks = self.sampler.sample(n)
+            self._last_keys = [task_key(t) for t in tasks]
+            return tasks
+
+        return self._run("sample", apply, payload, pre=pre, post=post)
+
+    def _update_op(self, task: Any, rewards: Sequence[float | None], costs: Sequence[float] | None,
+                   lease: str | None) -> tuple[Any, ...]:
         if (self.group_size is not None and hasattr(rewards, "__len__") and not isinstance(rewards, str | bytes)
                 and len(rewards) != self.group_size):
             key = task if isinstance(task, str) else _safe_key(task)
@@ -403,23 +662,108 @@ class DurableSampler:
                              f"{self.group_size} (one reward per rollout, None for an unscored one)")
 
         def payload(_: Any) -> dict[str, Any]:
-            return {"key": task if isinstance(task, str) else task_key(task),
-                    "rewards": [None if r is None else float(r) for r in rewards],
-                    "costs": None if costs is None else [float(c) for c in costs]}
+            out: dict[str, Any] = {"key": task if isinstance(task, str) else task_key(task),
+                                   "rewards": [None if r is None else float(r) for r in rewards],
+                                   "costs": None if costs is None else [float(c) for c in costs]}
+            if lease is not None:
+                out["lease"] = lease
+            return out
 
-        self._run("update", lambda: self.sampler.update(task, rewards, costs), payload)
+        def pre(tx: Any) -> Any:
+            key = task if isinstance(task, str) else _safe_key(task)
+            return self._lease_check(tx, lease, key, "update")  # type: ignore[arg-type]
 
-    def discard(self, task: Any, *, reason: str | None = None) -> None:
-        """Release one outstanding dispatch of ``task`` without rewards (logged with ``reason``)."""
-        self._run("discard", lambda: self.sampler.discard(task),
-                  lambda _: {"key": task if isinstance(task, str) else task_key(task), "reason": reason})
+        def post(tx: Any, seq: int) -> None:
+            self._close(lease, seq, "update")  # type: ignore[arg-type]
+
+        def apply() -> str:
+            self.sampler.update(task, rewards, costs)
+            return "applied"
+
+        return ("update", apply, payload, pre if lease is not None else None, post if lease is not None else None)
+
+    def update(self, task: Any, rewards: Sequence[float | None], costs: Sequence[float] | None = None, *,
+               lease: str | None = None) -> str:
+        """Report one group; returns once the update is committed to the store (acknowledged).
+
+        ``lease``: the lease id the group was drawn under (see :meth:`sample`). With it the update is
+        idempotent: a retry of an update that committed (e.g. its reply was lost) returns
+        ``"already_applied"`` and changes nothing; an update for a reclaimed or discarded group raises
+        :class:`LeaseExpiredError`; a lease the store never issued, or one of another task, raises
+        :class:`UnknownLeaseError`. Returns ``"applied"`` otherwise.
+
+        Raises what the wrapped sampler raises for bad input, and ``ValueError`` when ``group_size`` is set
+        and ``rewards`` has another length; on error nothing is logged and no state changes.
+        """
+        return self._run_many([self._update_op(task, rewards, costs, lease)], batch=False)[0]
+
+    def update_many(self, items: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Report several groups in one transaction: ``items`` are ``(task, rewards, costs, lease)`` tuples
+        (``costs`` and ``lease`` may be ``None``).
+
+        Returns one result per item, in order: ``"applied"``, ``"already_applied"``, or the exception that
+        refused that item (bad input, :class:`LeaseExpiredError`, :class:`UnknownLeaseError`), which changed
+        nothing; the other items are applied and committed together.
+        """
+        ops: list[Any] = []
+        leases: list[str] = []
+        for item in items:
+            try:
+                task, rewards, costs, lease = item
+                ops.append(self._update_op(task, rewards, costs, lease))
+                if isinstance(lease, str):
+                    leases.append(lease)
+            except (ValueError, TypeError) as exc:
+                ops.append(("update", _raiser(exc), None, None, None))
+        return self._run_many(ops, batch=True, prefetch=leases)
+
+    def discard(self, task: Any, *, reason: str | None = None, lease: str | None = None,
+                reclaimed: bool = False) -> None:
+        """Release one outstanding dispatch of ``task`` without rewards (logged with ``reason``).
+
+        ``lease``: the lease the group was drawn under (consumed; see :meth:`update`). ``reclaimed``: the
+        host gives the group back because its lease expired (counted in ``metrics()["reclaimed_groups"]``).
+        """
+        key = task if isinstance(task, str) else _safe_key(task)
+
+        def payload(_: Any) -> dict[str, Any]:
+            out: dict[str, Any] = {"key": task if isinstance(task, str) else task_key(task), "reason": reason}
+            if lease is not None:
+                out["lease"] = lease
+            if reclaimed:
+                out["reclaimed"] = True
+            return out
+
+        def pre(tx: Any) -> Any:
+            return self._lease_check(tx, lease, key, "discard")  # type: ignore[arg-type]
+
+        def post(tx: Any, seq: int) -> None:
+            self._close(lease, seq, "reclaim" if reclaimed else "discard")  # type: ignore[arg-type]
+
+        self._run("discard", lambda: self.sampler.discard(task), payload,
+                  pre=pre if lease is not None else None, post=post if lease is not None else None)
+
+    def lease_status(self, lease: str) -> str:
+        """Where a lease stands in the store: ``"open"``, ``"applied"`` (an update consumed it),
+        ``"discarded"``, ``"reclaimed"``, or ``"unknown"`` (never issued here). Answers, for one update,
+        whether it committed."""
+        with self.store.transaction() as tx:
+            row = self.store.lease(tx, lease) if self.store.has_lease_table(tx) else None
+        if row is None:
+            return "unknown"
+        return {None: "open", "update": "applied", "discard": "discarded", "reclaim": "reclaimed"}[row[3]]
+
+    def open_leases(self) -> list[tuple[str, str]]:
+        """``(lease, task key)`` of every lease the store shows as issued and not consumed, oldest first."""
+        return self._run_read(self.store.open_leases)
 
     def refresh(self) -> int:
         """Catch up with events other processes appended; returns the number of logged events."""
         self._run_read()
         return self._seq
 
-    def _run_read(self) -> None:
+    def _run_read(self, read: Callable[[Any], Any] | None = None) -> Any:
+        """Catch up with the store (rebuild if stale), then ``read(tx)`` in the same transaction."""
         if self._broken is not None:
             raise StoreError(f"this DurableSampler is unusable ({self._broken})")
         with self._lock, self.store.transaction() as tx:
@@ -427,12 +771,16 @@ class DurableSampler:
                 self._rebuild(tx, latest=True)
             else:
                 self._catch_up(tx)
+            return read(tx) if read is not None else None
 
     def metrics(self) -> dict[str, float]:
-        """The wrapped sampler's metrics after catching up with the store, plus ``store_events``."""
-        self._run_read()
+        """The wrapped sampler's metrics after catching up with the store, plus ``store_events`` and, from
+        the store's lease table (so they survive restarts), ``reclaimed_groups`` and ``open_leases``."""
+        counts = self._run_read(self.store.lease_counts)
         m = dict(self.sampler.metrics())
         m["store_events"] = float(self._seq)
+        m["reclaimed_groups"] = float(counts["reclaim"])
+        m["open_leases"] = float(counts["open"])
         return m
 
     def state_dict(self) -> dict[str, Any]:
@@ -495,6 +843,13 @@ class DurableSampler:
 
     def __repr__(self) -> str:
         return f"DurableSampler({self.sampler!r}, {self.store!r}, events={self._seq})"
+
+
+def _raiser(exc: BaseException) -> Callable[[], Any]:
+    def go() -> Any:
+        raise exc
+
+    return go
 
 
 def _safe_key(task: Any) -> str:

@@ -11,6 +11,11 @@ The store holds three tables (names prefixed by ``table_prefix``, default ``envs
                    payload, so a damaged, reordered or foreign row is detected on replay.
 ``<p>_snapshots``  ``state_dict()`` of the sampler after event ``seq`` (``seq = 0``: its initial state),
                    bound to the event chain by that event's digest.
+``<p>_leases``     one row per lease a sampler host issued (see :mod:`envsched.distributed`): the lease id,
+                   its task key, the ``sample`` event that issued it, and -- once consumed -- the event that
+                   consumed it and how (``update``, ``discard`` or ``reclaim``). It is an index of what the
+                   events record (their payloads carry the lease ids, under the hash chain); a full replay
+                   checks that the two agree. Stores written before leases existed get the table on first use.
 
 Every write is one transaction taken under an exclusive lock (SQLite ``BEGIN IMMEDIATE`` in WAL mode with
 ``synchronous=FULL``; PostgreSQL a transaction-scoped advisory lock), so several processes may share one
@@ -405,6 +410,7 @@ class HistoryStore:
         self.t_meta = f"{table_prefix}_meta"
         self.t_events = f"{table_prefix}_events"
         self.t_snap = f"{table_prefix}_snapshots"
+        self.t_leases = f"{table_prefix}_leases"
         self._lock = threading.RLock()
         text = os.fspath(target)
         if text.startswith(("postgresql://", "postgresql+", "postgres://")):
@@ -460,7 +466,12 @@ class HistoryStore:
             "payload TEXT NOT NULL, digest TEXT NOT NULL, created DOUBLE PRECISION NOT NULL)",
             f"CREATE TABLE IF NOT EXISTS {self.t_snap} (seq BIGINT PRIMARY KEY, state TEXT NOT NULL, "
             "digest TEXT NOT NULL, created DOUBLE PRECISION NOT NULL)",
+            self._lease_schema(),
         ]
+
+    def _lease_schema(self) -> str:
+        return (f"CREATE TABLE IF NOT EXISTS {self.t_leases} (lease TEXT PRIMARY KEY, key TEXT NOT NULL, "
+                "issued_seq BIGINT NOT NULL, closed_seq BIGINT, outcome TEXT)")
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[_Tx]:
@@ -612,6 +623,29 @@ class HistoryStore:
             raise StoreCorruptError(f"store {self.where}: the event log ends at event {seq}, which does not "
                                     f"match the recorded head (event {head_seq}): the log was edited")
 
+    @staticmethod
+    def chain_event(prev_digest: str, kind: str, payload: Mapping[str, Any]) -> tuple[str, str]:
+        """The JSON text and the chained digest of an event (without writing it)."""
+        if kind not in _EVENT_KINDS:
+            raise ValueError(f"unknown event kind {kind!r}")
+        text = canonical_json(payload)
+        return text, _chain(prev_digest, kind, text)
+
+    def append_many(self, tx: _Tx, rows: list[tuple[int, str, str, str]]) -> None:
+        """Insert ``(seq, kind, payload_text, digest)`` rows (see :meth:`chain_event`) in a few statements."""
+        now = time.time()
+        for i in range(0, len(rows), 200):
+            chunk = rows[i:i + 200]
+            params: dict[str, Any] = {"c": now}
+            values = []
+            for j, (seq, kind, text, digest) in enumerate(chunk):
+                params.update({f"s{j}": seq, f"k{j}": kind, f"p{j}": text, f"d{j}": digest})
+                values.append(f"(:s{j}, :k{j}, :p{j}, :d{j}, :c)")
+            tx.execute(f"INSERT INTO {self.t_events} (seq, kind, payload, digest, created) VALUES "
+                       + ", ".join(values), params)
+        if rows:
+            self._write_head(tx, rows[-1][0], rows[-1][3])
+
     def read_events(self, tx: _Tx, after: int, prev_digest: str, *, limit: int | None = None) -> list[Event]:
         """Events with ``seq > after`` in order, checking seq continuity and the hash chain."""
         sql = f"SELECT seq, kind, payload, digest FROM {self.t_events} WHERE seq > :a ORDER BY seq"
@@ -675,6 +709,117 @@ class HistoryStore:
             raise StoreCorruptError(f"store {self.where}: snapshot after event {seq} is not an object")
         return Snapshot(int(seq), data, str(digest))
 
+    # ------------------------------------------------------------------ leases (an index of the events)
+    def ensure_lease_table(self, tx: _Tx) -> None:
+        """Create the lease table in a store written before leases existed (a no-op otherwise)."""
+        tx.execute(self._lease_schema())
+
+    def issue_leases(self, tx: _Tx, seq: int, leases: list[tuple[str, str]]) -> None:
+        """Record ``(lease, key)`` pairs issued by ``sample`` event ``seq``. A lease id already in the store
+        raises ``ValueError`` (ids are never reused)."""
+        if not leases:
+            return
+        ids = [lid for lid, _ in leases]
+        taken = self._existing_leases(tx, ids)
+        if taken:
+            raise ValueError(f"lease id {sorted(taken)[0]!r} was already issued in store {self.where}: lease "
+                             "ids are never reused")
+        for i in range(0, len(leases), 300):
+            chunk = leases[i:i + 300]
+            params: dict[str, Any] = {"s": seq}
+            values = []
+            for j, (lid, key) in enumerate(chunk):
+                params.update({f"l{j}": lid, f"k{j}": key})
+                values.append(f"(:l{j}, :k{j}, :s)")
+            tx.execute(f"INSERT INTO {self.t_leases} (lease, key, issued_seq) VALUES " + ", ".join(values), params)
+
+    def _existing_leases(self, tx: _Tx, ids: list[str]) -> set[str]:
+        out: set[str] = set()
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            names = {f"l{j}": v for j, v in enumerate(chunk)}
+            marks = ", ".join(f":{k}" for k in names)
+            out.update(str(r[0]) for r in tx.execute(f"SELECT lease FROM {self.t_leases} WHERE lease IN ({marks})",
+                                                     names))
+        return out
+
+    def lease(self, tx: _Tx, lease: str) -> tuple[str, int, int | None, str | None] | None:
+        """``(key, issued_seq, closed_seq, outcome)`` of a lease, or ``None`` if the store never issued it
+        (``outcome`` is ``None`` while the lease is open)."""
+        rows = tx.execute(f"SELECT key, issued_seq, closed_seq, outcome FROM {self.t_leases} WHERE lease = :l",
+                          {"l": lease})
+        if not rows:
+            return None
+        key, issued, closed, outcome = rows[0]
+        return str(key), int(issued), None if closed is None else int(closed), outcome
+
+    def close_lease(self, tx: _Tx, lease: str, seq: int, outcome: str) -> None:
+        """Mark an open lease consumed by event ``seq`` (``outcome``: update, discard or reclaim)."""
+        if outcome not in ("update", "discard", "reclaim"):
+            raise ValueError(f"unknown lease outcome {outcome!r}")
+        tx.execute(f"UPDATE {self.t_leases} SET closed_seq = :s, outcome = :o WHERE lease = :l "
+                   "AND closed_seq IS NULL", {"s": seq, "o": outcome, "l": lease})
+
+    def leases_bulk(self, tx: _Tx, ids: list[str]) -> dict[str, tuple[str, int, int | None, str | None]]:
+        """:meth:`lease` for many ids at once (ids the store never issued are absent)."""
+        out: dict[str, tuple[str, int, int | None, str | None]] = {}
+        for i in range(0, len(ids), 500):
+            names = {f"l{j}": v for j, v in enumerate(ids[i:i + 500])}
+            if not names:
+                continue
+            marks = ", ".join(f":{k}" for k in names)
+            for lid, key, issued, closed, outcome in tx.execute(
+                    f"SELECT lease, key, issued_seq, closed_seq, outcome FROM {self.t_leases} "
+                    f"WHERE lease IN ({marks})", names):
+                out[str(lid)] = (str(key), int(issued), None if closed is None else int(closed), outcome)
+        return out
+
+    def close_leases(self, tx: _Tx, rows: list[tuple[str, int, str]]) -> None:
+        """:meth:`close_lease` for ``(lease, seq, outcome)`` rows, in a few statements."""
+        for lid, _, outcome in rows:
+            if outcome not in ("update", "discard", "reclaim"):
+                raise ValueError(f"unknown lease outcome {outcome!r} for lease {lid}")
+        if len(rows) == 1:
+            self.close_lease(tx, *rows[0])
+            return
+        for i in range(0, len(rows), 300):
+            chunk = rows[i:i + 300]
+            params: dict[str, Any] = {}
+            values = []
+            for j, (lid, seq, outcome) in enumerate(chunk):
+                params.update({f"l{j}": lid, f"s{j}": int(seq), f"o{j}": outcome})
+                values.append(f"(:l{j}, :s{j}, :o{j})")
+            tx.execute("WITH v(l, s, o) AS (VALUES " + ", ".join(values) + f") UPDATE {self.t_leases} "
+                       f"SET closed_seq = v.s, outcome = v.o FROM v WHERE {self.t_leases}.lease = v.l "
+                       f"AND {self.t_leases}.closed_seq IS NULL", params)
+
+    def open_leases(self, tx: _Tx) -> list[tuple[str, str]]:
+        """``(lease, key)`` of every lease not yet consumed, oldest first."""
+        return [(str(a), str(b)) for a, b in tx.execute(
+            f"SELECT lease, key FROM {self.t_leases} WHERE closed_seq IS NULL ORDER BY issued_seq, lease")]
+
+    def lease_counts(self, tx: _Tx) -> dict[str, int]:
+        """Leases by state: ``open``, ``update``, ``discard``, ``reclaim``."""
+        out = {"open": 0, "update": 0, "discard": 0, "reclaim": 0}
+        for outcome, count in tx.execute(f"SELECT outcome, COUNT(*) FROM {self.t_leases} GROUP BY outcome"):
+            out["open" if outcome is None else str(outcome)] = int(count)
+        return out
+
+    def all_leases(self, tx: _Tx) -> dict[str, tuple[str, int, int | None, str | None]]:
+        """Every lease row (for the consistency check of a full replay)."""
+        return {str(r[0]): (str(r[1]), int(r[2]), None if r[3] is None else int(r[3]), r[4])
+                for r in tx.execute(f"SELECT lease, key, issued_seq, closed_seq, outcome FROM {self.t_leases}")}
+
+    def has_lease_table(self, tx: _Tx) -> bool:
+        if self.kind == "sqlite":
+            rows = tx.execute("SELECT name FROM sqlite_master WHERE type='table' AND name = :t",
+                              {"t": self.t_leases})
+            return bool(rows)
+        rows = tx.execute("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+                          "ON n.oid = c.relnamespace WHERE c.relname = :t AND n.nspname = current_schema())",
+                          {"t": self.t_leases})
+        return bool(rows[0][0])
+
     # ------------------------------------------------------------------ reading for people
     def events(self) -> list[Event]:
         """All events, verified (for inspection and tests)."""
@@ -709,6 +854,6 @@ class HistoryStore:
                 Path(str(self._backend.path) + extra).unlink(missing_ok=True)
             return
         with self._backend.transaction() as tx:
-            for t in (self.t_events, self.t_snap, self.t_meta):
+            for t in (self.t_leases, self.t_events, self.t_snap, self.t_meta):
                 tx.execute(f"DROP TABLE IF EXISTS {t}")
 

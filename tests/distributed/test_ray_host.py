@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from envsched.distributed import LeaseExpiredError, SamplerHost
 from envsched.pool import TaskPool
-from envsched.ray import LeaseExpiredError, SamplerHost
 from envsched.samplers import CurriculumSampler, UniformSampler
 from envsched.store import DurableSampler, HistoryStore
 
@@ -85,17 +85,6 @@ def test_host_over_a_durable_sampler_logs_reclaims(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- real Ray
-@pytest.fixture(scope="module")
-def ray_cluster() -> Any:
-    ray = pytest.importorskip("ray")
-    owner = not ray.is_initialized()  # another test module may have started Ray already: share it
-    if owner:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield ray
-    if owner:
-        ray.shutdown()
-
-
 def _work(ray: Any) -> Any:
     @ray.remote(num_cpus=0.25, max_retries=0)
     def work(remote: Any, rounds: int, worker: int) -> list[str]:
@@ -110,7 +99,7 @@ def _work(ray: Any) -> Any:
 
 
 def test_many_workers_share_one_sampler(ray_cluster: Any) -> None:
-    from envsched.ray import launch_sampler
+    from envsched.distributed import launch_sampler
 
     ray = ray_cluster
     pool = _pool()
@@ -135,7 +124,7 @@ def test_many_workers_share_one_sampler(ray_cluster: Any) -> None:
 
 
 def test_dead_worker_groups_are_reclaimed_after_the_timeout(ray_cluster: Any) -> None:
-    from envsched.ray import RemoteSampler, launch_sampler
+    from envsched.distributed import RemoteSampler, launch_sampler
 
     ray = ray_cluster
     pool = _pool()
@@ -166,7 +155,7 @@ def test_dead_worker_groups_are_reclaimed_after_the_timeout(ray_cluster: Any) ->
 
 
 def test_durable_shared_sampler_survives_the_actor(ray_cluster: Any, tmp_path: Path) -> None:
-    from envsched.ray import launch_sampler
+    from envsched.distributed import launch_sampler
 
     ray = ray_cluster
     pool = _pool()
@@ -198,3 +187,50 @@ def test_durable_shared_sampler_survives_the_actor(ray_cluster: Any, tmp_path: P
     for t in held:
         remote.update(t, [1.0, 0.0])
     assert remote.metrics()["groups"] == 10
+
+
+def test_a_dead_hosts_name_is_freed_by_release_name(ray_cluster: Any) -> None:
+    from envsched.distributed import launch_sampler, release_name
+
+    ray = ray_cluster
+    pool = _pool()
+    name = "envsched-test-reuse"
+    first = launch_sampler(lambda: UniformSampler(pool, seed=1), name=name)
+    pid = ray.get(first.actor.__ray_call__.remote(lambda self: os.getpid()))
+    os.kill(pid, 9)  # the host dies for good (max_restarts=0); Ray keeps its name
+    time.sleep(1.0)
+    with pytest.raises(ValueError, match=rf"release_name\('{name}'\)"):
+        launch_sampler(lambda: UniformSampler(pool, seed=1), name=name)
+    assert release_name(name) is True
+    second = launch_sampler(lambda: UniformSampler(pool, seed=1), name=name)
+    assert len(second.sample(2)) == 2
+    assert release_name("envsched-test-no-such-host") is False
+
+
+def test_restarts_without_a_store_are_refused(ray_cluster: Any) -> None:
+    from envsched.distributed import launch_sampler
+
+    pool = _pool()
+    with pytest.raises(ValueError, match="max_restarts=-1 needs a durable sampler"):
+        launch_sampler(lambda: UniformSampler(pool, seed=1), max_restarts=-1)
+
+
+def test_a_lease_that_cannot_be_confirmed_is_dropped(ray_cluster: Any, tmp_path: Path) -> None:
+    from envsched.distributed import LeaseUnconfirmedError, RemoteSampler, launch_sampler
+
+    ray = ray_cluster
+    pool = _pool()
+    path = str(tmp_path / "h.sqlite")
+    owner = launch_sampler(lambda: DurableSampler(UniformSampler(pool, seed=2), path), lease_timeout_s=60,
+                           max_restarts=-1)
+    remote = RemoteSampler(owner.actor, worker="w")
+    remote.retry_s = 0  # no retries: the Ray error surfaces
+    t = remote.sample(1)[0]
+    lease = remote._leases[t["id"]][0]
+    ray.kill(remote.actor, no_restart=False)
+    with pytest.raises(Exception) as info:  # the type is checked below, after the lease book
+        remote.update(t, [1.0])
+    assert remote._leases == {}  # dropped: never sent again with a later draw of the same task
+    assert isinstance(info.value, LeaseUnconfirmedError) and "could not be confirmed" in str(info.value)
+    owner.retry_s = 60
+    assert owner.lease_status(lease) in ("live", "applied")  # the store answers for this one update

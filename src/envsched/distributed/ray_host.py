@@ -1,0 +1,815 @@
+"""One sampler shared by many rollout workers: the sampler hosted as a Ray actor, with exact leases.
+
+Distributed trainers run rollouts on many workers (and machines) but need *one* scheduler: its statistics
+must see every group. ``launch_sampler`` starts a Ray actor that owns the sampler; every worker holds a
+:class:`RemoteSampler` (a :class:`~envsched.samplers.base.TaskSampler`) that forwards ``sample`` and
+``update`` to it. The actor runs one call at a time, so concurrent calls are serialised.
+
+**Leases.** Each dispatched group gets a lease: a random 128-bit id (unguessable, so it cannot be made up)
+issued by the host. Every ``update`` and ``discard`` must name one, and a lease is consumed exactly once:
+
+* an update naming a live lease of that task is applied and consumes it;
+* a retry of an update that was applied (its reply was lost) is answered ``"already_applied"`` and changes
+  nothing -- with a :class:`~envsched.store.DurableSampler` this is read from the store, so it holds across
+  host restarts;
+* an update for a group that was reclaimed (its lease expired) or discarded raises
+  :class:`LeaseExpiredError`; a lease the host never issued (nor its store), or a lease of another task,
+  raises :class:`UnknownLeaseError`. Neither changes anything, and no update is ever matched to another
+  worker's dispatch.
+
+A worker that dies leaves its groups outstanding; once a lease is older than ``lease_timeout_s`` (and not
+renewed) the host reclaims the group -- ``discard`` on the sampler, so the task can be drawn again.
+
+**Durability.** Host a :class:`~envsched.store.DurableSampler` (build it in the factory) to survive the
+actor's death: with ``max_restarts`` Ray reruns the factory, which rebuilds the sampler from its store, and
+the host re-adopts every lease the store shows open, so workers' updates for them are still matched
+exactly. While the store is unreachable the factory is retried with backoff (``store_retry_s``) instead of
+the actor dying for good. A host without a store cannot come back: :func:`launch_sampler` refuses
+``max_restarts`` for it, and a restarted non-durable host refuses to start rather than silently begin from
+zero. See ``docs/durability.md`` for the recovery path of each failure.
+
+**Batches.** ``sample(n)`` draws ``n`` groups and :meth:`RemoteSampler.update_many` reports several groups
+in one round trip (and, for a durable sampler, one store transaction).
+
+:class:`SamplerHost` is the actor's plain-Python body and works without Ray (e.g. in threads).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+import time
+import uuid
+import warnings
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from envsched.pool.spec import task_key
+from envsched.store.durable import LeaseExpiredError, UnknownLeaseError
+from envsched.store.history import StoreError
+
+__all__ = ["Lease", "LeaseExpiredError", "LeaseUnconfirmedError", "LocalClient", "RemoteSampler", "SamplerHost",
+           "UnknownLeaseError", "UpdateBatchError", "launch_sampler", "release_name"]
+
+_CLOSED_MEMORY = 200_000
+
+
+class LeaseUnconfirmedError(RuntimeError):
+    """A call naming a lease failed in a way that does not say whether it took effect (the host stayed
+    unreachable for the whole retry window). The worker has dropped the lease; ask
+    :meth:`RemoteSampler.lease_status` later for the answer."""
+
+    def __init__(self, message: str, lease: str | None) -> None:
+        super().__init__(message)
+        self.lease = lease
+
+
+class UpdateBatchError(ValueError):
+    """Some items of an :meth:`RemoteSampler.update_many` call were refused (the others were applied).
+
+    ``results`` holds one entry per item: ``"applied"``, ``"already_applied"`` or the refusing exception."""
+
+    def __init__(self, message: str, results: list[Any]) -> None:
+        super().__init__(message)
+        self.results = results
+
+
+@dataclass
+class Lease:
+    """One dispatched group: its id, task key, the worker it went to, and when it expires (host clock).
+    ``anonymous`` leases stand for dispatches whose lease is not known (an older store, or a plain sampler
+    that had groups outstanding): nobody can name them; they are only reclaimed."""
+
+    lease_id: str
+    key: str
+    worker: str | None
+    issued: float
+    deadline: float
+    anonymous: bool = False
+
+
+def _is_sampler(obj: Any) -> bool:
+    return all(hasattr(obj, m) for m in ("sample", "update", "discard", "metrics", "state_dict"))
+
+
+def _in_restarted_actor() -> bool:
+    """True inside a Ray actor that Ray is re-creating after it died."""
+    try:
+        import ray
+    except ImportError:  # pragma: no cover - depends on the environment
+        return False
+    try:
+        if not ray.is_initialized():
+            return False
+        ctx = ray.get_runtime_context()
+        return bool(ctx.get_actor_id()) and bool(ctx.was_current_actor_reconstructed)
+    except Exception:
+        return False
+
+
+class SamplerHost:
+    """Serialises calls to one sampler and keeps an exact lease per dispatched group.
+
+    Args:
+        sampler: the sampler, or a zero-argument factory that builds it (the way to host it in a Ray actor:
+            the factory runs inside the actor process). It needs ``discard`` and ``outstanding``
+            (every :class:`BaseSampler` and :class:`DurableSampler` has them). A
+            :class:`~envsched.store.DurableSampler` records the leases in its store.
+        lease_timeout_s: a dispatched group not reported (nor renewed) within this many seconds is
+            reclaimed.
+        group_size: if given, every update must carry exactly this many rewards.
+        store_retry_s: how long the factory is retried (with exponential backoff, 0.5 s up to 10 s) while it
+            raises :class:`~envsched.store.StoreError` -- the store is unreachable -- before giving up.
+        clock: time source (seconds); injectable for tests.
+    """
+
+    def __init__(self, sampler: Any, *, lease_timeout_s: float = 600.0, group_size: int | None = None,
+                 store_retry_s: float = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if not (isinstance(lease_timeout_s, int | float) and lease_timeout_s > 0):
+            raise ValueError(f"lease_timeout_s must be a positive number, got {lease_timeout_s!r}")
+        if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)
+                                       or group_size < 1):
+            raise ValueError(f"group_size must be a positive integer or None, got {group_size!r}")
+        if not (isinstance(store_retry_s, int | float) and store_retry_s >= 0):
+            raise ValueError(f"store_retry_s must be a number >= 0, got {store_retry_s!r}")
+        self.store_retry_s = float(store_retry_s)
+        self.store_retries = 0
+        if not _is_sampler(sampler):
+            if not callable(sampler):
+                raise TypeError(f"sampler must be a sampler or a factory returning one, got {type(sampler).__name__}")
+            sampler = self._build(sampler)
+            if not _is_sampler(sampler):
+                raise TypeError(f"the factory returned {type(sampler).__name__}, not a sampler")
+        self.sampler = sampler
+        self.durable = hasattr(sampler, "lease_status") and hasattr(sampler, "open_leases")
+        if not self.durable and _in_restarted_actor():
+            raise RuntimeError("the sampler host was restarted by Ray but its sampler is not durable: it would "
+                               "start from zero and forget every update. Build a DurableSampler in the factory, "
+                               "or launch with max_restarts=0 and relaunch after release_name(name)")
+        self.lease_timeout_s = float(lease_timeout_s)
+        self.group_size = group_size
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._epoch = uuid.uuid4().hex[:8]
+        self._leases: dict[str, Lease] = {}  # in deadline order (new and renewed leases go to the end)
+        self._closed: OrderedDict[str, tuple[str, str]] = OrderedDict()  # non-durable: lease -> (key, outcome)
+        self._reclaimed_groups = 0
+        self._needs_sync = False
+        self._adopt_outstanding()
+
+    def _build(self, factory: Callable[[], Any]) -> Any:
+        """Run the factory; while it fails with StoreError (store unreachable), retry with backoff."""
+        deadline = time.monotonic() + self.store_retry_s
+        delay = 0.5
+        while True:
+            try:
+                return factory()
+            except StoreError as exc:
+                left = deadline - time.monotonic()
+                if left <= 0 or not _transient(exc):
+                    raise
+                self.store_retries += 1
+                warnings.warn(f"sampler host: the store is unreachable ({exc}); retrying in {min(delay, left):.1f} s",
+                              RuntimeWarning, stacklevel=2)
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 10.0)
+
+    # ------------------------------------------------------------------ leases
+    def _adopt_outstanding(self) -> None:
+        """Lease every dispatch the sampler has outstanding, e.g. after the host was restarted on a store.
+
+        A durable sampler's store names the open leases: they are adopted with their ids (owner unknown),
+        so the workers holding them are still matched exactly. Dispatches without a known lease get
+        anonymous leases, which are only reclaimed. Both expire ``lease_timeout_s`` from now."""
+        old = self._leases
+        self._leases = {}
+        now = self._clock()
+        known: dict[str, int] = {}
+        if self.durable:
+            for lid, key in self.sampler.open_leases():
+                prev = old.get(lid)
+                self._leases[lid] = prev if prev is not None else Lease(lid, key, None, now,
+                                                                        now + self.lease_timeout_s)
+                known[key] = known.get(key, 0) + 1
+        outstanding = self.sampler.outstanding() if hasattr(self.sampler, "outstanding") else {}
+        for key, count in outstanding.items():
+            prev_anon = [x for x in old.values() if x.anonymous and x.key == key]
+            for i in range(int(count) - known.get(key, 0)):
+                lease = prev_anon[i] if i < len(prev_anon) else Lease(f"anon-{secrets.token_hex(8)}", key, None,
+                                                                      now, now + self.lease_timeout_s, True)
+                self._leases[lease.lease_id] = lease
+        self._leases = dict(sorted(self._leases.items(), key=lambda kv: kv[1].deadline))  # deadline order
+        self._needs_sync = False
+
+    def _sync(self) -> None:
+        """After a store error the host's view may differ from the store's (a call may have committed
+        although its reply was lost): re-read the open leases from the store."""
+        if self._needs_sync:
+            self._adopt_outstanding()
+
+    def _new_ids(self, n: int) -> list[str]:
+        return [secrets.token_hex(16) for _ in range(n)]
+
+    def _remember_closed(self, lease: Lease, outcome: str) -> None:
+        if not self.durable:
+            self._closed[lease.lease_id] = (lease.key, outcome)
+            while len(self._closed) > _CLOSED_MEMORY:
+                self._closed.popitem(last=False)
+
+    def _discard_in_sampler(self, lease: Lease, reason: str, reclaimed: bool) -> None:
+        if self.durable:
+            self.sampler.discard(lease.key, reason=reason, lease=None if lease.anonymous else lease.lease_id,
+                                 reclaimed=reclaimed)
+            return
+        try:
+            self.sampler.discard(lease.key, reason=reason)
+        except TypeError:
+            self.sampler.discard(lease.key)
+
+    def _reclaim(self, leases: list[Lease], reason: str) -> list[str]:
+        done = []
+        for lease in leases:
+            try:
+                self._discard_in_sampler(lease, reason, reclaimed=True)
+            except StoreError:
+                self._needs_sync = True
+                raise
+            except LeaseExpiredError:
+                pass  # the store shows the lease consumed already (a call whose reply was lost): just forget it
+            del self._leases[lease.lease_id]
+            self._remember_closed(lease, "reclaim")
+            self._reclaimed_groups += 1
+            done.append(lease.lease_id)
+        return done
+
+    def reclaim_expired(self) -> list[str]:
+        """Discard every group whose lease expired; returns their lease ids. Runs before every call too."""
+        with self._lock:
+            self._sync()
+            now = self._clock()
+            expired = []
+            for lease in self._leases.values():  # kept in deadline order: stop at the first live one
+                if lease.deadline > now:
+                    break
+                expired.append(lease)
+            if not expired:
+                return []
+            return self._reclaim(expired, f"lease expired after {self.lease_timeout_s:g} s")
+
+    def release_worker(self, worker: str) -> list[str]:
+        """Reclaim at once every group leased to ``worker`` (e.g. the trainer saw it die)."""
+        with self._lock:
+            self._sync()
+            return self._reclaim([lease for lease in self._leases.values() if lease.worker == worker],
+                                 f"worker {worker} released")
+
+    def renew(self, lease_ids: Sequence[str]) -> int:
+        """Extend these leases by ``lease_timeout_s`` from now (a heartbeat for long rollouts); returns how
+        many were still live."""
+        with self._lock:
+            self.reclaim_expired()
+            now = self._clock()
+            live = 0
+            for lid in lease_ids:
+                lease = self._leases.pop(lid, None)
+                if lease is not None:
+                    if not lease.anonymous:
+                        lease.deadline = now + self.lease_timeout_s
+                        live += 1
+                    self._leases[lid] = lease  # to the end: the leases stay in deadline order
+            return live
+
+    def leases(self) -> list[dict[str, Any]]:
+        """The live leases (id, task key, worker, seconds left, anonymous)."""
+        with self._lock:
+            now = self._clock()
+            return [{"lease": x.lease_id, "key": x.key, "worker": x.worker, "expires_in_s": x.deadline - now,
+                     "anonymous": x.anonymous} for x in self._leases.values()]
+
+    def lease_status(self, lease_id: str) -> str:
+        """``"live"`` (held, not yet reported), ``"applied"``, ``"discarded"``, ``"reclaimed"`` or
+        ``"unknown"``: whether an update naming this lease committed (read from the store when durable)."""
+        with self._lock:
+            if lease_id in self._leases and not self._leases[lease_id].anonymous:
+                return "live"
+            if self.durable:
+                status = self.sampler.lease_status(lease_id)
+                return "live" if status == "open" else status
+            closed = self._closed.get(lease_id)
+            if closed is None:
+                return "unknown"
+            return {"update": "applied", "discard": "discarded", "reclaim": "reclaimed"}[closed[1]]
+
+    def _position_of(self, key: str) -> None:
+        inner = self.sampler if hasattr(self.sampler, "position_of") else getattr(self.sampler, "sampler", None)
+        if inner is not None and hasattr(inner, "position_of"):
+            inner.position_of(key)  # KeyError naming an unknown task
+
+    def _check_lease(self, key: str, lease_id: Any, action: str) -> Lease | str:
+        """The live lease ``lease_id`` of task ``key``, or ``"already_applied"``; else an error."""
+        if lease_id is None:
+            self._position_of(key)
+            raise UnknownLeaseError(f"{action} of task {key!r} names no lease: refused as an {action} without an "
+                                    "outstanding dispatch of the caller (no outstanding dispatch of it is leased "
+                                    f"to the caller; every {action} must name the lease sample() returned)")
+        if not isinstance(lease_id, str) or not lease_id or lease_id.startswith("anon-"):
+            raise UnknownLeaseError(f"{action} of task {key!r} names no valid lease ({lease_id!r}): every "
+                                    f"{action} must name the lease sample() returned for the group")
+        lease = self._leases.get(lease_id)
+        if lease is not None:
+            if lease.key != key:
+                raise UnknownLeaseError(f"lease {lease_id} belongs to task {lease.key!r}, not {key!r}")
+            return lease
+        if self.durable:
+            status = self.sampler.lease_status(lease_id)
+            if status == "open":  # issued by this store but not adopted yet (another process's draw): resync
+                self._needs_sync = True
+                self._sync()
+                lease = self._leases.get(lease_id)
+                if lease is not None and lease.key == key:
+                    return lease
+            closed_outcome = {"applied": "update", "discarded": "discard", "reclaimed": "reclaim"}.get(status)
+            closed = None if closed_outcome is None else (None, closed_outcome)
+        else:
+            closed = self._closed.get(lease_id)
+        if closed is None:
+            raise UnknownLeaseError(f"unknown lease {lease_id!r} for task {key!r}: not issued by this sampler host"
+                                    + (" nor found in its store" if self.durable else ""))
+        if closed[0] is not None and closed[0] != key:
+            raise UnknownLeaseError(f"lease {lease_id} belongs to task {closed[0]!r}, not {key!r}")
+        if closed[1] == "update" and action == "update":
+            return "already_applied"
+        if closed[1] == "reclaim":
+            raise LeaseExpiredError(f"the group of task {key!r} (lease {lease_id}) was reclaimed after "
+                                    f"{self.lease_timeout_s:g} s without an update; its rewards are refused "
+                                    "(the task can be drawn again)")
+        what = "reported by an update" if closed[1] == "update" else "discarded"
+        raise LeaseExpiredError(f"the group of task {key!r} (lease {lease_id}) was already {what}; this "
+                                f"{action} is refused")
+
+    # ------------------------------------------------------------------ the protocol, serialised
+    def sample(self, n: int, worker: str | None = None) -> list[tuple[str, Any]]:
+        """Draw ``n`` tasks; returns ``(lease_id, task)`` pairs."""
+        with self._lock:
+            self.reclaim_expired()
+            ids = self._new_ids(n) if isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 1_000_000 else []
+            try:
+                tasks = self.sampler.sample(n, leases=ids) if self.durable and ids else self.sampler.sample(n)
+            except StoreError:
+                self._needs_sync = True
+                raise
+            now = self._clock()
+            out = []
+            for lid, t in zip(ids, tasks, strict=True):
+                self._leases[lid] = Lease(lid, task_key(t), worker, now, now + self.lease_timeout_s)
+                out.append((lid, t))
+            return out
+
+    def _check_size(self, key: str, rewards: Any) -> None:
+        if (self.group_size is not None and hasattr(rewards, "__len__") and not isinstance(rewards, str | bytes)
+                and len(rewards) != self.group_size):
+            raise ValueError(f"rewards for task {key!r} have {len(rewards)} entries, expected group_size="
+                             f"{self.group_size} (one reward per rollout, None for an unscored one)")
+
+    def update(self, task: Any, rewards: Sequence[float | None], costs: Sequence[float] | None = None,
+               lease: str | None = None) -> str:
+        """Report one group under ``lease`` (the id :meth:`sample` returned for it). Returns ``"applied"``, or
+        ``"already_applied"`` for a retry of an update that was applied."""
+        return self._update_items([(task, rewards, costs, lease)], batch=False)[0]
+
+    def update_many(self, items: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Report several groups in one call: ``(task, rewards, costs, lease)`` tuples. Returns one result per
+        item: ``"applied"``, ``"already_applied"``, or the exception that refused it (nothing changed for it)."""
+        if not isinstance(items, list | tuple):
+            raise TypeError(f"items must be a list of (task, rewards, costs, lease) tuples, got {type(items).__name__}")
+        return self._update_items(list(items), batch=True)
+
+    def _update_items(self, items: list[Any], *, batch: bool) -> list[Any]:
+        with self._lock:
+            self.reclaim_expired()
+            results: list[Any] = [None] * len(items)
+            todo: list[tuple[int, Lease, tuple[Any, ...]]] = []
+            seen: set[str] = set()
+            for i, item in enumerate(items):
+                try:
+                    if not isinstance(item, list | tuple) or len(item) != 4:
+                        raise TypeError(f"item {i} must be a (task, rewards, costs, lease) tuple")
+                    task, rewards, costs, lease_id = item
+                    key = task if isinstance(task, str) else task_key(task)
+                    self._check_size(key, rewards)
+                    found = self._check_lease(key, lease_id, "update")
+                    if isinstance(found, str):
+                        results[i] = found
+                        continue
+                    if found.lease_id in seen:
+                        raise UnknownLeaseError(f"lease {found.lease_id} is named twice in one batch")
+                    seen.add(found.lease_id)
+                    todo.append((i, found, (task, rewards, costs, found.lease_id)))
+                except (ValueError, KeyError, TypeError) as exc:
+                    if not batch:
+                        raise
+                    results[i] = exc
+            if not todo:
+                return results
+            try:
+                if self.durable:
+                    done = self.sampler.update_many([x[2] for x in todo])
+                else:
+                    done = []
+                    for _, _, (task, rewards, costs, _) in todo:
+                        try:
+                            self.sampler.update(task, rewards, costs)
+                            done.append("applied")
+                        except (ValueError, KeyError, TypeError) as exc:
+                            done.append(exc)
+            except StoreError:
+                self._needs_sync = True  # it may have committed: the store, read on the next call, will say
+                raise
+            for (i, lease, _), res in zip(todo, done, strict=True):
+                results[i] = res
+                if isinstance(res, LeaseExpiredError):  # the store knew better (a lost reply): forget it
+                    self._leases.pop(lease.lease_id, None)
+                elif not isinstance(res, BaseException):
+                    self._leases.pop(lease.lease_id, None)
+                    self._remember_closed(lease, "update")
+            if not batch and isinstance(results[0], BaseException):
+                raise results[0]
+            return results
+
+    def discard(self, task: Any, lease: str | None = None) -> None:
+        """Give a dispatched group back without rewards (``lease``: the id :meth:`sample` returned)."""
+        with self._lock:
+            self.reclaim_expired()
+            key = task if isinstance(task, str) else task_key(task)
+            found = self._check_lease(key, lease, "discard")
+            assert isinstance(found, Lease)  # "already_applied" is only an update's answer
+            try:
+                self._discard_in_sampler(found, "discarded by worker", reclaimed=False)
+            except StoreError:
+                self._needs_sync = True
+                raise
+            del self._leases[found.lease_id]
+            self._remember_closed(found, "discard")
+
+    def metrics(self) -> dict[str, float]:
+        """The sampler's metrics plus ``leases`` (live), ``reclaimed_groups`` (read from the store when the
+        sampler is durable, so it survives restarts) and ``store_retries`` (factory retries at start)."""
+        with self._lock:
+            self.reclaim_expired()
+            m = dict(self.sampler.metrics())
+            m["leases"] = float(len(self._leases))
+            if "reclaimed_groups" not in m:
+                m["reclaimed_groups"] = float(self._reclaimed_groups)
+            m["store_retries"] = float(self.store_retries)
+            return m
+
+    def state_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Load a sampler state; outstanding dispatches in it get fresh (anonymous) leases."""
+        with self._lock:
+            self.sampler.load_state_dict(state)
+            self._leases = {}
+            self._adopt_outstanding()
+
+    def client(self, worker: str | None = None) -> LocalClient:
+        """A worker's handle on this host in the same process (threads, tests): like :class:`RemoteSampler`,
+        it remembers the lease of every group it drew and sends it with the update."""
+        return LocalClient(self, worker=worker)
+
+    def is_durable(self) -> bool:
+        """Whether the hosted sampler keeps its history (and the leases) in a store."""
+        return self.durable
+
+    def ping(self) -> str:
+        """The host's incarnation id (changes when the actor is restarted)."""
+        return self._epoch
+
+
+def _transient(exc: StoreError) -> bool:
+    """A store error worth retrying: unreachable or locked, not a damaged or mismatched store."""
+    from envsched.store.history import StoreCorruptError, StoreMismatchError
+
+    return not isinstance(exc, StoreCorruptError | StoreMismatchError)
+
+
+# ---------------------------------------------------------------------------------------------- Ray
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ImportError("envsched.distributed needs Ray: pip install 'envsched[ray]'") from None
+    return ray
+
+
+def release_name(name: str, *, namespace: str | None = None) -> bool:
+    """Free the Ray actor name of a sampler host so that :func:`launch_sampler` can use it again.
+
+    Kills the actor registered under ``name`` (dead or alive, without restart) and waits until Ray has
+    released the name. Returns ``False`` when no actor had that name. Call it after a host died for good
+    (``ActorDiedError``; with ``max_restarts=0`` Ray keeps the dead actor's name), or to replace a host.
+    """
+    ray = _ray()
+    try:
+        handle = ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return False
+    ray.kill(handle, no_restart=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(name, namespace=namespace)
+        except ValueError:
+            return True
+        time.sleep(0.1)
+    raise RuntimeError(f"Ray did not release the actor name {name!r} within 30 s")
+
+
+def launch_sampler(sampler_factory: Callable[[], Any], *, lease_timeout_s: float = 600.0,
+                   group_size: int | None = None, name: str | None = None, namespace: str | None = None,
+                   max_restarts: int = 0, detached: bool = False, store_retry_s: float = 600.0,
+                   **actor_options: Any) -> RemoteSampler:
+    """Start the sampler host as a Ray actor and return a :class:`RemoteSampler` for it.
+
+    ``sampler_factory`` runs inside the actor. Build a :class:`~envsched.store.DurableSampler` there to make
+    the shared sampler durable; with ``max_restarts`` != 0 Ray reruns the factory after the actor dies, and
+    it rebuilds the sampler (and the open leases) from the store, retrying an unreachable store for
+    ``store_retry_s``. ``max_restarts`` != 0 with a sampler that is not durable is refused (``ValueError``;
+    the host would restart from zero). ``name`` lets other drivers find it with
+    :meth:`RemoteSampler.connect`; a dead host's name is freed with :func:`release_name`. The actor takes no
+    CPU (``num_cpus=0``) unless ``actor_options`` say otherwise. Ray must be initialised. Keep the returned
+    handle (or pass ``detached=True``): Ray ends a non-detached actor when its creator's handles are gone.
+    """
+    ray = _ray()
+    options: dict[str, Any] = {"num_cpus": 0, "max_restarts": max_restarts, "max_concurrency": 1}
+    if name is not None:
+        options["name"] = name
+    if namespace is not None:
+        options["namespace"] = namespace
+    if detached:
+        options["lifetime"] = "detached"
+    options.update(actor_options)
+    actor_cls = ray.remote(SamplerHost)
+    try:
+        handle = actor_cls.options(**options).remote(sampler_factory, lease_timeout_s=lease_timeout_s,
+                                                     group_size=group_size, store_retry_s=store_retry_s)
+    except Exception as exc:
+        if name is not None and ("AlreadyExists" in type(exc).__name__ or "already taken" in str(exc)):
+            raise ValueError(f"a Ray actor named {name!r} already exists (a live host: connect with "
+                             f"RemoteSampler.connect({name!r}); a dead one keeps its name: free it with "
+                             f"envsched.distributed.release_name({name!r}) and launch again)") from exc
+        raise
+    remote = RemoteSampler(handle)
+    try:
+        durable = remote._call("is_durable")  # surfaces a failing factory here, not at the first sample
+    except BaseException:
+        ray.kill(handle, no_restart=True)
+        raise
+    if max_restarts != 0 and not durable:
+        ray.kill(handle, no_restart=True)
+        raise ValueError(f"max_restarts={max_restarts} needs a durable sampler: a host restarted without a store "
+                         "starts from zero and forgets every update. Build a DurableSampler in the factory, or "
+                         "use max_restarts=0")
+    return remote
+
+
+def _retryable(ray: Any) -> tuple[type[BaseException], ...]:
+    ex = ray.exceptions
+    kinds: list[type[BaseException]] = [ex.RayActorError]
+    for name in ("ActorUnavailableError", "GetTimeoutError"):
+        if hasattr(ex, name):
+            kinds.append(getattr(ex, name))
+    return tuple(kinds)
+
+
+class RemoteSampler:
+    """A worker's handle on the shared sampler: a TaskSampler whose calls run in the host actor.
+
+    It remembers the lease of every group it drew and sends it with the update. A call that fails because
+    the host is restarting (or the store is briefly unreachable) is retried for up to ``retry_s`` seconds
+    with backoff; updates are idempotent by lease, so a retry never counts a group twice. A lease whose
+    update or discard cannot be confirmed is dropped (never sent again): see :class:`LeaseUnconfirmedError`.
+    Pickle it into Ray tasks freely: each unpickled copy is a new worker (own id, no leases).
+    """
+
+    def __init__(self, actor: Any, *, worker: str | None = None, retry_s: float = 120.0) -> None:
+        self.actor = actor
+        self._explicit_worker = worker
+        self.worker = worker or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.retry_s = float(retry_s)
+        self._leases: dict[str, deque[str]] = {}
+        self.last_lease: str | None = None
+
+    @classmethod
+    def connect(cls, name: str, *, namespace: str | None = None, worker: str | None = None,
+                retry_s: float = 120.0) -> RemoteSampler:
+        """Attach to a host launched with ``name``."""
+        return cls(_ray().get_actor(name, namespace=namespace), worker=worker, retry_s=retry_s)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"actor": self.actor, "worker": self._explicit_worker, "retry_s": self.retry_s}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["actor"], worker=state["worker"], retry_s=state.get("retry_s", 120.0))  # type: ignore[misc]
+
+    def _call_once(self, method: str, *args: Any) -> Any:
+        ray = _ray()
+        try:
+            return ray.get(getattr(self.actor, method).remote(*args))
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, BaseException):
+                raise cause from None
+            raise
+
+    def _transient_errors(self) -> tuple[type[BaseException], ...]:
+        return (*_retryable(_ray()), StoreError)
+
+    def _call(self, method: str, *args: Any, retry: bool = False) -> Any:
+        """Call the host; with ``retry``, retry while it is restarting or its store is unreachable."""
+        if not retry:
+            return self._call_once(method, *args)
+        ray = _ray()
+        kinds = self._transient_errors()
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.2
+        while True:
+            try:
+                return self._call_once(method, *args)
+            except kinds as exc:
+                if isinstance(exc, StoreError) and not _transient(exc):
+                    raise
+                if isinstance(exc, ray.exceptions.RayActorError) and _dead_for_good(exc):
+                    raise
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def sample(self, n: int) -> list[Any]:
+        """Draw ``n`` groups (one round trip); their leases are remembered for :meth:`update`."""
+        pairs = self._call("sample", n, self.worker, retry=True)
+        out = []
+        for lease_id, task in pairs:
+            self._leases.setdefault(task_key(task), deque()).append(lease_id)
+            out.append(task)
+        return out
+
+    def sample_leased(self, n: int) -> list[tuple[str, Any]]:
+        """Draw ``n`` groups and return ``(lease_id, task)`` pairs without remembering them: the caller
+        passes each lease to :meth:`update` itself (e.g. when another process reports the group)."""
+        return self._call("sample", n, self.worker, retry=True)
+
+    def _take_lease(self, task: Any, lease: str | None) -> tuple[str, str | None]:
+        """Take the lease for ``task`` out of this worker's book (the given one, else the oldest held).
+        ``None`` when the worker holds none: the host then refuses the call, naming why."""
+        key = task if isinstance(task, str) else task_key(task)
+        q = self._leases.get(key)
+        if lease is None:
+            lease = q[0] if q else None
+        if q is not None and lease in q:
+            q.remove(lease)
+            if not q:
+                del self._leases[key]
+        return key, lease
+
+    def _put_back(self, key: str, lease: str | None) -> None:
+        if lease is not None:
+            self._leases.setdefault(key, deque()).appendleft(lease)
+
+    def update(self, task: Any, rewards: Sequence[float | None], costs: Sequence[float] | None = None, *,
+               lease: str | None = None) -> str:
+        """Report one group under its lease. Returns ``"applied"``, or ``"already_applied"`` when a retry
+        found the update committed. Bad input raises (the lease is kept, so a corrected update can follow);
+        :class:`LeaseExpiredError` and :class:`UnknownLeaseError` drop the lease; a host that stays
+        unreachable raises :class:`LeaseUnconfirmedError` (lease dropped)."""
+        key, lid = self._take_lease(task, lease)
+        self.last_lease = lid
+        args = (task, list(rewards) if not isinstance(rewards, str | bytes) else rewards,
+                None if costs is None else list(costs), lid)
+        return self._leased_call("update", key, lid, args)
+
+    def _leased_call(self, method: str, key: str, lid: str | None, args: tuple[Any, ...]) -> Any:
+        try:
+            return self._call(method, *args, retry=True)
+        except (LeaseExpiredError, UnknownLeaseError):
+            raise
+        except (ValueError, KeyError, TypeError):
+            self._put_back(key, lid)  # bad input changed nothing: the group is still this worker's
+            raise
+        except self._transient_errors() as exc:
+            raise LeaseUnconfirmedError(f"{method} of task {key!r} (lease {lid}) could not be confirmed ({exc}); "
+                                        "the lease is dropped. Ask lease_status(lease) later: 'applied' means it "
+                                        "was counted", lid) from exc
+
+    def update_many(self, items: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Report several groups in one round trip: ``(task, rewards)`` or ``(task, rewards, costs)`` tuples.
+
+        Returns one result per item (``"applied"`` / ``"already_applied"``). If some were refused, raises
+        :class:`UpdateBatchError` after the others were applied; its ``results`` say which (a refused item
+        for bad input keeps its lease, so a corrected update can follow)."""
+        taken: list[tuple[str, str | None]] = []
+        payload = []
+        try:
+            for item in items:
+                task, rewards, costs = (*item, None)[:3] if len(item) == 2 else item
+                key, lid = self._take_lease(task, None)
+                taken.append((key, lid))
+                payload.append((task, list(rewards), None if costs is None else list(costs), lid))
+        except BaseException:
+            for key, lid in reversed(taken):
+                self._put_back(key, lid)
+            raise
+        try:
+            results = self._call("update_many", payload, retry=True)
+        except self._transient_errors() as exc:
+            raise LeaseUnconfirmedError(f"update_many of {len(payload)} groups could not be confirmed ({exc}); "
+                                        "their leases are dropped; ask lease_status(lease) for each",
+                                        ",".join(str(lid) for _, lid in taken)) from exc
+        bad = []
+        for (key, lid), res in zip(taken, results, strict=True):
+            if isinstance(res, BaseException):
+                bad.append(res)
+                if not isinstance(res, LeaseExpiredError | UnknownLeaseError):
+                    self._put_back(key, lid)
+        if bad:
+            raise UpdateBatchError(f"{len(bad)} of {len(results)} updates refused; first: {bad[0]}", results)
+        return results
+
+    def discard(self, task: Any, *, lease: str | None = None) -> None:
+        """Give a group drawn by this worker back without rewards."""
+        key, lid = self._take_lease(task, lease)
+        self._leased_call("discard", key, lid, (task, lid))
+
+    def held_leases(self) -> dict[str, list[str]]:
+        """The leases this worker holds, by task key."""
+        return {k: list(q) for k, q in self._leases.items()}
+
+    def lease_status(self, lease: str) -> str:
+        """Whether the update naming ``lease`` committed: ``"applied"``, ``"live"``, ``"discarded"``,
+        ``"reclaimed"`` or ``"unknown"`` (from the store when the host is durable)."""
+        return self._call("lease_status", lease, retry=True)
+
+    def renew(self) -> int:
+        """Extend all of this worker's leases (call it during long rollouts)."""
+        return self._call("renew", [lid for q in self._leases.values() for lid in q], retry=True)
+
+    def metrics(self) -> dict[str, float]:
+        return self._call("metrics", retry=True)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._call("state_dict", retry=True)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._call("load_state_dict", state)
+
+    def reclaim_expired(self) -> list[str]:
+        return self._call("reclaim_expired", retry=True)
+
+    def release_worker(self, worker: str) -> list[str]:
+        return self._call("release_worker", worker, retry=True)
+
+    def leases(self) -> list[dict[str, Any]]:
+        return self._call("leases", retry=True)
+
+    def ping(self) -> str:
+        """The host's incarnation id; it changes when Ray restarts the actor."""
+        return self._call("ping")
+
+
+class LocalClient(RemoteSampler):
+    """A :class:`RemoteSampler` for a :class:`SamplerHost` in the same process (no Ray): see
+    :meth:`SamplerHost.client`. A store error is not retried here; it propagates (the lease is dropped as
+    unconfirmed)."""
+
+    def __init__(self, host: SamplerHost, *, worker: str | None = None) -> None:
+        super().__init__(host, worker=worker or f"local:{uuid.uuid4().hex[:6]}", retry_s=0.0)
+
+    def _transient_errors(self) -> tuple[type[BaseException], ...]:
+        return (StoreError,)
+
+    def _call_once(self, method: str, *args: Any) -> Any:
+        return getattr(self.actor, method)(*args)
+
+    def _call(self, method: str, *args: Any, retry: bool = False) -> Any:
+        return self._call_once(method, *args)
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("a LocalClient works only in the process of its host; use launch_sampler for Ray")
+
+
+def _dead_for_good(exc: BaseException) -> bool:
+    """An ActorDiedError of an actor Ray will not restart (killed with no_restart, out of restarts)."""
+    ray = _ray()
+    unavailable = getattr(ray.exceptions, "ActorUnavailableError", None)
+    if unavailable is not None and isinstance(exc, unavailable):
+        return False
+    text = str(exc).lower()
+    return any(x in text for x in ("no_restart", "max_restarts", "restarted too many times", "ray.kill",
+                                   "creation task", "__init__"))
