@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = []
     if args.real:
+        from envsched.envs.default_pool import benchmark_pool
         from envsched.method.graph.build import build_graph
-        from envsched.pool.default import benchmark_pool
 
         pool = benchmark_pool()
         rows.append(_one("real", pool, build_graph(pool), args.warmup, args.steps, args.seed))
