@@ -181,3 +181,15 @@ def test_help_imports_no_command_and_no_numpy():
     assert out.strip().splitlines()[-1] == "['envsched.cli.main']"
     for name in ("run", "pool", "explain", "store", "bench", "eval"):
         assert f"  {name} " in out
+
+
+def test_eval_on_an_openenv_server_names_its_extra_first(monkeypatch, tmp_path):
+    from envsched.cli import common
+
+    monkeypatch.setitem(common.EXTRAS, "openenv", ("envsched_no_such_module",))
+    res = CliRunner().invoke(cli, ["eval", "http://127.0.0.1:9/", "--llm-endpoint", "http://127.0.0.1:9/v1",
+                                   "--model", "m", "--output-dir", str(tmp_path / "e")])
+    assert res.exit_code != 0
+    assert "evaluating on an OpenEnv server (http://127.0.0.1:9/) needs the 'openenv' extra" in res.output
+    assert "python -m pip install 'envsched[openenv]'" in res.output
+    assert not (tmp_path / "e").exists()

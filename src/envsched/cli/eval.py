@@ -31,6 +31,9 @@ def resolve_spec(spec: str, *, split: str, num_tasks: int = 100, env_name: str |
         raise click.BadParameter("SPEC is empty", param_hint="SPEC")
     spec = spec.strip()
     if _URL.match(spec) or _HOSTPORT.match(spec):
+        from envsched.cli.common import require_extra
+
+        require_extra("openenv", f"evaluating on an OpenEnv server ({spec})")  # in one line, before any work
         from envsched.envs.openenv import OpenEnvEnvironment, TaskAPIClient, http_base_url
 
         try:
