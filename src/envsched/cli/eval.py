@@ -167,6 +167,10 @@ def eval_cmd(spec: str, split: str, llm_endpoint: str, model: str, output_dir: P
 
     from envsched.evaluation import ChatCompletionsPolicy, EvalHarness, EvalResult, compare_eval_results
 
+    if ray_address is not None:
+        from envsched.cli.common import require_extra
+
+        require_extra("ray", "--ray")  # in one line, before any work
     if samples_per_task > 1 and temperature == 0:
         raise click.BadParameter("--samples-per-task > 1 needs --temperature > 0 (otherwise every sample is "
                                  "the same)", param_hint="--temperature")

@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from envsched.cli.common import load_pool_or_default, note, require_store_backend
+from envsched.cli.common import load_pool_or_default, note, require_extra, require_store_backend
 
 #: the registry's sampler names (kept here so that `envsched run --help` imports no sampler module)
 SAMPLER_NAMES = ("envsched", "uniform", "curriculum", "mopps", "greso", "plr")
@@ -228,6 +228,11 @@ def _make_sampler(name: str, pool: Any, *, seed: int, group_size: int) -> Any:
 
     options: dict[str, Any] = {}
     if name == "envsched":
+        from envsched.method.config import GraphConfig
+
+        if len(pool) > GraphConfig().exact_max_nodes:
+            require_extra("graph", f"EnvSched on a pool of {len(pool):,} tasks (approximate neighbours above "
+                                   f"{GraphConfig().exact_max_nodes:,})")
         from envsched.bench.runner import bench_cache_dir, envsched_graph
 
         note(f"loading EnvSched's graph over {len(pool)} tasks (built on first use for this pool and "
