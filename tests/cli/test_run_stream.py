@@ -193,3 +193,10 @@ def test_eval_on_an_openenv_server_names_its_extra_first(monkeypatch, tmp_path):
     assert "evaluating on an OpenEnv server (http://127.0.0.1:9/) needs the 'openenv' extra" in res.output
     assert "python -m pip install 'envsched[openenv]'" in res.output
     assert not (tmp_path / "e").exists()
+
+
+def test_the_help_lists_the_registry_samplers():
+    from envsched.cli.run import SAMPLER_NAMES
+    from envsched.samplers.registry import available_samplers
+
+    assert sorted(SAMPLER_NAMES) == sorted(available_samplers())

@@ -21,8 +21,11 @@ import click
 
 from envsched.cli.common import load_pool_or_default, note, require_extra, require_store_backend
 
-#: the registry's sampler names (kept here so that `envsched run --help` imports no sampler module)
-SAMPLER_NAMES = ("envsched", "uniform", "curriculum", "mopps", "greso", "plr")
+#: the registry's sampler names (kept here so that `envsched run --help` imports no sampler module; a test
+#: checks that they match envsched.samplers.registry)
+SAMPLER_NAMES = ("envsched", "envsched-paper", "uniform", "curriculum", "mopps", "greso", "plr")
+#: the samplers that are EnvSchedSampler (graph from the cache, explanation records)
+ENVSCHED_NAMES = ("envsched", "envsched-paper")
 
 _COLUMNS = (("step", 6), ("envs", 5), ("tools", 6), ("mean reward", 12), ("within-task var", 16),
             ("signal groups", 14), ("unscored", 9))
@@ -111,7 +114,7 @@ def run(pool_file: Path | None, sampler_name: str, steps: int, batch_size: int, 
     if sampler_name not in available_samplers():
         raise click.BadParameter(f"unknown sampler {sampler_name!r}; choose one of: "
                                  f"{', '.join(sorted(available_samplers()))}", param_hint="--sampler")
-    if explain_file is not None and sampler_name != "envsched":
+    if explain_file is not None and sampler_name not in ENVSCHED_NAMES:
         raise click.BadParameter(f"explanation records come from EnvSched; --sampler {sampler_name} writes none "
                                  "(drop --explain or use --sampler envsched)", param_hint="--explain")
     if explain_file is not None and not resume and explain_file.exists() and explain_file.stat().st_size > 0:
@@ -227,7 +230,7 @@ def _make_sampler(name: str, pool: Any, *, seed: int, group_size: int) -> Any:
     from envsched.samplers.registry import make_sampler
 
     options: dict[str, Any] = {}
-    if name == "envsched":
+    if name in ENVSCHED_NAMES:
         from envsched.method.config import GraphConfig
 
         if len(pool) > GraphConfig().exact_max_nodes:
