@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     presets = ("adaptive", "paper") if args.preset == "both" else (args.preset,)
     rows = []
     if args.real:
+        from envsched.envs.default_pool import benchmark_pool
         from envsched.method.graph.build import build_graph
-        from envsched.pool.default import benchmark_pool
 
         pool = benchmark_pool()
         real_graph = build_graph(pool)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from envsched.envs.bfcl import build_bfcl_pool, ground_truth_calls, replay_reward
-from envsched.pool.default import benchmark_pool
+from envsched.envs.default_pool import benchmark_pool
 
 
 def main() -> None:

@@ -19,10 +19,10 @@ import math
 import numpy as np
 
 from envsched.bench.rewards import StochasticRewardSource
+from envsched.envs.default_pool import benchmark_pool
 from envsched.method.config import SchedulerConfig
 from envsched.method.graph.build import build_graph
 from envsched.method.sampler import EnvSchedSampler
-from envsched.pool.default import benchmark_pool
 from envsched.samplers.simple import UniformSampler
 
 VARIANTS = {

@@ -6,6 +6,13 @@ from click.testing import CliRunner
 from envsched.cli.main import cli
 
 
+def _summary(stdout: str) -> dict:
+    """The last JSON line of `run --json` (one line per step, then the summary)."""
+    lines = [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    assert lines[-1]["kind"] == "summary" and all(x["kind"] == "step" for x in lines[:-1])
+    return lines[-1]
+
+
 @pytest.fixture
 def pool_file(tmp_path):
     path = tmp_path / "pool.jsonl"
@@ -47,12 +54,12 @@ def test_run_json_and_resume(pool_file, tmp_path):
             "--output", str(out)]
     result = CliRunner().invoke(cli, [*args, "--steps", "3", "--json"])
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.stdout)
+    summary = _summary(result.stdout)
     assert summary["steps_run"] == 3
     assert summary["sampler_metrics"]["groups"] == 24 and summary["sampler_metrics"]["episodes"] == 96
     result = CliRunner().invoke(cli, [*args, "--steps", "5", "--resume", "--json"])
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.stdout)
+    summary = _summary(result.stdout)
     assert summary["steps_run"] == 2 and summary["sampler_metrics"]["groups"] == 40
     result = CliRunner().invoke(cli, [*args, "--steps", "5"])
     assert result.exit_code == 1 and "already holds a run" in result.output
@@ -75,6 +82,6 @@ def test_run_every_registered_sampler(pool_file, name):
     result = CliRunner().invoke(cli, ["run", "--pool", str(pool_file), "--sampler", name, "--steps", "3",
                                       "--batch-size", "8", "--group-size", "4", "--json"])
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.stdout)
+    summary = _summary(result.stdout)
     assert summary["sampler_metrics"]["groups"] == 24
     assert summary["sampler_metrics"]["dispatched_groups"] == 24

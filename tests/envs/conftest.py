@@ -16,7 +16,7 @@ def bundled_pool_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def bundled_pool(bundled_pool_cache: Path):
     """``default_pool()`` built from scratch into a temporary cache folder (the real 2,550-task pool)."""
-    from envsched.pool.default import default_pool
+    from envsched.envs.default_pool import default_pool
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the no-BFCL fallback warns; tested on its own

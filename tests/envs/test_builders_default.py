@@ -12,11 +12,11 @@ from click.testing import CliRunner
 
 from envsched.cli.main import cli
 from envsched.envs import bfcl as bfcl_module
+from envsched.envs import default_pool as default_module
 from envsched.envs.base import EnvironmentUnavailable
 from envsched.envs.builders import CORPORA, available_corpora, build_combined_pool, build_corpus, prefix_envs
+from envsched.envs.default_pool import default_pool, default_pool_path
 from envsched.pool import TaskPool
-from envsched.pool import default as default_module
-from envsched.pool.default import default_pool, default_pool_path
 
 TAU2 = Path("/work/shared/data/tau2-bench")
 ACE = Path("/work/shared/data/acebench")

@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from envsched.envs.default_pool import benchmark_rg_counts
 from envsched.envs.reasoning_gym import (
     BENCHMARK_DATASETS,
     DEFAULT_DATASETS,
@@ -19,7 +20,6 @@ from envsched.envs.reasoning_gym import (
     score_task_answer,
 )
 from envsched.pool import TaskPool
-from envsched.pool.default import benchmark_rg_counts
 
 
 @pytest.fixture(scope="module")

@@ -79,6 +79,19 @@ def _write_json_atomic(path: Path, obj: Any) -> None:
         raise
 
 
+def _config_differences(before: Mapping[str, Any], now: Mapping[str, Any]) -> str:
+    """The fields that differ between two run configurations, e.g. ``sampler: 'uniform' then, 'plr' now``."""
+    diffs = []
+    for key in sorted(set(before) | set(now)):
+        if before.get(key) != now.get(key):
+            old = "(absent)" if key not in before else repr(before[key])
+            new = "(absent)" if key not in now else repr(now[key])
+            if key == "pool":
+                old, new = old[:14] + "...'", new[:14] + "...'"
+            diffs.append(f"{key}: {old} in the checkpoint, {new} now")
+    return "; ".join(diffs)
+
+
 def run_schedule(sampler: TaskSampler, source: RewardSource, *, steps: int, batch_size: int = 64,
                  group_size: int = 8, run_dir: str | os.PathLike[str] | None = None, resume: bool = False,
                  config: Mapping[str, Any] | None = None,
@@ -103,7 +116,7 @@ def run_schedule(sampler: TaskSampler, source: RewardSource, *, steps: int, batc
             ckpt = json.loads(ckpt_file.read_text())
             if ckpt.get("config") != config:
                 raise ValueError(f"{ckpt_file} was written by a run with another configuration: "
-                                 f"{ckpt.get('config')} != {config}")
+                                 f"{_config_differences(ckpt.get('config') or {}, config)}")
             sampler.load_state_dict(ckpt["sampler"])
             if hasattr(source, "load_state_dict") and ckpt.get("source") is not None:
                 source.load_state_dict(ckpt["source"])
@@ -114,7 +127,8 @@ def run_schedule(sampler: TaskSampler, source: RewardSource, *, steps: int, batc
                 kept = [ln for ln in lines if json.loads(ln)["step"] <= start]
                 steps_file.write_text("".join(ln + "\n" for ln in kept))
         elif not resume and (ckpt_file.exists() or steps_file.exists()):
-            raise FileExistsError(f"{run_path} already holds a run; pass resume=True (--resume) or another directory")
+            raise FileExistsError(f"{run_path} already holds a run: continue it with resume=True "
+                                  "(`envsched run --resume`) or use another directory")
     out: list[StepStats] = []
     for step in range(start + 1, steps + 1):
         tasks = sampler.sample(batch_size)

@@ -1,6 +1,6 @@
 """Pools for the benchmark: the default benchmark pool, or a fallback generated with reasoning-gym.
 
-The default is ``envsched.pool.default.benchmark_pool()`` (2,550 tasks over 51 environments, built by the
+The default is ``envsched.envs.default_pool.benchmark_pool()`` (2,550 tasks over 51 environments, built by the
 environments issue). When that module is not available, :func:`reasoning_gym_pool` generates a pool of
 the same shape from reasoning-gym datasets (one environment per dataset, its reasoning-gym module as the
 task's ``category``): real generated tasks, but no tools and a single verifier check each.
@@ -72,9 +72,9 @@ def load_bench_pool(pool: str | Path | None = None, *, quick: bool = False) -> t
         if not p.exists():
             raise FileNotFoundError(f"pool file {p} does not exist")
         return TaskPool.from_file(p), f"file {p}"
-    if pool != "reasoning-gym" and importlib.util.find_spec("envsched.pool.default") is not None:
-        mod = importlib.import_module("envsched.pool.default")
+    if pool != "reasoning-gym" and importlib.util.find_spec("envsched.envs.default_pool") is not None:
+        mod = importlib.import_module("envsched.envs.default_pool")
         if hasattr(mod, "benchmark_pool"):
-            return mod.benchmark_pool(), "envsched.pool.default.benchmark_pool()"
+            return mod.benchmark_pool(), "envsched.envs.default_pool.benchmark_pool()"
     return reasoning_gym_pool(), "reasoning-gym fallback: 51 datasets x 50 tasks (reasoning_gym.create_dataset, seed 0)"
 

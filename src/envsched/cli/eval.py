@@ -31,6 +31,9 @@ def resolve_spec(spec: str, *, split: str, num_tasks: int = 100, env_name: str |
         raise click.BadParameter("SPEC is empty", param_hint="SPEC")
     spec = spec.strip()
     if _URL.match(spec) or _HOSTPORT.match(spec):
+        from envsched.cli.common import require_extra
+
+        require_extra("openenv", f"evaluating on an OpenEnv server ({spec})")  # in one line, before any work
         from envsched.envs.openenv import OpenEnvEnvironment, TaskAPIClient, http_base_url
 
         try:
@@ -164,6 +167,10 @@ def eval_cmd(spec: str, split: str, llm_endpoint: str, model: str, output_dir: P
 
     from envsched.evaluation import ChatCompletionsPolicy, EvalHarness, EvalResult, compare_eval_results
 
+    if ray_address is not None:
+        from envsched.cli.common import require_extra
+
+        require_extra("ray", "--ray")  # in one line, before any work
     if samples_per_task > 1 and temperature == 0:
         raise click.BadParameter("--samples-per-task > 1 needs --temperature > 0 (otherwise every sample is "
                                  "the same)", param_hint="--temperature")

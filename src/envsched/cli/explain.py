@@ -28,9 +28,32 @@ def _est(rec: dict[str, Any], relation: str) -> str:
     return f"{_num(v)}{tag}" + ("" if rel["used"] else " off")
 
 
+def _relaxed_caps(rec: dict[str, Any]) -> dict[str, str]:
+    """Cap name -> how a fill pick relaxed it (``"cold_start_max_per_env->3"`` relaxes that cap to 3)."""
+    out = {}
+    for item in rec.get("relaxed") or []:
+        name, arrow, to = str(item).partition("->")
+        out[name] = f"relaxed to {to}" if arrow else "relaxed"
+    return out
+
+
 def _caps(rec: dict[str, Any]) -> str:
-    reached = [f"{name}={c['count']}/{c['limit']}" for name, c in rec.get("caps", {}).items() if c.get("reached")]
-    return ", ".join(reached) if reached else "-"
+    """The caps the pick reached; a cap the pick relaxed to fill the batch is shown as relaxed (its count may
+    then exceed its limit without the cap being broken)."""
+    relaxed = _relaxed_caps(rec)
+    shown = []
+    for name, c in rec.get("caps", {}).items():
+        if name in relaxed:
+            shown.append(f"{name} {relaxed[name]} ({c['count']}/{c['limit']})")
+        elif c.get("reached"):
+            shown.append(f"{name}={c['count']}/{c['limit']}")
+    shown += [f"{name} {how}" for name, how in relaxed.items() if name not in rec.get("caps", {})]
+    return ", ".join(shown) if shown else "-"
+
+
+def _one_based(rec: dict[str, Any]) -> dict[str, Any]:
+    """A record with its step counted from 1, as ``envsched run`` counts (run files store 0-based steps)."""
+    return {**rec, "step": rec["step"] + 1}
 
 
 def _detail(console: Console, rec: dict[str, Any]) -> None:
@@ -65,8 +88,10 @@ def _detail(console: Console, rec: dict[str, Any]) -> None:
     cov = rec["coverage"]
     console.print(f"  environment: {cov['env_selections_before']} earlier selections, {cov['env_batch_count']} in "
                   f"this batch; task: {cov['task_observations_before']} earlier observations")
+    relaxed = _relaxed_caps(rec)
     for name, c in rec["caps"].items():
-        console.print(f"  cap {name} ({c['paper']}): {c['count']}/{c['limit']}{' reached' if c['reached'] else ''}")
+        state = f" {relaxed[name]} to fill the batch" if name in relaxed else (" reached" if c["reached"] else "")
+        console.print(f"  cap {name} ({c['paper']}): {c['count']}/{c['limit']}{state}")
     prog = rec["filters"]["progress"]
     ident = rec["filters"]["identifier"]
     console.print(f"  progress filter: {prog['transitions']} scorable transitions, residual {_num(prog['residual'])}"
@@ -78,20 +103,29 @@ def _detail(console: Console, rec: dict[str, Any]) -> None:
 
 @click.command("explain")
 @click.argument("run_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--step", type=int, default=None, help="Only this scheduler step (0-based).")
+@click.option("--step", type=click.IntRange(min=1), default=None,
+              help="Only this step (counted from 1, as `envsched run` prints them).")
 @click.option("--task", "task_id", default=None, help="Only this task id (a detailed view per step).")
-@click.option("--json", "as_json", is_flag=True, help="Print the records as a JSON list.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the records as a JSON list (steps counted from 1, like the table).")
 def explain(run_file: Path, step: int | None, task_id: str | None, as_json: bool) -> None:
-    """Print why EnvSched selected each task, from a RUN_FILE written by EnvSchedSampler(run_file=...).
+    """Print why EnvSched selected each task, from a RUN_FILE written by `envsched run --explain RUN_FILE`
+    or EnvSchedSampler(run_file=...).
 
     One row per selected task: phase, batch rank, q, predicted mean / dispersion / variance, the within-
     and cross-environment estimates ("(ref)": no observed neighbour, the global reference was used) and
     the caps that the pick reached. --task shows the neighbours behind each estimate.
     """
     try:
-        records = read_run_file(run_file, step=step, task=task_id)
+        records = [_one_based(r) for r in read_run_file(run_file, step=None if step is None else step - 1,
+                                                        task=task_id)]
     except (OSError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
+        hint = ""
+        if "not an explanation record" in str(exc):
+            hint = (" -- explanation records are written by `envsched run --explain FILE` (or "
+                    "EnvSchedSampler(run_file=...)); a run directory's steps.jsonl holds per-step statistics, "
+                    "not explanations")
+        raise click.ClickException(f"{exc}{hint}") from None
     if as_json:
         click.echo(json.dumps(records, indent=2))
         return

@@ -151,7 +151,7 @@ def _build(corpus: str, single: Path | None, named: dict[str, Path], opts: dict[
     from envsched.pool.pool import TaskPool
 
     if corpus == "benchmark":
-        from envsched.pool.default import benchmark_pool
+        from envsched.envs.default_pool import benchmark_pool
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             pool = benchmark_pool(seed=seed, on_progress=on_progress)

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from envsched.cli.common import load_pool
+from envsched.cli.common import load_pool, require_extra
 
 __all__ = ["graph", "graph_summary", "task_neighbours"]
 
@@ -137,6 +137,11 @@ def graph(file: Path, output: Path | None, no_save: bool, reuse: bool, task_id: 
         config = GraphConfig(**kwargs)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if llm_endpoint is not None:
+        require_extra("graph", "--llm-endpoint (validating LLM abstractions)")
+    if len(task_pool) > config.exact_max_nodes and config.ann_backend == "hnswlib":
+        require_extra("graph", f"a pool of {len(task_pool):,} tasks (approximate neighbours above "
+                               f"{config.exact_max_nodes:,})")
     g = None
     if reuse and output.exists():
         try:

@@ -1,31 +1,73 @@
-"""``envsched run``: drive a sampler for N steps against a reward source and print per-step statistics."""
+"""``envsched run``: drive a sampler for N steps against a reward source, one output row per step as it happens.
+
+Rows go to stdout (a fixed-width line per step, or one JSON object per line with ``--json``) and are flushed
+as each step ends, so a pipe (``| head``, ``| tee log``) sees them at once; progress and phases go to stderr,
+also when it is not a terminal. EnvSched's graph is cached by pool fingerprint and graph configuration
+(``envsched.bench.runner.envsched_graph``, the cache ``envsched bench`` uses). ``--explain FILE`` records why
+each task was picked (read it with ``envsched explain FILE``); ``--store PATH`` runs the sampler on a
+durable history store (read it with ``envsched store info|verify PATH``).
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from envsched.bench.loop import StepStats, run_schedule
-from envsched.bench.rewards import StochasticRewardSource
-from envsched.cli.common import load_pool_or_default
-from envsched.samplers.registry import available_samplers, make_sampler
+from envsched.cli.common import load_pool_or_default, note, require_extra, require_store_backend
+
+#: the registry's sampler names (kept here so that `envsched run --help` imports no sampler module; a test
+#: checks that they match envsched.samplers.registry)
+SAMPLER_NAMES = ("envsched", "envsched-paper", "uniform", "curriculum", "mopps", "greso", "plr")
+#: the samplers that are EnvSchedSampler (graph from the cache, explanation records)
+ENVSCHED_NAMES = ("envsched", "envsched-paper")
+
+_COLUMNS = (("step", 6), ("envs", 5), ("tools", 6), ("mean reward", 12), ("within-task var", 16),
+            ("signal groups", 14), ("unscored", 9))
 
 
 def _fmt(x: float, digits: int = 4) -> str:
     return "-" if isinstance(x, float) and math.isnan(x) else f"{x:.{digits}f}"
 
 
+def _row(values: list[str]) -> str:
+    return "".join(v.rjust(w) for v, (_, w) in zip(values, _COLUMNS, strict=True))
+
+
+class _Progress:
+    """Progress on stderr: a bar when stderr is a terminal, otherwise a plain line every few seconds."""
+
+    def __init__(self, total: int, start: int, interval_s: float = 5.0) -> None:
+        self.total, self.start, self.interval = total, start, interval_s
+        self.t0 = self.last = time.monotonic()
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, step: int, *, final: bool = False) -> None:
+        now = time.monotonic()
+        if not final and not self.tty and now - self.last < self.interval:
+            return
+        self.last = now
+        done = step - self.start
+        rate = done / max(now - self.t0, 1e-9)
+        eta = (self.total - step) / rate if rate > 0 else math.nan
+        text = (f"envsched: step {step}/{self.total} ({100 * step / self.total:.0f}%), "
+                f"{now - self.t0:.1f} s elapsed" + (f", about {eta:.0f} s left" if not final and eta == eta else ""))
+        if self.tty:
+            click.echo("\r" + text.ljust(78), err=True, nl=final)
+        else:
+            click.echo(text, err=True)
+
+
 @click.command("run")
 @click.option("--pool", "pool_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Task pool (JSONL/JSON). Default: the bundled pool, built on first use and cached.")
 @click.option("--sampler", "sampler_name", default="envsched", show_default=True,
-              help="Sampler to drive: " + ", ".join(sorted(available_samplers())) + " (see `--list-samplers`).")
+              help="Sampler to drive: " + ", ".join(sorted(SAMPLER_NAMES)) + " (see `--list-samplers`).")
 @click.option("--steps", default=50, show_default=True, type=click.IntRange(min=1), help="Batches to schedule.")
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1),
               help="Environment-task pairs (GRPO groups) per batch.")
@@ -37,92 +79,191 @@ def _fmt(x: float, digits: int = 4) -> str:
 @click.option("--output", "run_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Run directory: steps.jsonl, checkpoint.json, summary.json.")
 @click.option("--resume", is_flag=True, help="Continue the run in --output from its checkpoint.")
+@click.option("--explain", "explain_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write EnvSched's explanation records (why each task was picked) to this JSONL file; "
+                   "read it with `envsched explain FILE`.")
+@click.option("--store", "store_target", default=None, metavar="PATH|URL",
+              help="Run the sampler on a durable history store (a SQLite file, or a postgresql:// URL with the "
+                   "'postgres' extra); read it with `envsched store info|verify PATH`.")
 @click.option("--log-every", default=1, show_default=True, type=click.IntRange(min=1),
-              help="Print one table row every this many steps.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of tables.")
+              help="Print one row every this many steps.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object per step (JSON lines), then a summary object (\"kind\": \"summary\").")
 @click.option("--list-samplers", is_flag=True, help="List the available samplers and exit.")
 def run(pool_file: Path | None, sampler_name: str, steps: int, batch_size: int, group_size: int, seed: int,
-        unscored_rate: float, run_dir: Path | None, resume: bool, log_every: int, as_json: bool,
-        list_samplers: bool) -> None:
+        unscored_rate: float, run_dir: Path | None, resume: bool, explain_file: Path | None,
+        store_target: str | None, log_every: int, as_json: bool, list_samplers: bool) -> None:
     """Run the scheduling loop: sample a batch, roll it out, update the sampler, repeat.
 
     Rewards come from a seeded stochastic simulation of a policy (StochasticRewardSource: latent skills
     per environment and tool, graded rewards from verifier checks, skills grow only from groups with
     signal). It exercises a sampler end to end; it is NOT a benchmark (use `envsched bench` for that).
 
-    Each row shows one batch: environments and tools covered, mean reward, mean within-task reward
-    variance (the GRPO signal EnvSched targets) and the number of groups with signal.
+    Each row is printed as its step ends: environments and tools covered, mean reward, mean within-task
+    reward variance (the GRPO signal EnvSched targets) and the number of groups with signal. Steps count
+    from 1, as in `envsched explain`.
     """
-    console = Console(stderr=as_json)
+    from envsched.samplers.registry import available_samplers
+
     if list_samplers:
         for name, desc in sorted(available_samplers().items()):
-            console.print(f"[bold]{name}[/bold]: {desc}")
+            click.echo(f"{name}: {desc}")
         return
     if resume and run_dir is None:
         raise click.UsageError("--resume needs --output DIR (the run to continue)")
     if sampler_name not in available_samplers():
         raise click.BadParameter(f"unknown sampler {sampler_name!r}; choose one of: "
                                  f"{', '.join(sorted(available_samplers()))}", param_hint="--sampler")
-    pool = load_pool_or_default(pool_file, console)
+    if explain_file is not None and sampler_name not in ENVSCHED_NAMES:
+        raise click.BadParameter(f"explanation records come from EnvSched; --sampler {sampler_name} writes none "
+                                 "(drop --explain or use --sampler envsched)", param_hint="--explain")
+    if explain_file is not None and not resume and explain_file.exists() and explain_file.stat().st_size > 0:
+        raise click.BadParameter(f"{explain_file} already holds explanation records; choose a new file, or "
+                                 "continue that run with --output DIR --resume", param_hint="--explain")
+    if run_dir is not None and not resume and any((run_dir / f).exists() for f in ("checkpoint.json", "steps.jsonl")):
+        raise click.ClickException(f"{run_dir} already holds a run: continue it with --resume, or choose another "
+                                   "--output directory")
+    if store_target is not None:
+        require_store_backend(store_target, "--store with a PostgreSQL URL")
+    pool = load_pool_or_default(pool_file)
     if batch_size > len(pool):
         raise click.BadParameter(f"--batch-size {batch_size} exceeds the pool's {len(pool)} tasks",
                                  param_hint="--batch-size")
-    try:
-        with console.status(f"building the {sampler_name} sampler over {len(pool)} tasks..."):
-            sampler = make_sampler(sampler_name, pool, seed=seed, group_size=group_size)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--sampler") from None
+    sampler = _make_sampler(sampler_name, pool, seed=seed, group_size=group_size)
+    if store_target is not None:
+        sampler = _on_store(sampler, store_target, group_size=group_size, resume=resume)
+
+    from envsched.bench.loop import StepStats, run_schedule
+    from envsched.bench.rewards import StochasticRewardSource
+
     source = StochasticRewardSource(pool, seed=seed, unscored_rate=unscored_rate)
     config = {"pool": pool.fingerprint(), "sampler": sampler_name, "batch_size": batch_size,
-              "group_size": group_size, "seed": seed, "unscored_rate": unscored_rate, "steps_planned": steps}
-
-    table = Table(title=f"{sampler_name} on {pool.name or 'pool'} ({len(pool)} tasks, {len(pool.envs)} envs)")
-    for col in ("step", "envs", "tools", "mean reward", "within-task var", "signal groups", "unscored"):
-        table.add_column(col, justify="right")
+              "group_size": group_size, "seed": seed, "unscored_rate": unscored_rate}
     rows: list[StepStats] = []
+    start = _checkpoint_step(run_dir) if resume and run_dir is not None else 0
+    if start >= steps:
+        note(f"the run in {run_dir} has already done {start} of {steps} steps; nothing to do "
+             "(ask for more with a larger --steps)")
+    progress = _Progress(steps, start)
+    title = f"{sampler_name} on {pool.name or 'pool'} ({len(pool)} tasks, {len(pool.envs)} envs)"
+    if not as_json and start < steps:
+        click.echo(title)
+        click.echo(_row([c for c, _ in _COLUMNS]))
 
-    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True) as progress:
-        bar = progress.add_task("scheduling", total=steps)
+    def on_step(stats: StepStats) -> None:
+        rows.append(stats)
+        if explain_file is not None:
+            _write_explanations(sampler, explain_file)
+        if stats.step % log_every == 0 or stats.step == steps:
+            if as_json:
+                click.echo(json.dumps({"kind": "step", **stats.as_dict()}))
+            else:
+                click.echo(_row([str(stats.step), str(stats.envs_covered), str(stats.tools_covered),
+                                 _fmt(stats.mean_reward, 3), _fmt(stats.mean_within_task_variance),
+                                 f"{stats.signal_groups}/{stats.groups}", str(stats.unscored_episodes)]))
+            sys.stdout.flush()
+        progress(stats.step)
 
-        def on_step(stats: StepStats) -> None:
-            rows.append(stats)
-            progress.update(bar, completed=stats.step)
+    note(f"scheduling {steps - start} batches of {batch_size} pairs x {group_size} rollouts with {sampler_name}")
+    try:
+        run_schedule(sampler, source, steps=steps, batch_size=batch_size, group_size=group_size,
+                     run_dir=run_dir, resume=resume, config=config, on_step=on_step)
+    except (FileExistsError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    except BrokenPipeError:  # `envsched run | head`: the reader left; stop quietly (the checkpoint is kept)
+        import os
 
-        try:
-            run_schedule(sampler, source, steps=steps, batch_size=batch_size, group_size=group_size,
-                         run_dir=run_dir, resume=resume,
-                         config={k: v for k, v in config.items() if k != "steps_planned"}, on_step=on_step)
-        except (FileExistsError, ValueError) as exc:
-            raise click.ClickException(str(exc)) from None
-
-    for s in rows:
-        if s.step % log_every == 0 or s.step == steps:
-            table.add_row(str(s.step), str(s.envs_covered), str(s.tools_covered), _fmt(s.mean_reward, 3),
-                          _fmt(s.mean_within_task_variance), f"{s.signal_groups}/{s.groups}", str(s.unscored_episodes))
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second BrokenPipeError when Python flushes stdout at exit
+        sys.exit(0)
+    if rows:
+        progress(rows[-1].step, final=True)
     metrics = sampler.metrics()
-    summary = {
-        "config": config,
+    summary: dict[str, Any] = {
+        "config": {**config, "steps_planned": steps},
         "steps_run": len(rows),
         "mean_envs_covered": float(sum(s.envs_covered for s in rows) / len(rows)) if rows else None,
         "mean_tools_covered": float(sum(s.tools_covered for s in rows) / len(rows)) if rows else None,
         "mean_within_task_variance": (float(sum(s.mean_within_task_variance for s in rows) / len(rows))
                                       if rows else None),
         "sampler_metrics": metrics,
+        "explain_file": str(explain_file) if explain_file is not None else None,
+        "store": store_target,
     }
     if run_dir is not None:
         (Path(run_dir) / "summary.json").write_text(json.dumps(summary, indent=2))
+    if hasattr(sampler, "close"):
+        sampler.close()
     if as_json:
-        click.echo(json.dumps(summary, indent=2))
+        click.echo(json.dumps({"kind": "summary", **summary}))
         return
-    console.print(table)
-    console.print(f"signal groups per episode: [bold]{metrics['signal_groups_per_episode']:.4f}[/bold]   "
-                  f"per unit cost: {metrics['signal_groups_per_cost']:.6f}   "
-                  f"zero-signal fraction: {metrics['zero_signal_fraction']:.3f}   "
-                  f"episodes: {int(metrics['episodes'])}   unscored: {int(metrics['unscored_episodes'])}")
+    click.echo(f"signal groups per episode: {metrics['signal_groups_per_episode']:.4f}   "
+               f"per unit cost: {metrics['signal_groups_per_cost']:.6f}   "
+               f"zero-signal fraction: {metrics['zero_signal_fraction']:.3f}   "
+               f"episodes: {int(metrics['episodes'])}   unscored: {int(metrics['unscored_episodes'])}")
     if rows:
-        console.print(f"mean per batch: {summary['mean_envs_covered']:.2f} environments, "
-                      f"{summary['mean_tools_covered']:.2f} tools, within-task variance "
-                      f"{summary['mean_within_task_variance']:.5f}")
+        click.echo(f"mean per batch: {summary['mean_envs_covered']:.2f} environments, "
+                   f"{summary['mean_tools_covered']:.2f} tools, within-task variance "
+                   f"{summary['mean_within_task_variance']:.5f}")
     if run_dir is not None:
-        console.print(f"run written to {run_dir} (resume with --output {run_dir} --resume)")
+        click.echo(f"run written to {run_dir} (resume with --output {run_dir} --resume)")
+    if explain_file is not None:
+        click.echo(f"explanations written to {explain_file} (read them with: envsched explain {explain_file})")
+    if store_target is not None:
+        click.echo(f"history store {store_target} (check it with: envsched store verify {store_target})")
+
+
+def _write_explanations(sampler: Any, path: Path) -> None:
+    """Append the explanation records of the batch just drawn to ``path`` (what EnvSchedSampler(run_file=...)
+    writes). The CLI writes them itself, so that where they go is not part of the sampler's configuration: a
+    history store of the run then rebuilds without rewriting them (`envsched store verify`)."""
+    from envsched.method.explain import write_records
+
+    inner = getattr(sampler, "sampler", sampler)  # a DurableSampler wraps the EnvSchedSampler
+    write_records(path, inner.explanations(),
+                  {"sampler": type(inner).__name__, "seed": inner.seed, "num_tasks": len(inner.tasks),
+                   "num_envs": len(inner.envs), "config": inner.config.to_dict()})
+
+
+def _make_sampler(name: str, pool: Any, *, seed: int, group_size: int) -> Any:
+    """Build the sampler; EnvSched gets the graph from the cache ``envsched bench`` uses."""
+    from envsched.samplers.registry import make_sampler
+
+    options: dict[str, Any] = {}
+    if name in ENVSCHED_NAMES:
+        from envsched.method.config import GraphConfig
+
+        if len(pool) > GraphConfig().exact_max_nodes:
+            require_extra("graph", f"EnvSched on a pool of {len(pool):,} tasks (approximate neighbours above "
+                                   f"{GraphConfig().exact_max_nodes:,})")
+        from envsched.bench.runner import bench_cache_dir, envsched_graph
+
+        note(f"loading EnvSched's graph over {len(pool)} tasks (built on first use for this pool and "
+             f"configuration, then cached in {bench_cache_dir()})...")
+        options["graph"] = envsched_graph(pool)
+    try:
+        return make_sampler(name, pool, seed=seed, group_size=group_size, **options)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--sampler") from None
+
+
+def _on_store(sampler: Any, target: str, *, group_size: int, resume: bool) -> Any:
+    """Wrap ``sampler`` in a DurableSampler on ``target``; an existing history needs --resume."""
+    from envsched.store import DurableSampler, HistoryStore, StoreError
+
+    try:
+        store = HistoryStore(target)
+        if store.header() is not None and not resume:
+            raise click.ClickException(f"store {store.where} already holds a run's history; continue that run with "
+                                       "--output DIR --resume, or give a new --store")
+        return DurableSampler(sampler, store, group_size=group_size)
+    except (StoreError, ValueError, ImportError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _checkpoint_step(run_dir: Path) -> int:
+    ckpt = Path(run_dir) / "checkpoint.json"
+    try:
+        return int(json.loads(ckpt.read_text()).get("step", 0))
+    except (OSError, ValueError, AttributeError):
+        return 0

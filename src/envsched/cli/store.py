@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from envsched.store import DurableSampler, HistoryStore, StoreError
+from envsched.cli.common import is_url, require_store_backend
 
 
 @click.group()
@@ -19,10 +20,21 @@ def store() -> None:
     """Inspect and verify history stores (SQLite files or postgresql:// URLs) written by DurableSampler."""
 
 
-def _open(target: str, prefix: str) -> HistoryStore:
+def _open(target: str, prefix: str) -> Any:
+    """Open an existing store; a SQLite path that does not exist is "not found" (and no file is created)."""
+    require_store_backend(target, f"store {target}")
+    if not is_url(target):
+        path = Path(target)
+        if not path.exists():
+            raise click.ClickException(f"store not found: {target} (no such file; a SQLite store is the file given "
+                                       "to `envsched run --store PATH` or DurableSampler(sampler, PATH))")
+        if path.is_dir():
+            raise click.ClickException(f"{target} is a directory; a SQLite store is a file")
+    from envsched.store import HistoryStore, StoreError
+
     try:
         return HistoryStore(target, table_prefix=prefix)
-    except (StoreError, ValueError) as exc:
+    except (StoreError, ValueError, ImportError) as exc:
         raise click.ClickException(str(exc)) from None
 
 
@@ -35,6 +47,8 @@ def info(target: str, prefix: str, as_json: bool) -> None:
 
     Reading checks the whole event log (its hash chain); a damaged store exits with status 1.
     """
+    from envsched.store import StoreError
+
     st = _open(target, prefix)
     try:
         header = st.header()
@@ -73,12 +87,16 @@ def info(target: str, prefix: str, as_json: bool) -> None:
 def verify(target: str, prefix: str, as_json: bool) -> None:
     """Rebuild the sampler of TARGET twice -- from the latest snapshot and by replaying every event from the
     initial state, checking every logged draw -- and compare the two states. Exits with status 1 on any
-    difference or damage. Needs a sampler whose configuration the store could record as JSON."""
+    difference or damage. Needs a sampler whose configuration the store could record as JSON; an
+    EnvSchedSampler (whose graph is not JSON) is rebuilt over the default graph of its task list, the graph
+    `envsched run` uses."""
+    from envsched.store import StoreError
+
     st = _open(target, prefix)
     result: dict[str, Any] = {"store": st.where}
     try:
-        fast = DurableSampler.resume(st, use_snapshots=True)
-        full = DurableSampler.resume(st, use_snapshots=False)
+        fast = _rebuild(st, use_snapshots=True)
+        full = _rebuild(st, use_snapshots=False)
     except StoreError as exc:
         result.update(ok=False, error=str(exc))
     else:
@@ -97,3 +115,38 @@ def verify(target: str, prefix: str, as_json: bool) -> None:
         click.echo(f"failed: {result['error']}", err=True)
     if not result["ok"]:
         sys.exit(1)
+
+
+ENVSCHED_CLASS = "envsched.method.sampler:EnvSchedSampler"
+
+
+def _rebuild(st: Any, *, use_snapshots: bool) -> Any:
+    """The store's sampler rebuilt from the store alone (``DurableSampler.resume``); an EnvSchedSampler is
+    constructed here over the default graph of the recorded tasks (cached as `envsched run` caches it)."""
+    from envsched.store import DurableSampler, StoreError
+
+    header = st.header()
+    if header is None or header.get("sampler_class") != ENVSCHED_CLASS:
+        return DurableSampler.resume(st, use_snapshots=use_snapshots)
+    from envsched.bench.runner import envsched_graph
+    from envsched.method.config import SchedulerConfig
+    from envsched.method.sampler import EnvSchedSampler
+    from envsched.pool import TaskPool
+
+    params = dict(header["sampler_params"])
+    tasks = st.tasks()
+    if tasks is None:
+        raise StoreError(f"store {st.where} does not hold its task list: cannot rebuild its EnvSchedSampler")
+    if params.get("run_file"):
+        raise StoreError(f"store {st.where}: its EnvSchedSampler wrote explanations to {params['run_file']}; "
+                         "rebuilding it here would append to that file, so construct it yourself and wrap it: "
+                         "DurableSampler(sampler, store)")
+    try:
+        pool = TaskPool(tasks)
+        sampler = EnvSchedSampler(pool, envsched_graph(pool), SchedulerConfig.from_dict(params["config"]),
+                                  params["seed"], reward_range=tuple(params["reward_range"]),
+                                  require_dispatch=params["require_dispatch"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(f"store {st.where}: cannot construct its EnvSchedSampler from the recorded "
+                         f"configuration ({exc})") from None
+    return DurableSampler(sampler, st, group_size=header.get("group_size"), use_snapshots=use_snapshots)

@@ -70,25 +70,40 @@ class EpisodeSettings:
 def run_episode(env_factory: Callable[[], Environment], policy: Policy, adapter: ActionAdapter,
                 task: Mapping[str, Any], seed: int | None, sample: int, settings: EpisodeSettings,
                 sleep: Callable[[float], None] = time.sleep) -> EpisodeRecord:
-    """Run one episode with retries (infrastructure failures only) and return its record."""
+    """Run one episode with retries (infrastructure failures only) and return its record.
+
+    Retries go through tenacity: at most ``max_retries`` more attempts, each on a fresh environment, after
+    waits of ``backoff_s * 2**k`` seconds (k = 0, 1, ...) capped at ``backoff_max_s``.
+    """
+    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
     started = time.time()
-    last_error: BaseException | None = None
-    for attempt in range(settings.max_retries + 1):
-        try:
-            rec = _attempt(env_factory, policy, adapter, task, seed, sample, settings)
-            rec.attempts, rec.started_at, rec.duration_s = attempt + 1, started, time.time() - started
-            return rec
-        except InfrastructureError as exc:
-            last_error = exc
-            log.info("episode %s: infrastructure failure (attempt %d/%d): %s",
-                     episode_key(str(task.get("id")), seed, sample), attempt + 1, settings.max_retries + 1, exc)
-            if attempt < settings.max_retries:
-                sleep(min(settings.backoff_max_s, settings.backoff_s * 2**attempt))
-        except Exception as exc:  # the harness or the environment itself failed: not retried
-            return _record(task, seed, sample, "error", None, attempts=attempt + 1, started=started,
-                           error=f"{type(exc).__name__}: {exc}\n{_short_tb(exc)}")
-    return _record(task, seed, sample, "infra_error", None, attempts=settings.max_retries + 1, started=started,
-                   error=f"{type(last_error).__name__}: {last_error}")
+    key = episode_key(str(task.get("id")), seed, sample)
+
+    def log_failure(state: Any) -> None:
+        log.info("episode %s: infrastructure failure (attempt %d/%d): %s", key, state.attempt_number,
+                 settings.max_retries + 1, state.outcome.exception() if state.outcome else None)
+
+    retrying = Retrying(stop=stop_after_attempt(settings.max_retries + 1),
+                        wait=wait_exponential(multiplier=settings.backoff_s, max=settings.backoff_max_s),
+                        retry=retry_if_exception_type(InfrastructureError), after=log_failure, sleep=sleep,
+                        reraise=True)
+    attempts = 0
+    rec: EpisodeRecord | None = None
+    try:
+        for attempt in retrying:
+            with attempt:
+                attempts = attempt.retry_state.attempt_number
+                rec = _attempt(env_factory, policy, adapter, task, seed, sample, settings)
+    except InfrastructureError as exc:  # every attempt failed on infrastructure
+        return _record(task, seed, sample, "infra_error", None, attempts=attempts, started=started,
+                       error=f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # the harness or the environment itself failed: not retried
+        return _record(task, seed, sample, "error", None, attempts=attempts, started=started,
+                       error=f"{type(exc).__name__}: {exc}\n{_short_tb(exc)}")
+    assert rec is not None
+    rec.attempts, rec.started_at, rec.duration_s = attempts, started, time.time() - started
+    return rec
 
 
 def _attempt(env_factory: Callable[[], Environment], policy: Policy, adapter: ActionAdapter,

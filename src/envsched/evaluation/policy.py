@@ -2,8 +2,8 @@
 model's text into each environment's action format.
 
 The policy under evaluation is a checkpoint served behind an OpenAI-compatible endpoint (vLLM,
-``mlx_lm.server``, TGI...). :class:`ChatCompletionsPolicy` posts ``/v1/chat/completions`` with the
-standard library (no SDK), and reads the token counts from the response's ``usage``.
+``mlx_lm.server``, TGI...). :class:`ChatCompletionsPolicy` posts ``/v1/chat/completions`` with httpx
+(no SDK), and reads the token counts from the response's ``usage``.
 
 Failure classes (they decide how an episode is counted, see :mod:`envsched.evaluation.metrics`):
 
@@ -19,13 +19,12 @@ import ast
 import json
 import re
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from http.client import HTTPException
 from typing import Any, Protocol, runtime_checkable
+
+import httpx
 
 from envsched.envs.base import InfrastructureError, StepResult
 
@@ -131,20 +130,20 @@ class ChatCompletionsPolicy:
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
         timeout = self.timeout_s if timeout_s is None else max(0.001, min(self.timeout_s, timeout_s))
         t0 = time.monotonic()
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            text = (exc.read() or b"")[:300].decode("utf-8", "replace")
-            if exc.code >= 500 or exc.code in (408, 429):
-                raise PolicyUnavailable(f"LLM endpoint {self.url} answered HTTP {exc.code}: {text}") from None
-            raise PolicyError(f"LLM endpoint {self.url} refused the request (HTTP {exc.code}): {text}") from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError, HTTPException, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise PolicyUnavailable(f"LLM endpoint {self.url} unreachable: {reason}") from exc
+            resp = httpx.post(self.url, content=json.dumps(body).encode(), headers=headers, timeout=timeout,
+                              follow_redirects=True)
+        except (httpx.TransportError, httpx.TooManyRedirects, OSError) as exc:
+            # connection refused or lost, DNS, TLS, timeouts (httpx.TimeoutException is a TransportError)
+            raise PolicyUnavailable(f"LLM endpoint {self.url} unreachable: {exc or type(exc).__name__}") from exc
+        if resp.status_code >= 400:
+            text = resp.content[:300].decode("utf-8", "replace")
+            if resp.status_code >= 500 or resp.status_code in (408, 429):
+                raise PolicyUnavailable(f"LLM endpoint {self.url} answered HTTP {resp.status_code}: {text}")
+            raise PolicyError(f"LLM endpoint {self.url} refused the request (HTTP {resp.status_code}): {text}")
+        raw = resp.content
         latency = time.monotonic() - t0
         return parse_chat_response(raw, latency)
 

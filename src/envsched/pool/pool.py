@@ -44,7 +44,8 @@ def _parse_json(text: str, *, source: str, line: int | None) -> Any:
     try:
         obj = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
-        raise TaskSpecError(f"invalid JSON ({exc.msg} at column {exc.colno})", source=source,
+        # json's messages end in " at" ("Unterminated string starting at"); the column completes them
+        raise TaskSpecError(f"invalid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})", source=source,
                             line=line if line is not None else exc.lineno) from None
     except RecursionError:
         raise TaskSpecError("JSON nested too deeply", source=source, line=line) from None

@@ -12,7 +12,7 @@ written for this project (not the paper's text), and:
 * caches valid answers on disk keyed by a hash of the task content, the model and the prompt version,
   so a pool is analysed once (a task whose content changes is analysed again).
 
-Plain HTTP with ``urllib`` (no SDK). The API key, if the endpoint needs one, is read from the
+HTTP through httpx (no SDK), attempts through tenacity. The API key, if the endpoint needs one, is read from the
 ``ENVSCHED_LLM_API_KEY`` environment variable (or passed in).
 """
 
@@ -22,11 +22,12 @@ import hashlib
 import json
 import os
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import httpx
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from envsched.method.graph.abstraction import (
     ABSTRACTION_SCHEMA,
@@ -73,6 +74,10 @@ Return ONE JSON object with exactly these keys:
 
 Do not estimate difficulty, success rates, rewards or how an agent would behave; do not add other keys.
 Answer with the JSON object only."""
+
+
+class _Retry(Exception):
+    """A problem worth another attempt (carried to tenacity)."""
 
 
 class LLMAbstractionError(RuntimeError):
@@ -222,14 +227,40 @@ class LLMAbstractor:
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
         self.stats["requests"] += 1
-        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-            data = json.loads(resp.read().decode("utf-8"))
+        resp = httpx.post(self.url, content=body, headers=headers, timeout=self.timeout, follow_redirects=True)
+        resp.raise_for_status()
+        data = json.loads(resp.content.decode("utf-8"))
         try:
             return str(data["choices"][0]["message"]["content"] or "")
         except (KeyError, IndexError, TypeError):
             raise ValueError(f"response has no choices[0].message.content: {str(data)[:200]}") from None
+
+    def _attempt(self, spec: Mapping[str, Any],
+                 messages: list[dict[str, str]]) -> tuple[dict[str, Any] | None, str, str]:
+        """One request: (answer, content, "") when valid; (None, content, problem) for a problem worth
+        another attempt (a transient HTTP failure, or an invalid answer, which is then appended to
+        ``messages`` with what was wrong); :class:`LLMAbstractionError` when the endpoint refuses."""
+        try:
+            content = self._post(messages)
+        except httpx.HTTPStatusError as exc:
+            code = exc.response.status_code
+            if 400 <= code < 500 and code not in (408, 429):
+                raise LLMAbstractionError(
+                    f"task {spec.get('id')!r}: {self.url} refused the request (HTTP {code}: "
+                    f"{exc.response.reason_phrase})") from None
+            return None, "", f"HTTP {code} ({exc.response.reason_phrase})"
+        except (httpx.TransportError, httpx.TooManyRedirects, OSError, ValueError) as exc:
+            return None, "", f"request failed: {exc or type(exc).__name__}"
+        answer, errors = self._parse(content)
+        if not errors:
+            return answer, content, ""
+        problem = "; ".join(errors)
+        messages[2:] = [{"role": "assistant", "content": content[:4000]},
+                        {"role": "user", "content": "That answer is invalid: " + problem
+                         + ". Reply again with only the corrected JSON object, using only the allowed keys "
+                           "and vocabulary values."}]
+        return None, content, problem
 
     def extract(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The abstract representation of one task (from the cache, else from the endpoint)."""
@@ -241,30 +272,20 @@ class LLMAbstractor:
         messages = [{"role": "system", "content": SYSTEM_PROMPT},
                     {"role": "user", "content": build_user_message(spec)}]
         problem = "no attempt made"
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                self.stats["retries"] += 1
-            try:
-                content = self._post(messages)
-            except urllib.error.HTTPError as exc:
-                if 400 <= exc.code < 500 and exc.code not in (408, 429):
-                    raise LLMAbstractionError(
-                        f"task {spec.get('id')!r}: {self.url} refused the request (HTTP {exc.code}: "
-                        f"{exc.reason})") from None
-                problem = f"HTTP {exc.code} ({exc.reason})"
-                continue
-            except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError) as exc:
-                problem = f"request failed: {exc}"
-                continue
-            answer, errors = self._parse(content)
-            if not errors:
-                self._store(key, answer)
-                return answer
-            problem = "; ".join(errors)
-            messages = [*messages[:2], {"role": "assistant", "content": content[:4000]},
-                        {"role": "user", "content": "That answer is invalid: " + problem
-                         + ". Reply again with only the corrected JSON object, using only the allowed keys "
-                           "and vocabulary values."}]
+        retrying = Retrying(stop=stop_after_attempt(self.max_retries + 1), retry=retry_if_exception_type(_Retry),
+                            reraise=True)
+        try:
+            for attempt in retrying:
+                with attempt:
+                    if attempt.retry_state.attempt_number > 1:
+                        self.stats["retries"] += 1
+                    answer, _content, problem = self._attempt(spec, messages)
+                    if answer is not None:
+                        self._store(key, answer)
+                        return answer
+                    raise _Retry(problem)
+        except _Retry:
+            pass
         raise LLMAbstractionError(
             f"task {spec.get('id')!r}: no valid abstract representation from {self.url} (model {self.model!r}) "
             f"after {self.max_retries + 1} attempts; last problem: {problem}")

@@ -1,5 +1,8 @@
 """The bundled pool: the paper's size (2,550 tasks over 51 environments), built from real task data.
 
+It lives in ``envs/`` (above ``pool/``) because it assembles a :class:`~envsched.pool.TaskPool` from the
+environment builders; ``pool/`` is the lowest layer and imports nothing from ``envs/``.
+
 :func:`benchmark_pool` builds it from what the installed dependencies ship, with no network and no files
 of the repository:
 

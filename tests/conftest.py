@@ -1,0 +1,71 @@
+"""Suite-wide setup: a throw-away PostgreSQL server for the store tests when one can be started here.
+
+``tests/store/`` reads ``ENVSCHED_TEST_POSTGRES_URL`` when its modules are imported. When that variable is
+not set, the first store test module to be collected starts a server (see ``tests/_postgres.py``: the
+steps of ``.ci/postgres.sh``, with no package installation) and sets the variable, so that a plain
+``python -m pytest`` runs the PostgreSQL tests; the server and its files are removed when the session
+ends. ``ENVSCHED_TEST_POSTGRES=0`` turns this off. When no server can be started the PostgreSQL tests
+skip, and the reason is in pytest's summary of skips (``-ra``) and its last lines.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+_HERE = Path(__file__).resolve().parent
+_state: dict[str, Any] = {"tried": False, "server": None, "reason": ""}
+
+
+def _load_helper() -> Any:
+    spec = importlib.util.spec_from_file_location("envsched_tests_postgres", _HERE / "_postgres.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _ensure_postgres() -> None:
+    if _state["tried"]:
+        return
+    _state["tried"] = True
+    if os.environ.get("ENVSCHED_TEST_POSTGRES_URL"):
+        _state["reason"] = "given by ENVSCHED_TEST_POSTGRES_URL"
+        return
+    if os.environ.get("ENVSCHED_TEST_POSTGRES", "1") == "0":
+        _state["reason"] = "ENVSCHED_TEST_POSTGRES=0: not started"
+        return
+    server, reason = _load_helper().start()
+    if server is None:
+        _state["reason"] = reason
+        return
+    _state["server"] = server
+    _state["reason"] = f"throw-away server {server.url}"
+    os.environ["ENVSCHED_TEST_POSTGRES_URL"] = server.url
+
+
+def pytest_collect_file(file_path: Path, parent: Any) -> None:
+    # before a store test module is imported (it reads the variable at import time)
+    if file_path.suffix == ".py" and file_path.parent == _HERE / "store" and file_path.name.startswith("test_"):
+        _ensure_postgres()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _state["tried"]:
+        return
+    if os.environ.get("ENVSCHED_TEST_POSTGRES_URL"):
+        terminalreporter.write_line(f"PostgreSQL store tests ran against: {_state['reason']}")
+    else:
+        terminalreporter.write_line(f"PostgreSQL store tests skipped: {_state['reason']} (set "
+                                    "ENVSCHED_TEST_POSTGRES_URL, or run `bash .ci/postgres.sh` as root)")
+
+
+def pytest_unconfigure(config: Any) -> None:
+    server = _state.get("server")
+    if server is not None:
+        server.stop()
+        _state["server"] = None

@@ -1,0 +1,85 @@
+"""The package's layers (README "Development"): a module imports envsched code only from its own layer and
+the layers below it, deferred imports inside functions included."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import envsched
+
+PACKAGE = Path(envsched.__file__).resolve().parent
+
+#: layer of each top-level part of the package, lowest first
+LAYERS: dict[str, int] = {
+    "pool": 1,
+    "samplers": 2, "envs": 2,
+    "method": 3,
+    "store": 4, "evaluation": 4, "integrations": 4, "ray": 4, "distributed": 4,
+    "bench": 5,
+    "cli": 6,
+}
+
+
+def _part(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "envsched" else None
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every ``envsched.*`` import in ``path`` (top level and inside functions)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("envsched.")]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "envsched":  # from envsched import X: the top level (above everything) ...
+                if any(a.name != "__version__" for a in node.names):  # ... except its version string
+                    found += [(node.lineno, "envsched.__init__")]
+            elif node.module.startswith("envsched."):
+                found.append((node.lineno, node.module))
+    return found
+
+
+def violations(package: Path = PACKAGE) -> list[str]:
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if len(rel.parts) == 1:  # __init__.py (lazy re-exports) is the top; ray.py is a part of its own
+            if rel.stem == "__init__":
+                continue
+            part = rel.stem
+        else:
+            part = rel.parts[0]
+        own = LAYERS.get(part)
+        assert own is not None, f"{rel}: {part!r} has no layer in tests/test_layering.py (and the README)"
+        for line, module in imports(path):
+            if module == "envsched.__init__":
+                if own < LAYERS["cli"]:
+                    out.append(f"{rel}:{line} imports the top-level package (only cli may)")
+                continue
+            target = _part(module)
+            if target is None or target == "__init__":
+                continue
+            if target not in LAYERS:
+                continue  # e.g. a version attribute; not a layer
+            if LAYERS[target] > own:
+                out.append(f"{rel}:{line} ({part}, layer {own}) imports {module} (layer {LAYERS[target]})")
+    return out
+
+
+def test_pool_is_the_lowest_layer():
+    pool_imports = {m for p in (PACKAGE / "pool").rglob("*.py") for _, m in imports(p)}
+    assert pool_imports and all(m.startswith("envsched.pool") for m in pool_imports), pool_imports
+
+
+def test_no_module_imports_a_higher_layer():
+    assert violations() == []
+
+
+def test_the_check_finds_an_upward_import(tmp_path):
+    pkg = tmp_path / "envsched"
+    (pkg / "pool").mkdir(parents=True)
+    (pkg / "pool" / "default.py").write_text("def f():\n    from envsched.envs.builders import build_combined_pool\n")
+    assert violations(pkg) == ["pool/default.py:2 (pool, layer 1) imports envsched.envs.builders (layer 2)"]
