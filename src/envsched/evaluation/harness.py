@@ -34,7 +34,7 @@ from typing import Any
 
 from envsched.envs.base import Environment, InfrastructureError
 from envsched.envs.openenv import InvalidActionError
-from envsched.evaluation.metrics import breakdown, per_task, score_records
+from envsched.evaluation.metrics import report
 from envsched.evaluation.policy import ActionAdapter, AnswerAdapter, Policy, PolicyError
 from envsched.evaluation.records import EpisodeLog, EpisodeRecord, episode_key
 from envsched.pool.pool import TaskPool
@@ -478,16 +478,16 @@ class EvalHarness:
         plan = plan if plan is not None else self.plan()
         by_key = {r.key: r for r in records}
         recs = [by_key[k] for k in (episode_key(str(t.get("id")), s, j) for t, s, j in plan) if k in by_key]
-        thr = self.settings.success_threshold
-        scores = score_records(recs, success_threshold=thr, max_k=self.samples_per_task)
+        rep = report(recs, success_threshold=self.settings.success_threshold, max_k=self.samples_per_task)
+        scores = rep["scores"]
         scores["planned_episodes"] = len(plan)
         repro = dict(reproducibility or {"reproducible": None})
         return EvalResult(
             scores=scores,
-            per_task=per_task(recs, success_threshold=thr),
-            by_env=breakdown(recs, lambda r: r.env, success_threshold=thr),
-            by_group=breakdown(recs, lambda r: r.group, success_threshold=thr),
-            by_difficulty=breakdown(recs, lambda r: r.difficulty, success_threshold=thr),
+            per_task=rep["per_task"],
+            by_env=rep["by_env"],
+            by_group=rep["by_group"],
+            by_difficulty=rep["by_difficulty"],
             reproducible=repro.get("reproducible"),
             reproducibility=repro,
             config={**self.config(), **{k: v for k, v in self.meta.items()}},
