@@ -3,7 +3,9 @@
 :class:`TaskAPIClient` reads task metadata over HTTP (the RFC 013 client: ``list_splits``, ``list_tasks``,
 ``num_tasks``, ``get_task``, ``get_task_range``, ``iter_tasks``). It needs only the standard library, so
 task discovery works without the ``openenv`` package. Errors follow the RFC: HTTP 501 raises
-``NotImplementedError``, HTTP 400 ``IndexError``; a server that cannot be reached (or answers 5xx)
+``NotImplementedError``, HTTP 400 ``IndexError`` (an index or range out of bounds, an unknown split),
+HTTP 404 ``LookupError`` (wrong environment name), any other 4xx :class:`TaskAPIRequestError` (a
+``ValueError``): every 4xx is the caller's mistake. A server that cannot be reached (or answers 5xx)
 raises :class:`~envsched.envs.base.InfrastructureError`.
 
 :class:`OpenEnvEnvironment` runs episodes over the server's ``/ws`` session with ``openenv``'s
@@ -40,6 +42,7 @@ __all__ = [
     "OpenEnvServerError",
     "TaskAPIClient",
     "TaskAPIError",
+    "TaskAPIRequestError",
     "http_base_url",
 ]
 
@@ -56,6 +59,15 @@ class TaskAPIError(InfrastructureError):
         super().__init__(message)
         self.status = status
         self.detail = detail
+
+
+class TaskAPIRequestError(ValueError):
+    """The Task API refused the request as the caller's mistake (HTTP 4xx other than 400, 404 and 501):
+    a bad field, a body too large, ... Not an infrastructure failure: retrying does not help."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class OpenEnvServerError(RuntimeError):
@@ -238,8 +250,9 @@ def _http_json(method: str, url: str, body: dict[str, Any] | None, timeout_s: fl
             raise LookupError(f"{what}: not found (HTTP 404): {detail}. Either the environment name is wrong "
                               "(see TaskAPIClient.list_environments) or the server predates the Task API "
                               "(openenv-core 0.3.0)") from None
-        if status == 422:
-            raise ValueError(f"{what}: the server rejected the request (HTTP 422): {detail}") from None
+        if 400 <= status < 500:  # 409, 413, 422, ...: the caller's mistake, not the infrastructure's
+            raise TaskAPIRequestError(f"{what}: the server refused the request (HTTP {status}): {detail}",
+                                      status=status) from None
         raise TaskAPIError(f"{what}: server error HTTP {status}: {detail}", status=status, detail=detail) from None
     except (urllib.error.URLError, ConnectionError, TimeoutError, HTTPException, OSError) as exc:
         reason = getattr(exc, "reason", exc)
