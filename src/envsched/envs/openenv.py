@@ -44,6 +44,7 @@ __all__ = [
     "TaskAPIError",
     "TaskAPIRequestError",
     "http_base_url",
+    "with_port",
 ]
 
 #: WebSocket error codes that mean the infrastructure (not the policy, not the task) failed.
@@ -106,6 +107,21 @@ def http_base_url(url: str) -> str:
     if path.endswith("/ws"):
         path = path[:-3]
     return urllib.parse.urlunsplit((scheme, parts.netloc, path, "", ""))
+
+
+def with_port(url: str, port: int | None) -> str:
+    """``openenv collect``'s ``--llm-port``: ``port`` is added to ``url`` when the URL names none."""
+    if port is None:
+        return url
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError(f"port must be an integer in 1..65535, got {port!r}")
+    parts = urllib.parse.urlsplit(url)
+    if not parts.hostname or parts.port is not None:
+        return url
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    auth = parts.netloc.rpartition("@")[0]
+    netloc = (auth + "@" if auth else "") + f"{host}:{port}"
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def _detail(body: bytes) -> Any:

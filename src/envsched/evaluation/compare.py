@@ -13,7 +13,7 @@ from typing import Any
 
 from envsched.evaluation.harness import EvalResult
 
-__all__ = ["COMPARED_METRICS", "EvalComparison", "compare_eval_results"]
+__all__ = ["COMPARED_METRICS", "EvalComparison", "as_eval_result", "compare_eval_results"]
 
 #: Metrics whose change is reported, each with the key of its standard error.
 COMPARED_METRICS = ("success_rate", "mean_reward", "mean_turns", "mean_completion_tokens", "unscored_rate",
@@ -43,7 +43,7 @@ class EvalComparison:
                 "pass_at_k": self.pass_at_k}
 
 
-def _as_result(obj: Any) -> EvalResult:
+def as_eval_result(obj: Any) -> EvalResult:
     """envsched's ``EvalResult``, OpenEnv's ``EvalResult`` (from ``EnvEvalHarness.run_from_config``), the
     scores dict ``EnvEvalHarness.run`` returns, either's dict, or a path to either's ``result.json``."""
     if isinstance(obj, EvalResult):
@@ -65,7 +65,7 @@ def _as_result(obj: Any) -> EvalResult:
             raise FileNotFoundError(f"no evaluation result at {path}") from None
         except ValueError as exc:
             raise ValueError(f"{path} is not valid JSON: {exc}") from None
-        return _as_result(data)
+        return as_eval_result(data)
     raise TypeError(f"expected an EvalResult (envsched's or OpenEnv's), its dict, EnvEvalHarness.run's scores "
                     f"or a path to result.json, got {type(obj).__name__}")
 
@@ -92,7 +92,7 @@ def compare_eval_results(before: Any, after: Any) -> EvalComparison:
     task is listed in ``left_out`` with the reason. A metric's change is ``significant`` when
     ``|delta| >= 1.96 * sqrt(se_before**2 + se_after**2)``; without standard errors the note says so.
     """
-    b, a = _as_result(before), _as_result(after)
+    b, a = as_eval_result(before), as_eval_result(after)
     fixed, regressed, same_pass, same_fail = [], [], [], []
     left_out: dict[str, str] = {}
     for tid in sorted(set(b.per_task) | set(a.per_task)):

@@ -261,6 +261,8 @@ class EvalHarness:
         seeds: episode seeds crossed with the tasks (task-major order).
         samples_per_task: completions per (task, seed); ``pass@k`` is reported for every ``k`` up to it.
         limit: evaluate only the first ``limit`` tasks of the split.
+        num_episodes: run only the first ``num_episodes`` episodes of the plan (``openenv collect``'s
+            ``-n``; ``None``: all of them).
         max_turns, success_threshold, episode_timeout_s, max_retries, backoff_s, backoff_max_s: see
             :class:`EpisodeSettings`.
         concurrency: episodes run at once (threads; or Ray workers with ``ray_address``).
@@ -275,7 +277,7 @@ class EvalHarness:
                  success_threshold: float = 1.0, concurrency: int = 1, episode_timeout_s: float = 300.0,
                  max_retries: int = 3, backoff_s: float = 1.0, backoff_max_s: float = 30.0,
                  check_reproducibility: bool = True, ray_address: str | None = None,
-                 meta: Mapping[str, Any] | None = None) -> None:
+                 meta: Mapping[str, Any] | None = None, num_episodes: int | None = None) -> None:
         if not callable(env_factory):
             raise TypeError("env_factory must be a callable returning a fresh Environment")
         if not hasattr(policy, "complete"):
@@ -286,6 +288,9 @@ class EvalHarness:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
+        if num_episodes is not None and (isinstance(num_episodes, bool) or not isinstance(num_episodes, int)
+                                         or num_episodes < 1):
+            raise ValueError(f"num_episodes must be a positive integer or None, got {num_episodes!r}")
         if not isinstance(split, str) or not split:
             raise ValueError(f"split must be a non-empty string, got {split!r}")
         if not episode_timeout_s > 0 or not backoff_s >= 0 or not backoff_max_s >= 0:
@@ -304,6 +309,7 @@ class EvalHarness:
         self.seeds = seeds
         self.samples_per_task = samples_per_task
         self.limit = limit
+        self.num_episodes = num_episodes
         self.concurrency = concurrency
         self.check_reproducibility = check_reproducibility
         self.ray_address = ray_address
@@ -348,14 +354,16 @@ class EvalHarness:
         """Every episode, in order: ``(task, seed, sample)``."""
         sampler = SequentialSampler(self.tasks, self.seeds, require_dispatch=False)
         items = sampler.sample(len(sampler))
-        return [(item, item.get("seed") if self.seeds else None, j)
+        plan = [(item, item.get("seed") if self.seeds else None, j)
                 for item in items for j in range(self.samples_per_task)]
+        return plan[: self.num_episodes] if self.num_episodes else plan
 
     def config(self) -> dict[str, Any]:
         """What identifies this evaluation (a resumed run must match it)."""
         s = self.settings
         return {"split": self.split, "seeds": self.seeds, "samples_per_task": self.samples_per_task,
-                "limit": self.limit, "max_turns": s.max_turns, "success_threshold": s.success_threshold,
+                "limit": self.limit, **({"num_episodes": self.num_episodes} if self.num_episodes else {}),
+                "max_turns": s.max_turns, "success_threshold": s.success_threshold,
                 "tasks": len(self.tasks), "tasks_sha256": _digest([t.get("id") for t in self.tasks]),
                 **{k: v for k, v in self.meta.items() if k in ("model", "spec", "temperature", "max_tokens")}}
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from envsched.envs.base import InfrastructureError
-from envsched.envs.openenv import TaskAPIClient, http_base_url
+from envsched.envs.openenv import TaskAPIClient, http_base_url, with_port
 from envsched.evaluation.metrics import report
 from envsched.evaluation.policy import AnswerAdapter, ChatCompletionsPolicy, Policy, PolicyError
 from envsched.evaluation.records import EpisodeRecord
@@ -457,7 +457,7 @@ class EnvEvalHarness(OpenEnvEvalHarness):
         if not p["llm_endpoint"] or not p["model"]:
             raise ValueError("eval_parameters needs 'llm_endpoint' and 'model' (or build the harness with "
                              "model_step=...)")
-        endpoint = _with_port(str(p["llm_endpoint"]), p["llm_port"])
+        endpoint = with_port(str(p["llm_endpoint"]), p["llm_port"])
         policy = ChatCompletionsPolicy(endpoint, str(p["model"]), temperature=float(p["temperature"]),
                                        max_tokens=int(p["max_tokens"]), api_key=p["api_key"])
         step = policy_model_step(policy)
@@ -571,18 +571,6 @@ class EnvEvalHarness(OpenEnvEvalHarness):
     def run_from_config(self, config: EvalConfig) -> OpenEnvEvalResult:
         """OpenEnv's entry point: ``run`` with the config's fields, wrapped in ``EvalResult``."""
         return super().run_from_config(config)
-
-
-def _with_port(endpoint: str, port: int | None) -> str:
-    """``openenv collect``'s ``--llm-port``: appended when the URL names no port."""
-    if port is None:
-        return endpoint
-    import urllib.parse
-
-    parts = urllib.parse.urlsplit(endpoint)
-    if parts.port is not None or not parts.hostname:
-        return endpoint
-    return urllib.parse.urlunsplit((parts.scheme, f"{parts.hostname}:{int(port)}", parts.path, parts.query, ""))
 
 
 def _repeat(sampler: SequentialSampler, k: int) -> Iterator[dict[str, Any]]:
