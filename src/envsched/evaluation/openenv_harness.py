@@ -353,12 +353,26 @@ class _ObservedFactory(ResourceSessionFactory):
 
 
 def _observed_model_step(model_step: Any, observed: _Observed) -> Any:
+    """Counts the model's turns and tokens of the current episode (also when the episode later fails)."""
+
     def step(messages: list[dict[str, Any]], tools: list[Any], sampling: dict[str, Any]) -> Any:
         try:
-            return model_step(messages, tools, sampling)
+            result = model_step(messages, tools, sampling)
         except Exception as exc:
             observed.fail(exc)
             raise
+        cur = observed.current
+        if cur is not None:
+            cur["model_turns"] = cur.get("model_turns", 0) + 1
+            n = getattr(result, "completion_tokens", None)
+            if n is None and getattr(result, "completion_ids", None):
+                n = len(result.completion_ids)
+            if n is not None:
+                cur["model_tokens"] = (cur.get("model_tokens") or 0) + int(n)
+            pn = getattr(result, "prompt_tokens", None)
+            if pn is not None:
+                cur["model_prompt_tokens"] = (cur.get("model_prompt_tokens") or 0) + int(pn)
+        return result
     return step
 
 
@@ -601,13 +615,19 @@ def _record(item: Mapping[str, Any], sample: int, written: Mapping[str, Any] | N
         metrics = written.get("metrics") or {}
         outcome = ("success" if reward >= threshold else "failure") if written.get("done") else "limit"
         tokens, ptokens = metrics.get("completion_tokens"), metrics.get("prompt_tokens")
-        return EpisodeRecord(**common, outcome=outcome, reward=reward, turns=int(metrics.get("turns", 0) or 0),
+        if tokens is None and obs is not None:
+            tokens = obs.get("model_tokens")
+        turns = metrics.get("turns") or (obs.get("model_turns") if obs is not None else 0) or 0
+        return EpisodeRecord(**common, outcome=outcome, reward=reward, turns=int(turns),
                              completion_tokens=int(tokens) if isinstance(tokens, int | float) else None,
                              prompt_tokens=int(ptokens) if isinstance(ptokens, int | float) else None)
     if obs is None:
         return EpisodeRecord(**common, outcome="error", error="the episode was not run")
     tokens = obs.get("completion_tokens")
-    extra = {"turns": int(obs.get("turns") or 0),
+    if tokens is None:
+        tokens = obs.get("model_tokens")
+    ptokens = obs.get("model_prompt_tokens")
+    extra = {"turns": int(obs.get("turns") or obs.get("model_turns") or 0), "prompt_tokens": ptokens,
              "completion_tokens": int(tokens) if isinstance(tokens, int | float) else None}
     exc = obs.get("exception")
     if exc is not None:
