@@ -108,7 +108,6 @@ class UniformSampler(BaseSampler):
                 raise ValueError(f"give the seed once: rng_seed={rng_seed!r} and seed={seed!r} disagree")
             rng_seed = seed
         super().__init__(tasks, seed=rng_seed, reward_range=reward_range, require_dispatch=require_dispatch)
-        self.rng_seed = rng_seed
         self.epoch = 0
         self._order: np.ndarray = np.empty(0, dtype=np.int64)
         self._cursor = 0
@@ -131,6 +130,17 @@ class UniformSampler(BaseSampler):
             out.extend(int(x) for x in self._order[self._cursor:self._cursor + take])
             self._cursor += take
         return out
+
+    @property
+    def rng_seed(self) -> int | None:
+        """RFC 013's name for :attr:`seed`."""
+        return self.seed
+
+    def get_params(self) -> dict[str, Any]:
+        """Constructor configuration; the seed is recorded once, as ``seed`` (stores and run files)."""
+        params = super().get_params()
+        params.pop("rng_seed", None)
+        return params
 
     def __iter__(self) -> Iterator[Any]:
         while True:
