@@ -278,3 +278,24 @@ def test_eval_schedule_rfc_form(server, stub_llm, tmp_path):
     assert (tmp_path / "step-00000000" / "results.jsonl").exists()
     with pytest.raises(TypeError, match="EvalConfig"):
         EvalSchedule(harness, 5, 2, None)  # a config slot filled with a number
+
+
+def test_cli_with_openenv_base_url_and_family_variant(server, stub_llm, tmp_path):
+    """`envsched eval family:variant --base-url URL ...` as `openenv eval` writes it: the server's tasks of
+    that group, episodes over its WebSocket session."""
+    from click.testing import CliRunner
+
+    from envsched.cli.main import cli
+
+    stub_llm.respond = checkpoint(1)
+    out = tmp_path / "cli"
+    res = CliRunner().invoke(cli, ["eval", "qa:a", "--base-url", server.url, "--llm-endpoint", stub_llm.url,
+                                   "--model", "ckpt", "-o", str(out), "--json", "--no-repro-check"],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert sorted(data["per_task"]) == ["t0", "t1"] and data["config"]["base_url"] == server.url
+    assert data["scores"]["successes"] == 1
+    res = CliRunner().invoke(cli, ["eval", "qa:nope", "--base-url", server.url, "--llm-endpoint", stub_llm.url,
+                                   "--model", "ckpt", "-o", str(tmp_path / "none")])
+    assert res.exit_code == 2 and "no group 'nope'" in res.output and "['a', 'b']" in res.output
