@@ -44,6 +44,7 @@ __all__ = [
     "TaskAPIError",
     "TaskAPIRequestError",
     "http_base_url",
+    "selection_kwargs",
     "with_port",
 ]
 
@@ -122,6 +123,15 @@ def with_port(url: str, port: int | None) -> str:
     auth = parts.netloc.rpartition("@")[0]
     netloc = (auth + "@" if auth else "") + f"{host}:{port}"
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def selection_kwargs(task: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``reset`` keys that select ``task`` (RFC 013): its ``split`` and ``index``, over ``base``."""
+    kwargs = dict(base or {})
+    for key in ("split", "index"):
+        if task.get(key) is not None:
+            kwargs[key] = task[key]
+    return kwargs
 
 
 def _detail(body: bytes) -> Any:
@@ -366,10 +376,7 @@ class OpenEnvEnvironment(Environment):
     def reset(self, task: Mapping[str, Any], seed: int | None = None) -> Any:
         if not isinstance(task, Mapping):
             raise TypeError(f"task must be a task spec (a mapping), got {type(task).__name__}")
-        kwargs = dict(self.reset_kwargs)
-        for key in ("split", "index"):
-            if task.get(key) is not None:
-                kwargs[key] = task[key]
+        kwargs = selection_kwargs(task, self.reset_kwargs)
         if seed is not None:
             if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
                 raise ValueError(f"seed must be a non-negative integer, got {seed!r}")

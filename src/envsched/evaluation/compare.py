@@ -3,15 +3,13 @@ and how much each metric moved relative to its standard error."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from envsched.evaluation.harness import EvalResult
+from envsched.evaluation.harness import EvalResult, read_result_json
 
 __all__ = ["COMPARED_METRICS", "EvalComparison", "as_eval_result", "compare_eval_results"]
 
@@ -57,15 +55,7 @@ def as_eval_result(obj: Any) -> EvalResult:
             return _from_scores(obj)  # EnvEvalHarness.run's scores
         return EvalResult.from_dict(obj)
     if isinstance(obj, str | os.PathLike):
-        path = Path(obj)
-        path = path / "result.json" if path.is_dir() else path
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise FileNotFoundError(f"no evaluation result at {path}") from None
-        except ValueError as exc:
-            raise ValueError(f"{path} is not valid JSON: {exc}") from None
-        return as_eval_result(data)
+        return as_eval_result(read_result_json(obj))
     raise TypeError(f"expected an EvalResult (envsched's or OpenEnv's), its dict, EnvEvalHarness.run's scores "
                     f"or a path to result.json, got {type(obj).__name__}")
 

@@ -25,7 +25,6 @@ import os
 import threading
 import time
 import traceback
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from typing import Any
 
 from envsched.envs.base import Environment, InfrastructureError
 from envsched.envs.openenv import InvalidActionError
-from envsched.evaluation.metrics import report
+from envsched.evaluation.metrics import report, reproducibility_check
 from envsched.evaluation.policy import ActionAdapter, AnswerAdapter, Policy, PolicyError
 from envsched.evaluation.records import EpisodeLog, EpisodeRecord, episode_key
 from envsched.pool.pool import TaskPool
@@ -220,16 +219,20 @@ class EvalResult:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> EvalResult:
-        path = Path(path)
-        if path.is_dir():
-            path = path / RESULT_FILE
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise FileNotFoundError(f"no evaluation result at {path}") from None
-        except ValueError as exc:
-            raise ValueError(f"{path} is not valid JSON: {exc}") from None
-        return cls.from_dict(data)
+        return cls.from_dict(read_result_json(path))
+
+
+def read_result_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON of a ``result.json`` (or of the one in the folder ``path``), with clear errors."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULT_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no evaluation result at {path}") from None
+    except ValueError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
 
 
 def _json_safe(obj: Any) -> Any:
@@ -371,23 +374,15 @@ class EvalHarness:
     def reproducibility_check(self) -> dict[str, Any]:
         """Reset two fresh environments with the first task's split, index and seed; compare hashes."""
         task, seed, _ = self.plan()[0]
-        hashes: list[str] = []
-        try:
-            for _ in range(2):
-                env = self.env_factory()
-                try:
-                    hashes.append(_obs_hash(env.reset(task, seed)))
-                finally:
-                    env.close()
-        except Exception as exc:
-            return {"reproducible": None, "task_id": task.get("id"), "seed": seed,
-                    "error": f"{type(exc).__name__}: {exc}"}
-        ok = hashes[0] == hashes[1]
-        if not ok:
-            warnings.warn(f"two fresh resets of task {task.get('id')!r} with seed {seed} gave different first "
-                          "observations: the environment is not reproducible", RuntimeWarning, stacklevel=2)
-        return {"reproducible": ok, "task_id": task.get("id"), "split": task.get("split"),
-                "index": task.get("index"), "seed": seed, "hashes": hashes}
+
+        def first_observation() -> Any:
+            env = self.env_factory()
+            try:
+                return env.reset(task, seed)
+            finally:
+                env.close()
+
+        return reproducibility_check(first_observation, task, seed, what="resets")
 
     # ------------------------------------------------------------------ running
     def run(self, output_dir: str | os.PathLike[str] | None = None, *, resume: bool = True,
@@ -501,11 +496,6 @@ class EvalHarness:
             config={**self.config(), **{k: v for k, v in self.meta.items()}},
             complete=len(recs) == len(plan),
         )
-
-
-def _obs_hash(observation: Any) -> str:
-    blob = json.dumps(observation, sort_keys=True, default=repr, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def _digest(values: Iterable[Any]) -> str:

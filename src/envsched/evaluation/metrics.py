@@ -23,17 +23,20 @@ independent when ``samples_per_task > 1``; the binomial error then understates t
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import warnings
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from envsched.evaluation.records import OUTCOMES, EpisodeRecord
 
-__all__ = ["binomial_se", "breakdown", "mean_and_se", "pass_at_k", "per_task", "report", "score_records",
-           "wilson_interval"]
+__all__ = ["binomial_se", "breakdown", "mean_and_se", "pass_at_k", "per_task", "report", "reproducibility_check",
+           "score_records", "wilson_interval"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -185,3 +188,25 @@ def report(records: Iterable[EpisodeRecord], *, success_threshold: float = 1.0,
         "by_group": breakdown(recs, lambda r: r.group, success_threshold=thr),
         "by_difficulty": breakdown(recs, lambda r: r.difficulty, success_threshold=thr),
     }
+
+
+def reproducibility_check(first_observation: Callable[[], Any], task: Mapping[str, Any], seed: int | None, *,
+                          what: str = "resets") -> dict[str, Any]:
+    """RFC 013 D4: call ``first_observation()`` twice (each time on a fresh environment or session for
+    ``task`` and ``seed``) and compare SHA-256 hashes of the two. A mismatch warns and records
+    ``reproducible: false``; a failure records ``reproducible: None`` and the error. It covers the first
+    observation only. Both harnesses run it before an evaluation."""
+    hashes: list[str] = []
+    try:
+        for _ in range(2):
+            blob = json.dumps(first_observation(), sort_keys=True, default=repr, separators=(",", ":"))
+            hashes.append(hashlib.sha256(blob.encode()).hexdigest())
+    except Exception as exc:
+        return {"reproducible": None, "task_id": task.get("id"), "seed": seed,
+                "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    ok = hashes[0] == hashes[1]
+    if not ok:
+        warnings.warn(f"two fresh {what} of task {task.get('id')!r} with seed {seed} gave different first "
+                      "observations: the environment is not reproducible", RuntimeWarning, stacklevel=3)
+    return {"reproducible": ok, "task_id": task.get("id"), "split": task.get("split"), "index": task.get("index"),
+            "seed": seed, "hashes": hashes}

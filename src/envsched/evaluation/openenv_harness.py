@@ -27,20 +27,19 @@ the endpoint's token counts.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
 import tempfile
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envsched.envs.base import InfrastructureError
-from envsched.envs.openenv import TaskAPIClient, http_base_url, with_port
-from envsched.evaluation.metrics import report
+from envsched.envs.openenv import TaskAPIClient, http_base_url, selection_kwargs, with_port
+from envsched.evaluation.harness import _json_safe
+from envsched.evaluation.metrics import report, reproducibility_check
 from envsched.evaluation.policy import AnswerAdapter, ChatCompletionsPolicy, Policy, PolicyError
 from envsched.evaluation.records import EpisodeRecord
 from envsched.samplers.simple import SequentialSampler
@@ -232,10 +231,7 @@ class OpenEnvSessionFactory(ResourceSessionFactory):
     def create(self, task: Any, seed: int | None = None, episode_id: str | None = None) -> ResourceSession:
         if not isinstance(task, Mapping):
             raise TypeError(f"task must be a task spec (a mapping), got {type(task).__name__}")
-        kwargs = dict(self.reset_kwargs)
-        for key in ("split", "index"):
-            if task.get(key) is not None:
-                kwargs[key] = task[key]
+        kwargs = selection_kwargs(task, self.reset_kwargs)
         if seed is None:
             seed = task.get("seed")
         client = GenericEnvClient(base_url=self.base_url, connect_timeout_s=self.connect_timeout_s,
@@ -505,24 +501,14 @@ class EnvEvalHarness(OpenEnvEvalHarness):
     def reproducibility_check(self, task: Mapping[str, Any], seed: int | None) -> dict[str, Any]:
         """Create two fresh sessions for the same ``(split, index, seed)`` and compare a hash of their
         initial messages; a mismatch warns and records ``reproducible: false``."""
-        hashes: list[str] = []
-        try:
-            for _ in range(2):
-                session = self.session_factory.create(task=dict(task), seed=seed, episode_id=None)
-                try:
-                    blob = json.dumps(session.initial_messages(), sort_keys=True, default=repr)
-                    hashes.append(hashlib.sha256(blob.encode()).hexdigest())
-                finally:
-                    session.close()
-        except Exception as exc:
-            return {"reproducible": None, "task_id": task.get("id"), "seed": seed,
-                    "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-        ok = hashes[0] == hashes[1]
-        if not ok:
-            warnings.warn(f"two fresh sessions of task {task.get('id')!r} with seed {seed} began with different "
-                          "messages: the environment is not reproducible", RuntimeWarning, stacklevel=3)
-        return {"reproducible": ok, "task_id": task.get("id"), "split": task.get("split"),
-                "index": task.get("index"), "seed": seed, "hashes": hashes}
+        def first_observation() -> Any:
+            session = self.session_factory.create(task=dict(task), seed=seed, episode_id=None)
+            try:
+                return session.initial_messages()
+            finally:
+                session.close()
+
+        return reproducibility_check(first_observation, task, seed, what="sessions")
 
     # ------------------------------------------------------------------ running
     def run(self, harness_version: str, library_versions: dict[str, str], dataset: str,
@@ -644,13 +630,3 @@ def _record(item: Mapping[str, Any], sample: int, written: Mapping[str, Any] | N
     reward = obs.get("trace_reward") if obs.get("trace_reward") is not None else obs.get("verify_reward")
     return EpisodeRecord(**common, outcome="success" if float(reward) >= threshold else "failure",
                          reward=float(reward), error="dropped by keep_losses=False", **extra)
-
-
-def _json_safe(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, Mapping):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_json_safe(v) for v in obj]
-    return obj
