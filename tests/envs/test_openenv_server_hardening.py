@@ -7,8 +7,8 @@ split larger than the page limit.
 
 from __future__ import annotations
 
-import http.client
 import json
+import socket
 import urllib.error
 import urllib.request
 
@@ -31,6 +31,7 @@ def server():
              for i in range(BIG)]
     tasks += [{"id": f"tr-{i}", "env": "qa", "split": "train", "initial_state": {"question": f"T{i}?", "answer": "t"}}
               for i in range(5)]
+    tasks.append({"id": "broken", "env": "qa", "split": "bad", "initial_state": {}})  # its runner raises
     srv = ServerThread(make_app(TaskPool(tasks), env_name="hard", max_concurrent_envs=2)).start()
     yield srv
     srv.stop()
@@ -84,6 +85,8 @@ def test_client_mistakes_are_short_4xx_without_echo(server):
         code, text = _post(u, body, path=path)
         assert code == status, (path, body, code, text)
         assert marker not in text and "Traceback" not in text and len(text) < 400, text
+    code, text = _post(u, {"split": "bad", "index": 0, "episode_id": marker}, path="/reset")
+    assert (code, json.loads(text)) == (500, {"detail": "internal server error"})  # no traceback, no echo
     code, text = _post(u, b"{not json" + marker.encode(), path="/hard/num_tasks")
     assert code == 422 and marker not in text
     with pytest.raises(IndexError, match="unknown split"):
@@ -93,28 +96,36 @@ def test_client_mistakes_are_short_4xx_without_echo(server):
     assert info.value.status == 422
 
 
+def _raw(port: int, head: bytes, body_chunks=()) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(head)
+        for chunk in body_chunks:
+            sock.sendall(chunk)
+        data = b""
+        while True:
+            part = sock.recv(65536)
+            if not part:
+                return data
+            data += part
+
+
 def test_request_bodies_are_capped(server):
-    huge = json.dumps({"split": "big", "pad": "x" * (MAX_BODY_BYTES + 10)}).encode()
-    code, text = _post(server.url, huge, path="/hard/num_tasks")
-    assert code == 413 and str(MAX_BODY_BYTES) in text and "xxxx" not in text
-    # a chunked body without Content-Length is cut off as soon as it passes the limit
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-    conn.putrequest("POST", "/hard/num_tasks")
-    conn.putheader("Content-Type", "application/json")
-    conn.putheader("Transfer-Encoding", "chunked")
-    conn.endheaders()
+    # a declared 200 MB body is refused from its headers: the server answers before any of it is sent
+    head = (b"POST /hard/num_tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 200000000\r\n\r\n")
+    reply = _raw(server.port, head)
+    assert reply.startswith(b"HTTP/1.1 413") and str(MAX_BODY_BYTES).encode() in reply
+    # a chunked body without Content-Length is refused as soon as it passes the limit
+    head = (b"POST /hard/num_tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
     chunk = b"x" * 65536
-    try:
-        for _ in range(MAX_BODY_BYTES // len(chunk) + 2):
-            conn.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-        conn.send(b"0\r\n\r\n")
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-    resp = conn.getresponse()
-    assert resp.status == 413
-    conn.close()
-    assert _post(server.url, {"split": "big"}, path="/hard/num_tasks") == (200, json.dumps({"num_tasks": BIG},
-                                                                                           separators=(",", ":")))
+    chunks = [b"%x\r\n%s\r\n" % (len(chunk), chunk)] * (MAX_BODY_BYTES // len(chunk) + 2) + [b"0\r\n\r\n"]
+    reply = _raw(server.port, head, chunks)
+    assert reply.startswith(b"HTTP/1.1 413") and b"xxxx" not in reply
+    # a body just under the limit is served
+    code, text = _post(server.url, json.dumps({"split": "big"}).encode() + b" " * (MAX_BODY_BYTES - 100),
+                       path="/hard/num_tasks")
+    assert (code, json.loads(text)) == (200, {"num_tasks": BIG})
 
 
 def test_reset_without_split_and_index_serves_the_default_split(server):

@@ -429,6 +429,14 @@ class _BodyLimit:
             body = message.get("body", b"")
             size += len(body)
             if size > limit:
+                # discard (never keep) what the client is still sending, up to 8 more times the limit, so
+                # that it reads the answer instead of a reset connection; a larger body is cut off
+                drained = 0
+                while message.get("more_body", False) and drained < 8 * limit:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    drained += len(message.get("body", b""))
                 await _plain(send, 413, f"request body too large (limit {limit} bytes)")
                 return
             chunks.append(body)
