@@ -26,7 +26,6 @@ from envsched.envs.base import InfrastructureError
 from envsched.envs.openenv import (
     OpenEnvEnvironment,
     TaskAPIClient,
-    TaskAPIError,
     http_base_url,
 )
 from envsched.envs.openenv_server import (
@@ -105,8 +104,10 @@ def test_task_api_client_routes_paging_and_errors(proc_server):
     assert [t["id"] for t in client.iter_tasks("test", page_size=2)] == ["a", "b", "c", "d", "e"]
     with pytest.raises(IndexError):
         client.get_task("test", 5)
-    with pytest.raises(TaskAPIError):  # unknown split: the server's KeyError is a 500
+    with pytest.raises(IndexError, match="unknown split"):  # the caller's mistake: 400, not infrastructure
         client.num_tasks("nope")
+    with pytest.raises(IndexError):  # negative ranges are refused like negative /task indexes
+        client.get_task_range("test", -2)
     with pytest.raises(LookupError, match="not found"):
         TaskAPIClient(url, "no_such_env").num_tasks("test")
     with pytest.raises(ValueError):

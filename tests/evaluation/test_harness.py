@@ -125,7 +125,7 @@ def test_eval_schedule_logs_sampler_counters(tmp_path, stub_llm, rg_tasks):
                           check_reproducibility=False)
     sampler = UniformSampler(rg_tasks, seed=0)
     seen = []
-    sched = EvalSchedule(harness, 2, lambda step, r: seen.append((step, r.training)), sampler=sampler,
+    sched = EvalSchedule(harness, None, 2, lambda step, r: seen.append((step, r.training)), sampler=sampler,
                          output_dir=tmp_path)
     assert sched.maybe_run(0) is not None  # the baseline
     for step in (1, 2, 2, 3):
@@ -138,7 +138,9 @@ def test_eval_schedule_logs_sampler_counters(tmp_path, stub_llm, rg_tasks):
     stored = json.loads((tmp_path / "step-00000002" / "result.json").read_text())
     assert stored["training"]["step"] == 2 and stored["scores"]["success_rate"] == 1.0
     with pytest.raises(ValueError):
-        EvalSchedule(harness, 0)
+        EvalSchedule(harness, None, 0)
+    with pytest.raises(TypeError, match="config is None"):
+        EvalSchedule(harness, 2, 3)  # a pre-RFC call: the config slot got a number
     with pytest.raises(ValueError):
         sched.due(-1)
 

@@ -73,3 +73,28 @@ def test_record_validation():
         _r("a", 0, "success", None)
     with pytest.raises(ValueError, match="reward None"):
         _r("a", 0, "unscored", 0.0)
+
+
+def test_wilson_interval_has_width_at_zero_and_one():
+    from envsched.evaluation.metrics import wilson_interval
+
+    def closed_form(c, n, z=1.959963984540054):  # Wilson (1927), written out independently of scipy
+        p = c / n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+        return centre - half, centre + half
+
+    for c, n in ((0, 10), (10, 10), (3, 8), (1, 1)):
+        lo, hi = wilson_interval(c, n)
+        assert (lo, hi) == pytest.approx(closed_form(c, n), abs=1e-9)
+        assert hi - lo > 0.1
+    assert wilson_interval(0, 10)[0] == pytest.approx(0.0, abs=1e-12) and wilson_interval(0, 10)[1] > 0.27
+    assert all(math.isnan(x) for x in wilson_interval(0, 0))
+    for bad in ((-1, 3), (4, 3), (1.5, 3), (True, 3)):
+        with pytest.raises(ValueError):
+            wilson_interval(*bad)
+    recs = [EpisodeRecord(task_id=f"t{i}", seed=0, sample=0, outcome="success", reward=1.0) for i in range(5)]
+    scores = score_records(recs)
+    assert scores["success_rate"] == 1.0 and scores["success_rate_se"] == 0.0  # the RFC's SE: zero width
+    lo, hi = scores["success_rate_ci"]
+    assert hi == pytest.approx(1.0) and lo == pytest.approx(closed_form(5, 5)[0]) and lo < 0.6

@@ -19,7 +19,7 @@ def make(kind, pool, seed=0):
         return UniformSampler(pool, seed=seed)
     if kind == "curriculum":
         return CurriculumSampler(pool, group_size=4, seed=seed)
-    return SequentialSampler(pool, seeds=[0, 1])
+    return SequentialSampler(pool, seeds=[0, 1], require_dispatch=True)  # RFC default: off
 
 
 KINDS = ["uniform", "curriculum", "sequential"]

@@ -34,7 +34,7 @@ def _envsched(pool: TaskPool) -> Any:
 FACTORIES = {
     "uniform": lambda pool, tmp: UniformSampler(pool, seed=1),
     "curriculum": lambda pool, tmp: CurriculumSampler(pool, group_size=GROUP, seed=1),
-    "sequential": lambda pool, tmp: SequentialSampler(pool),
+    "sequential": lambda pool, tmp: SequentialSampler(pool, require_dispatch=True),
     "envsched": lambda pool, tmp: _envsched(pool),
     "durable": lambda pool, tmp: DurableSampler(UniformSampler(pool, seed=1), tmp / "h.sqlite", group_size=GROUP),
     "host": lambda pool, tmp: SamplerHost(CurriculumSampler(pool, group_size=GROUP, seed=1), group_size=GROUP).client(),

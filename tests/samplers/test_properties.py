@@ -37,7 +37,7 @@ FACTORIES = {
     "uniform": lambda: (lambda pool: UniformSampler(pool, seed=3)),
     "curriculum-difficulty": lambda: (lambda pool: CurriculumSampler(pool, group_size=4, key="difficulty", seed=3)),
     "curriculum-id": lambda: (lambda pool: CurriculumSampler(pool, group_size=4, key="id", decay=1.0, seed=3)),
-    "sequential": lambda: (lambda pool: SequentialSampler(pool, seeds=[0, 1], wrap=True)),
+    "sequential": lambda: (lambda pool: SequentialSampler(pool, seeds=[0, 1], wrap=True, require_dispatch=True)),
     "envsched": _envsched_factory,
 }
 

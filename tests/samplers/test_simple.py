@@ -98,3 +98,35 @@ def test_curriculum_numeric_keys_sort_numerically():
     s = CurriculumSampler(tasks(12, difficulty=lambda i: i), group_size=2)
     assert s.curriculum_keys[:3] == ["0", "1", "2"] and s.curriculum_keys[-1] == "11"
     assert np.isclose(sum(s.weights().values()), 12 * (1 - 2 * 0.25 + 0.05))
+
+
+def test_uniform_rng_seed_is_the_rfc_name_and_seed_an_alias():
+    a, b, c = UniformSampler(tasks(8), rng_seed=4), UniformSampler(tasks(8), 4), UniformSampler(tasks(8), seed=4)
+    draws = [[t["id"] for t in s.sample(8)] for s in (a, b, c)]
+    assert draws[0] == draws[1] == draws[2] != [t["id"] for t in UniformSampler(tasks(8), rng_seed=5).sample(8)]
+    assert a.rng_seed == a.seed == 4 and "rng_seed" not in a.get_params() and a.get_params()["seed"] == 4
+    with pytest.raises(ValueError, match="disagree"):
+        UniformSampler(tasks(8), 3, seed=4)
+
+
+def test_uniform_iterates_without_end_one_epoch_at_a_time():
+    import itertools
+
+    s = UniformSampler(tasks(5), rng_seed=0)
+    first = [t["id"] for t in itertools.islice(s, 5)]
+    second = [t["id"] for t in itertools.islice(s, 5)]
+    assert sorted(first) == sorted(second) == [f"t{i}" for i in range(5)] and first != second
+    assert s.epoch == 2 and s.outstanding_groups == 10  # drawn through sample(): dispatched like any draw
+
+
+def test_sequential_update_accepts_any_task_of_its_pool():
+    s = SequentialSampler(tasks(3), seeds=[0])
+    assert [t["id"] for t in s] == ["t0", "t1", "t2"] and not s.exhausted  # iterating leaves sample() alone
+    s.update(tasks(3)[2], [1.0, 0.0])  # never drawn: only the counters move
+    assert (s.groups, s.signal_groups, s.episodes) == (1, 1, 2)
+    assert [t["id"] for t in s.sample(2)] == ["t0", "t1"]
+    with pytest.raises(KeyError):
+        s.update({"id": "elsewhere", "env": "e0"}, [1.0])
+    strict = SequentialSampler(tasks(3), require_dispatch=True)
+    with pytest.raises(ValueError, match="without an outstanding dispatch"):
+        strict.update(tasks(3)[0], [1.0])

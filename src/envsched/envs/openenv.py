@@ -3,7 +3,9 @@
 :class:`TaskAPIClient` reads task metadata over HTTP (the RFC 013 client: ``list_splits``, ``list_tasks``,
 ``num_tasks``, ``get_task``, ``get_task_range``, ``iter_tasks``). It needs only the standard library, so
 task discovery works without the ``openenv`` package. Errors follow the RFC: HTTP 501 raises
-``NotImplementedError``, HTTP 400 ``IndexError``; a server that cannot be reached (or answers 5xx)
+``NotImplementedError``, HTTP 400 ``IndexError`` (an index or range out of bounds, an unknown split),
+HTTP 404 ``LookupError`` (wrong environment name), any other 4xx :class:`TaskAPIRequestError` (a
+``ValueError``): every 4xx is the caller's mistake. A server that cannot be reached (or answers 5xx)
 raises :class:`~envsched.envs.base.InfrastructureError`.
 
 :class:`OpenEnvEnvironment` runs episodes over the server's ``/ws`` session with ``openenv``'s
@@ -40,7 +42,10 @@ __all__ = [
     "OpenEnvServerError",
     "TaskAPIClient",
     "TaskAPIError",
+    "TaskAPIRequestError",
     "http_base_url",
+    "selection_kwargs",
+    "with_port",
 ]
 
 #: WebSocket error codes that mean the infrastructure (not the policy, not the task) failed.
@@ -56,6 +61,15 @@ class TaskAPIError(InfrastructureError):
         super().__init__(message)
         self.status = status
         self.detail = detail
+
+
+class TaskAPIRequestError(ValueError):
+    """The Task API refused the request as the caller's mistake (HTTP 4xx other than 400, 404 and 501):
+    a bad field, a body too large, ... Not an infrastructure failure: retrying does not help."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class OpenEnvServerError(RuntimeError):
@@ -94,6 +108,30 @@ def http_base_url(url: str) -> str:
     if path.endswith("/ws"):
         path = path[:-3]
     return urllib.parse.urlunsplit((scheme, parts.netloc, path, "", ""))
+
+
+def with_port(url: str, port: int | None) -> str:
+    """``openenv collect``'s ``--llm-port``: ``port`` is added to ``url`` when the URL names none."""
+    if port is None:
+        return url
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError(f"port must be an integer in 1..65535, got {port!r}")
+    parts = urllib.parse.urlsplit(url)
+    if not parts.hostname or parts.port is not None:
+        return url
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    auth = parts.netloc.rpartition("@")[0]
+    netloc = (auth + "@" if auth else "") + f"{host}:{port}"
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def selection_kwargs(task: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``reset`` keys that select ``task`` (RFC 013): its ``split`` and ``index``, over ``base``."""
+    kwargs = dict(base or {})
+    for key in ("split", "index"):
+        if task.get(key) is not None:
+            kwargs[key] = task[key]
+    return kwargs
 
 
 def _detail(body: bytes) -> Any:
@@ -238,8 +276,9 @@ def _http_json(method: str, url: str, body: dict[str, Any] | None, timeout_s: fl
             raise LookupError(f"{what}: not found (HTTP 404): {detail}. Either the environment name is wrong "
                               "(see TaskAPIClient.list_environments) or the server predates the Task API "
                               "(openenv-core 0.3.0)") from None
-        if status == 422:
-            raise ValueError(f"{what}: the server rejected the request (HTTP 422): {detail}") from None
+        if 400 <= status < 500:  # 409, 413, 422, ...: the caller's mistake, not the infrastructure's
+            raise TaskAPIRequestError(f"{what}: the server refused the request (HTTP {status}): {detail}",
+                                      status=status) from None
         raise TaskAPIError(f"{what}: server error HTTP {status}: {detail}", status=status, detail=detail) from None
     except (urllib.error.URLError, ConnectionError, TimeoutError, HTTPException, OSError) as exc:
         reason = getattr(exc, "reason", exc)
@@ -337,10 +376,7 @@ class OpenEnvEnvironment(Environment):
     def reset(self, task: Mapping[str, Any], seed: int | None = None) -> Any:
         if not isinstance(task, Mapping):
             raise TypeError(f"task must be a task spec (a mapping), got {type(task).__name__}")
-        kwargs = dict(self.reset_kwargs)
-        for key in ("split", "index"):
-            if task.get(key) is not None:
-                kwargs[key] = task[key]
+        kwargs = selection_kwargs(task, self.reset_kwargs)
         if seed is not None:
             if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
                 raise ValueError(f"seed must be a non-negative integer, got {seed!r}")

@@ -24,6 +24,20 @@ Start it with uvicorn on loopback::
 Without ``ENVSCHED_OPENENV_POOL`` it serves :func:`chain_sum_pool` (RFC 013's example: five chain_sum tiers,
 2000 train and 100 test tasks per tier). The Task API is keyed by ``env_name`` (default ``envsched_pool``,
 ``ENVSCHED_OPENENV_NAME``); ``ENVSCHED_OPENENV_MAX_SESSIONS`` sets the concurrent session limit (default 8).
+
+Fit to expose (see docs/evaluation.md, "The Task API server"):
+
+* pages are bounded: ``/task_range`` serves at most :data:`MAX_PAGE_SIZE` tasks per request (a larger or
+  unbounded range on a larger split gets 400 naming the limit); ``/tasks`` returns a bounded preview (the
+  first :data:`MAX_PAGE_SIZE` tasks; RFC 013: page with ``/task_range``, total from ``/num_tasks``);
+* negative or out-of-range ``start``/``stop`` (beyond ``num_tasks``, or ``start > stop``) get 400 like an
+  out-of-range ``/task`` index; an unknown split gets 400;
+* every client mistake is a 4xx with a short message that does not echo the request (validation errors
+  list the fields only); request bodies above :data:`MAX_BODY_BYTES` get 413 before they are read; an
+  unexpected error is a bare 500 ``internal server error`` (no traceback in the response);
+* ``reset()`` without ``split``/``index`` serves the default split (``train`` if the pool has one, else
+  the first split by name; ``make_app(default_split=...)``/``ENVSCHED_OPENENV_DEFAULT_SPLIT``), index
+  ``seed % num_tasks`` (``seed`` 0 when not given), so OpenEnv's generic ``reset(seed=0)`` works.
 """
 
 from __future__ import annotations
@@ -48,19 +62,27 @@ from pydantic import Field
 
 __all__ = [
     "DEFAULT_ENV_NAME",
+    "MAX_BODY_BYTES",
+    "MAX_PAGE_SIZE",
     "AnswerAction",
     "AnswerEnvironment",
     "PoolTaskEnvironment",
     "ServerThread",
     "TaskObservation",
+    "TaskRequestError",
     "chain_sum_pool",
     "create_default_app",
+    "harden_app",
     "make_app",
     "pool_environment_class",
     "reasoning_gym_entry",
 ]
 
 DEFAULT_ENV_NAME = "envsched_pool"
+#: Most tasks one ``/task_range`` (or ``/tasks`` preview) response holds.
+MAX_PAGE_SIZE = 1000
+#: Largest request body accepted (bytes); larger ones get 413 without being read.
+MAX_BODY_BYTES = 1 << 20
 #: RFC 013's example: test seeds are offset so that no test question is a train question.
 SPLIT_SEED_OFFSET = {"train": 0, "validation": 250_000_000, "test": 500_000_000}
 _EPISODE_SEED_STRIDE = 1_000_003
@@ -156,6 +178,22 @@ class AnswerEnvironment(Environment):
         return self._reward if self._done else None
 
 
+class TaskRequestError(Exception):
+    """A client mistake: answered with ``status`` (4xx) and the short ``message`` (which never quotes
+    the request). Over the WebSocket it arrives as an ``EXECUTION_ERROR`` with the same message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _int_arg(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TaskRequestError(400, f"{name} must be an integer")
+    return value
+
+
 # ---------------------------------------------------------------------------- the OpenEnv environment
 class PoolTaskEnvironment(OpenEnvBase):
     """OpenEnv environment over a pool (configure it with :func:`pool_environment_class`)."""
@@ -163,6 +201,7 @@ class PoolTaskEnvironment(OpenEnvBase):
     SUPPORTS_CONCURRENT_SESSIONS = True
     pool: TaskPool
     runner_factory: Callable[[], Environment] = AnswerEnvironment
+    default_split: str
     _splits: dict[str, list[dict[str, Any]]]
 
     def __init__(self) -> None:
@@ -176,35 +215,57 @@ class PoolTaskEnvironment(OpenEnvBase):
         return list(self._splits)
 
     def list_tasks(self, split: str) -> list[Any]:
-        return [_public(t) for t in self._split(split)]
+        """A bounded preview: the first :data:`MAX_PAGE_SIZE` tasks (page with ``get_task_range``)."""
+        return [_public(t) for t in self._split(split)[:MAX_PAGE_SIZE]]
 
     def num_tasks(self, split: str) -> int:
         return len(self._split(split))
 
     def get_task(self, split: str, index: int) -> Any:
         tasks = self._split(split)
-        if not 0 <= index < len(tasks):
-            raise IndexError(f"index {index} out of range for split {split!r} ({len(tasks)} tasks)")
+        if not 0 <= _int_arg("index", index) < len(tasks):
+            raise IndexError("task index out of range")
         return _public(tasks[index])
 
     def get_task_range(self, split: str, start: int | None = None, stop: int | None = None) -> list[Any]:
-        return [_public(t) for t in self._split(split)[start:stop]]
+        """Tasks ``[start, stop)``: both within ``0..num_tasks``, ``start <= stop``, at most
+        :data:`MAX_PAGE_SIZE` of them (``None``: the split's start / end)."""
+        tasks = self._split(split)
+        n = len(tasks)
+        lo = 0 if start is None else _int_arg("start", start)
+        hi = n if stop is None else _int_arg("stop", stop)
+        if lo < 0 or hi < 0:
+            raise TaskRequestError(400, "start and stop must be >= 0 (negative indexes are not served)")
+        if lo > n or hi > n:
+            raise TaskRequestError(400, f"start and stop must be <= num_tasks ({n} in this split)")
+        if lo > hi:
+            raise TaskRequestError(400, "start must be <= stop")
+        if hi - lo > MAX_PAGE_SIZE:
+            raise TaskRequestError(400, f"range too large: at most {MAX_PAGE_SIZE} tasks per request "
+                                        "(page with start/stop; num_tasks gives the total)")
+        return [_public(t) for t in tasks[lo:hi]]
 
     def _split(self, split: str) -> list[dict[str, Any]]:
-        try:
-            return self._splits[split]
-        except KeyError:
-            raise KeyError(f"unknown split {split!r}; this pool has {sorted(self._splits)}") from None
+        tasks = self._splits.get(split) if isinstance(split, str) else None
+        if tasks is None:
+            raise TaskRequestError(400, "unknown split (GET /{env_name}/splits lists them)")
+        return tasks
 
     # episodes
     def reset(self, seed: int | None = None, episode_id: str | None = None, split: str | None = None,
               index: int | None = None, **kwargs: Any) -> TaskObservation:
-        if split is None or index is None:
-            raise ValueError("reset needs split and index (select a task through the Task API)")
+        """Start an episode on task ``index`` of ``split``. Without ``split`` the default split is used;
+        without ``index`` the task ``seed % num_tasks`` (OpenEnv's generic ``reset(seed=...)``)."""
+        if seed is not None and (_int_arg("seed", seed) < 0):
+            raise TaskRequestError(400, "seed must be >= 0")
+        if split is None:
+            split = type(self).default_split
         tasks = self._split(split)
-        if not 0 <= int(index) < len(tasks):
-            raise IndexError(f"index {index} out of range for split {split!r} ({len(tasks)} tasks)")
-        task = tasks[int(index)]
+        if index is None:
+            index = (seed or 0) % len(tasks)
+        if not 0 <= _int_arg("index", index) < len(tasks):
+            raise TaskRequestError(400, "task index out of range")
+        task = tasks[index]
         prompt = self._runner.reset(task, seed)
         self._task = task
         self._state = State(episode_id=episode_id, step_count=0)
@@ -213,7 +274,8 @@ class PoolTaskEnvironment(OpenEnvBase):
 
     def step(self, action: AnswerAction, timeout_s: float | None = None, **kwargs: Any) -> TaskObservation:
         if self._task is None:
-            raise RuntimeError("step before reset")
+            raise TaskRequestError(409, "step before reset: HTTP /reset and /step are stateless, run "
+                                        "episodes over the /ws session")
         result = self._runner.step({"answer": action.answer})
         self._state.step_count += 1
         reward = self._runner.final_reward() if result.done else result.reward
@@ -253,20 +315,153 @@ def _by_split(pool: TaskPool) -> dict[str, list[dict[str, Any]]]:
 
 
 def pool_environment_class(pool: TaskPool, runner_factory: Callable[[], Environment] = AnswerEnvironment,
-                           name: str = "PoolTaskEnv") -> type[PoolTaskEnvironment]:
-    """A :class:`PoolTaskEnvironment` subclass bound to ``pool`` (OpenEnv builds envs from a class)."""
+                           name: str = "PoolTaskEnv", default_split: str | None = None) -> type[PoolTaskEnvironment]:
+    """A :class:`PoolTaskEnvironment` subclass bound to ``pool`` (OpenEnv builds envs from a class).
+
+    ``default_split`` (for ``reset`` without ``split``): ``train`` if the pool has it, else the first
+    split by name."""
     if not isinstance(pool, TaskPool):
         pool = TaskPool(pool)
-    return type(name, (PoolTaskEnvironment,), {"pool": pool, "_splits": _by_split(pool),
+    splits = _by_split(pool)
+    if default_split is None:
+        default_split = "train" if "train" in splits else sorted(splits)[0]
+    elif default_split not in splits:
+        raise ValueError(f"default_split {default_split!r} is not a split of the pool ({sorted(splits)})")
+    return type(name, (PoolTaskEnvironment,), {"pool": pool, "_splits": splits, "default_split": default_split,
                                                "runner_factory": staticmethod(runner_factory)})
 
 
 def make_app(pool: TaskPool, *, env_name: str = DEFAULT_ENV_NAME, max_concurrent_envs: int = 8,
-             runner_factory: Callable[[], Environment] = AnswerEnvironment) -> Any:
-    """A FastAPI app (serve it with uvicorn) for ``pool``: Task API + WebSocket episodes."""
-    env_cls = pool_environment_class(pool, runner_factory)
-    return create_app(env_cls, AnswerAction, TaskObservation, env_name=env_name,
-                      max_concurrent_envs=max_concurrent_envs)
+             runner_factory: Callable[[], Environment] = AnswerEnvironment, default_split: str | None = None,
+             max_body_bytes: int = MAX_BODY_BYTES) -> Any:
+    """A FastAPI app (serve it with uvicorn) for ``pool``: Task API + WebSocket episodes, hardened
+    (:func:`harden_app`)."""
+    env_cls = pool_environment_class(pool, runner_factory, default_split=default_split)
+    app = create_app(env_cls, AnswerAction, TaskObservation, env_name=env_name,
+                     max_concurrent_envs=max_concurrent_envs)
+    return harden_app(app, max_body_bytes=max_body_bytes)
+
+
+def harden_app(app: Any, *, max_body_bytes: int = MAX_BODY_BYTES) -> Any:
+    """Make an OpenEnv FastAPI app answer client mistakes with short 4xx messages.
+
+    * :class:`TaskRequestError` -> its status and message;
+    * request validation errors (FastAPI's and the ``/step`` action's) -> 422 naming the fields, never
+      echoing their values (FastAPI's default puts the input into the response);
+    * any other exception -> 500 ``{"detail": "internal server error"}`` (logged server-side by type);
+    * request bodies above ``max_body_bytes`` -> 413 before the body is read (``Content-Length``), or
+      as soon as the streamed body passes the limit.
+    """
+    import logging
+
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from pydantic import ValidationError
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1:
+        raise ValueError(f"max_body_bytes must be a positive integer, got {max_body_bytes!r}")
+    log = logging.getLogger("envsched.openenv_server")
+
+    def fields(errors: Any) -> str:
+        names = []
+        for e in errors if isinstance(errors, list) else []:
+            loc = [str(x) for x in (e.get("loc") or ()) if x not in ("body",)] if isinstance(e, dict) else []
+            kind = e.get("type", "invalid") if isinstance(e, dict) else "invalid"
+            names.append(f"{'.'.join(loc) or 'body'} ({kind})"[:80])
+        return ", ".join(names[:10]) or "malformed request"
+
+    async def task_error(request: Any, exc: TaskRequestError) -> Any:
+        return JSONResponse({"detail": exc.message}, status_code=exc.status)
+
+    async def validation_error(request: Any, exc: Any) -> Any:
+        return JSONResponse({"detail": f"invalid request: {fields(exc.errors())}"}, status_code=422)
+
+    async def http_error(request: Any, exc: StarletteHTTPException) -> Any:
+        detail = exc.detail
+        if isinstance(detail, list):
+            detail = f"invalid request: {fields(detail)}"
+        elif not isinstance(detail, str):
+            detail = "request refused"
+        return JSONResponse({"detail": detail[:300]}, status_code=exc.status_code, headers=exc.headers)
+
+    async def unexpected(request: Any, exc: Exception) -> Any:
+        log.error("internal error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+        return JSONResponse({"detail": "internal server error"}, status_code=500)
+
+    app.add_exception_handler(TaskRequestError, task_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(ValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)
+    app.add_middleware(_BodyLimit, max_body_bytes=max_body_bytes)
+    app.state.max_body_bytes = max_body_bytes
+    return app
+
+
+class _BodyLimit:
+    """ASGI middleware: refuse HTTP request bodies above ``max_body_bytes`` with 413."""
+
+    def __init__(self, app: Any, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_body_bytes
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    too_big = int(value) > limit
+                except ValueError:
+                    await _plain(send, 400, "invalid Content-Length")
+                    return
+                if too_big:
+                    await _plain(send, 413, f"request body too large (limit {limit} bytes)")
+                    return
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > limit:
+                # discard (never keep) what the client is still sending, up to 8 more times the limit, so
+                # that it reads the answer instead of a reset connection; a larger body is cut off
+                drained = 0
+                while message.get("more_body", False) and drained < 8 * limit:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    drained += len(message.get("body", b""))
+                await _plain(send, 413, f"request body too large (limit {limit} bytes)")
+                return
+            chunks.append(body)
+            more = message.get("more_body", False)
+        replay = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        sent = False
+
+        async def replay_receive() -> Any:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return replay
+            return await receive()
+
+        await self.app(scope, replay_receive, send)
+
+
+async def _plain(send: Any, status: int, message: str) -> None:
+    import json as _json
+
+    body = _json.dumps({"detail": message}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def chain_sum_pool(per_tier: Mapping[str, int] | None = None, tiers: int = 5) -> TaskPool:
@@ -296,7 +491,8 @@ def create_default_app() -> Any:
     path = os.environ.get("ENVSCHED_OPENENV_POOL")
     pool = TaskPool.from_file(Path(path)) if path else chain_sum_pool()
     return make_app(pool, env_name=os.environ.get("ENVSCHED_OPENENV_NAME", DEFAULT_ENV_NAME),
-                    max_concurrent_envs=int(os.environ.get("ENVSCHED_OPENENV_MAX_SESSIONS", "8")))
+                    max_concurrent_envs=int(os.environ.get("ENVSCHED_OPENENV_MAX_SESSIONS", "8")),
+                    default_split=os.environ.get("ENVSCHED_OPENENV_DEFAULT_SPLIT") or None)
 
 
 class ServerThread:

@@ -4,12 +4,18 @@
   policy, with retries, a concurrency limit, per-episode timeouts and resumption from its JSONL;
 * :class:`ChatCompletionsPolicy` queries an OpenAI-compatible endpoint; adapters turn its text into actions;
 * :func:`compare_eval_results` lists fixed, regressed and left-out tasks and the change of each metric;
-* :class:`EvalSchedule` evaluates every ``n`` optimizer steps (step 0: the baseline).
+* :class:`EvalSchedule` evaluates every ``n`` optimizer steps (step 0: the baseline);
+* :class:`EnvEvalHarness` (RFC 013's form: an ``openenv.core.evals.EvalHarness`` on OpenEnv's
+  ``CollectRunner``), :class:`OpenEnvSessionFactory`, :class:`AnswerHarnessAdapter` and
+  :func:`policy_model_step` live in :mod:`envsched.evaluation.openenv_harness` (they need ``openenv``;
+  imported on first use). Both harnesses score with :func:`envsched.evaluation.metrics.report`.
 """
+
+from typing import Any
 
 from envsched.evaluation.compare import EvalComparison, compare_eval_results
 from envsched.evaluation.harness import EpisodeSettings, EvalHarness, EvalResult, run_episode
-from envsched.evaluation.metrics import binomial_se, pass_at_k, score_records
+from envsched.evaluation.metrics import binomial_se, pass_at_k, report, score_records, wilson_interval
 from envsched.evaluation.policy import (
     AnswerAdapter,
     ChatCompletionsPolicy,
@@ -22,10 +28,14 @@ from envsched.evaluation.policy import (
 from envsched.evaluation.records import OUTCOMES, EpisodeLog, EpisodeRecord, episode_key
 from envsched.evaluation.schedule import EvalSchedule
 
+_OPENENV = ("AnswerHarnessAdapter", "EnvEvalHarness", "OpenEnvSessionFactory", "policy_model_step")
+
 __all__ = [
     "OUTCOMES",
     "AnswerAdapter",
+    "AnswerHarnessAdapter",
     "ChatCompletionsPolicy",
+    "EnvEvalHarness",
     "EpisodeLog",
     "EpisodeRecord",
     "EpisodeSettings",
@@ -34,6 +44,7 @@ __all__ = [
     "EvalResult",
     "EvalSchedule",
     "FunctionCallAdapter",
+    "OpenEnvSessionFactory",
     "Policy",
     "PolicyError",
     "PolicyResponse",
@@ -42,6 +53,18 @@ __all__ = [
     "compare_eval_results",
     "episode_key",
     "pass_at_k",
+    "policy_model_step",
+    "report",
     "run_episode",
     "score_records",
+    "wilson_interval",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the OpenEnv-based pieces on first use (``openenv`` takes seconds to import)."""
+    if name in _OPENENV:
+        from envsched.evaluation import openenv_harness
+
+        return getattr(openenv_harness, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

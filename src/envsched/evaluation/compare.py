@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from envsched.evaluation.harness import EvalResult
+from envsched.evaluation.harness import EvalResult, read_result_json
 
-__all__ = ["COMPARED_METRICS", "EvalComparison", "compare_eval_results"]
+__all__ = ["COMPARED_METRICS", "EvalComparison", "as_eval_result", "compare_eval_results"]
 
 #: Metrics whose change is reported, each with the key of its standard error.
 COMPARED_METRICS = ("success_rate", "mean_reward", "mean_turns", "mean_completion_tokens", "unscored_rate",
@@ -41,29 +41,48 @@ class EvalComparison:
                 "pass_at_k": self.pass_at_k}
 
 
-def _as_result(obj: EvalResult | Mapping[str, Any] | str | os.PathLike[str]) -> EvalResult:
+def as_eval_result(obj: Any) -> EvalResult:
+    """envsched's ``EvalResult``, OpenEnv's ``EvalResult`` (from ``EnvEvalHarness.run_from_config``), the
+    scores dict ``EnvEvalHarness.run`` returns, either's dict, or a path to either's ``result.json``."""
     if isinstance(obj, EvalResult):
         return obj
+    if hasattr(obj, "scores") and hasattr(obj, "config") and isinstance(obj.scores, Mapping):
+        return _from_scores(obj.scores)  # openenv.core.evals.EvalResult
     if isinstance(obj, Mapping):
+        if obj.get("format") is None and isinstance(obj.get("scores"), Mapping) and "config" in obj:
+            return _from_scores(obj["scores"])  # an OpenEnv EvalResult as a dict
+        if obj.get("format") is None and "per_task" in obj:
+            return _from_scores(obj)  # EnvEvalHarness.run's scores
         return EvalResult.from_dict(obj)
     if isinstance(obj, str | os.PathLike):
-        return EvalResult.load(obj)
-    raise TypeError(f"expected an EvalResult, its dict or a path to result.json, got {type(obj).__name__}")
+        return as_eval_result(read_result_json(obj))
+    raise TypeError(f"expected an EvalResult (envsched's or OpenEnv's), its dict, EnvEvalHarness.run's scores "
+                    f"or a path to result.json, got {type(obj).__name__}")
+
+
+def _from_scores(scores: Mapping[str, Any]) -> EvalResult:
+    if not isinstance(scores.get("per_task"), Mapping):
+        raise ValueError("these scores have no per_task outcomes: not an RFC 013 evaluation result")
+    return EvalResult(scores=dict(scores), per_task=dict(scores["per_task"]), by_env=dict(scores.get("by_env") or {}),
+                      by_group=dict(scores.get("by_group") or {}),
+                      by_difficulty=dict(scores.get("by_difficulty") or {}),
+                      reproducible=scores.get("reproducible"),
+                      reproducibility=dict(scores.get("reproducibility") or {}), config={})
 
 
 def _num(x: Any) -> float:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else math.nan
 
 
-def compare_eval_results(before: EvalResult | Mapping[str, Any] | str | os.PathLike[str],
-                         after: EvalResult | Mapping[str, Any] | str | os.PathLike[str]) -> EvalComparison:
-    """Compare ``before`` and ``after`` (results, their dicts, or paths to ``result.json`` / its folder).
+def compare_eval_results(before: Any, after: Any) -> EvalComparison:
+    """Compare ``before`` and ``after``: envsched or OpenEnv ``EvalResult``s, ``EnvEvalHarness.run``'s
+    scores, their dicts, or paths to a ``result.json`` (or its folder) written by either harness.
 
     A task is compared only when both sides scored it (per-task outcome ``pass`` or ``fail``); every other
     task is listed in ``left_out`` with the reason. A metric's change is ``significant`` when
     ``|delta| >= 1.96 * sqrt(se_before**2 + se_after**2)``; without standard errors the note says so.
     """
-    b, a = _as_result(before), _as_result(after)
+    b, a = as_eval_result(before), as_eval_result(after)
     fixed, regressed, same_pass, same_fail = [], [], [], []
     left_out: dict[str, str] = {}
     for tid in sorted(set(b.per_task) | set(a.per_task)):

@@ -25,7 +25,6 @@ import os
 import threading
 import time
 import traceback
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from typing import Any
 
 from envsched.envs.base import Environment, InfrastructureError
 from envsched.envs.openenv import InvalidActionError
-from envsched.evaluation.metrics import breakdown, per_task, score_records
+from envsched.evaluation.metrics import report, reproducibility_check
 from envsched.evaluation.policy import ActionAdapter, AnswerAdapter, Policy, PolicyError
 from envsched.evaluation.records import EpisodeLog, EpisodeRecord, episode_key
 from envsched.pool.pool import TaskPool
@@ -237,16 +236,20 @@ class EvalResult:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> EvalResult:
-        path = Path(path)
-        if path.is_dir():
-            path = path / RESULT_FILE
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise FileNotFoundError(f"no evaluation result at {path}") from None
-        except ValueError as exc:
-            raise ValueError(f"{path} is not valid JSON: {exc}") from None
-        return cls.from_dict(data)
+        return cls.from_dict(read_result_json(path))
+
+
+def read_result_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON of a ``result.json`` (or of the one in the folder ``path``), with clear errors."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULT_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no evaluation result at {path}") from None
+    except ValueError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
 
 
 def _json_safe(obj: Any) -> Any:
@@ -278,6 +281,8 @@ class EvalHarness:
         seeds: episode seeds crossed with the tasks (task-major order).
         samples_per_task: completions per (task, seed); ``pass@k`` is reported for every ``k`` up to it.
         limit: evaluate only the first ``limit`` tasks of the split.
+        num_episodes: run only the first ``num_episodes`` episodes of the plan (``openenv collect``'s
+            ``-n``; ``None``: all of them).
         max_turns, success_threshold, episode_timeout_s, max_retries, backoff_s, backoff_max_s: see
             :class:`EpisodeSettings`.
         concurrency: episodes run at once (threads; or Ray workers with ``ray_address``).
@@ -292,7 +297,7 @@ class EvalHarness:
                  success_threshold: float = 1.0, concurrency: int = 1, episode_timeout_s: float = 300.0,
                  max_retries: int = 3, backoff_s: float = 1.0, backoff_max_s: float = 30.0,
                  check_reproducibility: bool = True, ray_address: str | None = None,
-                 meta: Mapping[str, Any] | None = None) -> None:
+                 meta: Mapping[str, Any] | None = None, num_episodes: int | None = None) -> None:
         if not callable(env_factory):
             raise TypeError("env_factory must be a callable returning a fresh Environment")
         if not hasattr(policy, "complete"):
@@ -303,6 +308,9 @@ class EvalHarness:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
+        if num_episodes is not None and (isinstance(num_episodes, bool) or not isinstance(num_episodes, int)
+                                         or num_episodes < 1):
+            raise ValueError(f"num_episodes must be a positive integer or None, got {num_episodes!r}")
         if not isinstance(split, str) or not split:
             raise ValueError(f"split must be a non-empty string, got {split!r}")
         if not episode_timeout_s > 0 or not backoff_s >= 0 or not backoff_max_s >= 0:
@@ -321,6 +329,7 @@ class EvalHarness:
         self.seeds = seeds
         self.samples_per_task = samples_per_task
         self.limit = limit
+        self.num_episodes = num_episodes
         self.concurrency = concurrency
         self.check_reproducibility = check_reproducibility
         self.ray_address = ray_address
@@ -365,14 +374,16 @@ class EvalHarness:
         """Every episode, in order: ``(task, seed, sample)``."""
         sampler = SequentialSampler(self.tasks, self.seeds, require_dispatch=False)
         items = sampler.sample(len(sampler))
-        return [(item, item.get("seed") if self.seeds else None, j)
+        plan = [(item, item.get("seed") if self.seeds else None, j)
                 for item in items for j in range(self.samples_per_task)]
+        return plan[: self.num_episodes] if self.num_episodes else plan
 
     def config(self) -> dict[str, Any]:
         """What identifies this evaluation (a resumed run must match it)."""
         s = self.settings
         return {"split": self.split, "seeds": self.seeds, "samples_per_task": self.samples_per_task,
-                "limit": self.limit, "max_turns": s.max_turns, "success_threshold": s.success_threshold,
+                "limit": self.limit, **({"num_episodes": self.num_episodes} if self.num_episodes else {}),
+                "max_turns": s.max_turns, "success_threshold": s.success_threshold,
                 "tasks": len(self.tasks), "tasks_sha256": _digest([t.get("id") for t in self.tasks]),
                 **{k: v for k, v in self.meta.items() if k in ("model", "spec", "temperature", "max_tokens")}}
 
@@ -380,23 +391,15 @@ class EvalHarness:
     def reproducibility_check(self) -> dict[str, Any]:
         """Reset two fresh environments with the first task's split, index and seed; compare hashes."""
         task, seed, _ = self.plan()[0]
-        hashes: list[str] = []
-        try:
-            for _ in range(2):
-                env = self.env_factory()
-                try:
-                    hashes.append(_obs_hash(env.reset(task, seed)))
-                finally:
-                    env.close()
-        except Exception as exc:
-            return {"reproducible": None, "task_id": task.get("id"), "seed": seed,
-                    "error": f"{type(exc).__name__}: {exc}"}
-        ok = hashes[0] == hashes[1]
-        if not ok:
-            warnings.warn(f"two fresh resets of task {task.get('id')!r} with seed {seed} gave different first "
-                          "observations: the environment is not reproducible", RuntimeWarning, stacklevel=2)
-        return {"reproducible": ok, "task_id": task.get("id"), "split": task.get("split"),
-                "index": task.get("index"), "seed": seed, "hashes": hashes}
+
+        def first_observation() -> Any:
+            env = self.env_factory()
+            try:
+                return env.reset(task, seed)
+            finally:
+                env.close()
+
+        return reproducibility_check(first_observation, task, seed, what="resets")
 
     # ------------------------------------------------------------------ running
     def run(self, output_dir: str | os.PathLike[str] | None = None, *, resume: bool = True,
@@ -495,26 +498,21 @@ class EvalHarness:
         plan = plan if plan is not None else self.plan()
         by_key = {r.key: r for r in records}
         recs = [by_key[k] for k in (episode_key(str(t.get("id")), s, j) for t, s, j in plan) if k in by_key]
-        thr = self.settings.success_threshold
-        scores = score_records(recs, success_threshold=thr, max_k=self.samples_per_task)
+        rep = report(recs, success_threshold=self.settings.success_threshold, max_k=self.samples_per_task)
+        scores = rep["scores"]
         scores["planned_episodes"] = len(plan)
         repro = dict(reproducibility or {"reproducible": None})
         return EvalResult(
             scores=scores,
-            per_task=per_task(recs, success_threshold=thr),
-            by_env=breakdown(recs, lambda r: r.env, success_threshold=thr),
-            by_group=breakdown(recs, lambda r: r.group, success_threshold=thr),
-            by_difficulty=breakdown(recs, lambda r: r.difficulty, success_threshold=thr),
+            per_task=rep["per_task"],
+            by_env=rep["by_env"],
+            by_group=rep["by_group"],
+            by_difficulty=rep["by_difficulty"],
             reproducible=repro.get("reproducible"),
             reproducibility=repro,
             config={**self.config(), **{k: v for k, v in self.meta.items()}},
             complete=len(recs) == len(plan),
         )
-
-
-def _obs_hash(observation: Any) -> str:
-    blob = json.dumps(observation, sort_keys=True, default=repr, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def _digest(values: Iterable[Any]) -> str:

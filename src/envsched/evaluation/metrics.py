@@ -12,8 +12,10 @@ Outcome classes are kept apart (RFC 013, latest revision):
 
 Rates of outcome classes are over all episodes; ``success_rate`` and ``mean_reward`` over scored ones.
 Standard errors: ``success_rate_se = sqrt(p (1 - p) / n)`` (binomial, ``n`` scored episodes);
-``mean_*_se`` = sample standard deviation / sqrt(n). Episodes of the same task are not independent
-when ``samples_per_task > 1``; the binomial error then understates the uncertainty across tasks.
+``mean_*_se`` = sample standard deviation / sqrt(n). Beside the RFC's standard error, ``success_rate_ci``
+is the 95% Wilson score interval (:func:`wilson_interval`, from ``scipy.stats.binomtest``), which keeps a
+non-zero width at a success rate of 0 or 1, where the binomial standard error is 0. Episodes of the same task are not
+independent when ``samples_per_task > 1``; the binomial error then understates the uncertainty across tasks.
 
 ``pass@k`` is the unbiased estimator ``1 - C(n - c, k) / C(n, k)`` per problem (a task and seed with
 ``n`` scored samples, ``c`` of them successes), averaged over the problems with ``n >= k``.
@@ -21,16 +23,20 @@ when ``samples_per_task > 1``; the binomial error then understates the uncertain
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import warnings
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from envsched.evaluation.records import OUTCOMES, EpisodeRecord
 
-__all__ = ["binomial_se", "breakdown", "mean_and_se", "pass_at_k", "per_task", "score_records"]
+__all__ = ["binomial_se", "breakdown", "mean_and_se", "pass_at_k", "per_task", "report", "reproducibility_check",
+           "score_records", "wilson_interval"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -50,6 +56,26 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def binomial_se(p: float, n: int) -> float:
     """Standard error of a proportion ``p`` estimated from ``n`` trials (``nan`` when ``n`` is 0)."""
     return math.sqrt(p * (1.0 - p) / n) if n > 0 else math.nan
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a proportion (``scipy.stats.binomtest(...).proportion_ci``).
+
+    Unlike ``p +- z * se`` it is never of zero width for ``0 < n``: with 0 successes in 10 trials it is
+    about ``(0, 0.28)``. ``(nan, nan)`` when ``n`` is 0."""
+    for name, v in (("successes", successes), ("n", n)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            raise ValueError(f"{name} must be an integer, got {v!r}")
+    if not 0 <= successes <= n:
+        raise ValueError(f"need 0 <= successes <= n, got successes={successes}, n={n}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    if n == 0:
+        return math.nan, math.nan
+    from scipy.stats import binomtest
+
+    ci = binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
@@ -84,6 +110,7 @@ def score_records(records: Iterable[EpisodeRecord], *, success_threshold: float 
         "successes": int(successes),
         "success_rate": p,
         "success_rate_se": binomial_se(p, len(scored)) if scored else math.nan,
+        "success_rate_ci": list(wilson_interval(int(successes), len(scored))),
         "mean_reward": mean_reward,
         "mean_reward_se": mean_reward_se,
         "mean_turns": mean_turns,
@@ -145,3 +172,41 @@ def per_task(records: Iterable[EpisodeRecord], *, success_threshold: float = 1.0
                     "mean_reward": float(np.mean([r.reward for r in scored])) if scored else math.nan,
                     "env": first.env, "group": first.group, "difficulty": first.difficulty}
     return out
+
+
+def report(records: Iterable[EpisodeRecord], *, success_threshold: float = 1.0,
+           max_k: int | None = None) -> dict[str, Any]:
+    """Every score of an evaluation from its episode records: ``scores`` (:func:`score_records`),
+    ``per_task``, ``by_env``, ``by_group`` and ``by_difficulty``. Both envsched's ``EvalHarness`` and the
+    RFC's ``EnvEvalHarness`` score through this one function."""
+    recs = list(records)
+    thr = success_threshold
+    return {
+        "scores": score_records(recs, success_threshold=thr, max_k=max_k),
+        "per_task": per_task(recs, success_threshold=thr),
+        "by_env": breakdown(recs, lambda r: r.env, success_threshold=thr),
+        "by_group": breakdown(recs, lambda r: r.group, success_threshold=thr),
+        "by_difficulty": breakdown(recs, lambda r: r.difficulty, success_threshold=thr),
+    }
+
+
+def reproducibility_check(first_observation: Callable[[], Any], task: Mapping[str, Any], seed: int | None, *,
+                          what: str = "resets") -> dict[str, Any]:
+    """RFC 013 D4: call ``first_observation()`` twice (each time on a fresh environment or session for
+    ``task`` and ``seed``) and compare SHA-256 hashes of the two. A mismatch warns and records
+    ``reproducible: false``; a failure records ``reproducible: None`` and the error. It covers the first
+    observation only. Both harnesses run it before an evaluation."""
+    hashes: list[str] = []
+    try:
+        for _ in range(2):
+            blob = json.dumps(first_observation(), sort_keys=True, default=repr, separators=(",", ":"))
+            hashes.append(hashlib.sha256(blob.encode()).hexdigest())
+    except Exception as exc:
+        return {"reproducible": None, "task_id": task.get("id"), "seed": seed,
+                "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    ok = hashes[0] == hashes[1]
+    if not ok:
+        warnings.warn(f"two fresh {what} of task {task.get('id')!r} with seed {seed} gave different first "
+                      "observations: the environment is not reproducible", RuntimeWarning, stacklevel=3)
+    return {"reproducible": ok, "task_id": task.get("id"), "split": task.get("split"), "index": task.get("index"),
+            "seed": seed, "hashes": hashes}

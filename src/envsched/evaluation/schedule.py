@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from envsched.evaluation.harness import EvalHarness, EvalResult
+from envsched.evaluation.harness import EvalHarness
 
 __all__ = ["EvalSchedule"]
 
@@ -16,39 +16,52 @@ log = logging.getLogger(__name__)
 
 
 class EvalSchedule:
-    """Evaluate the policy every ``every_n_steps`` optimizer steps.
+    """Evaluate the policy every ``every_n_steps`` optimizer steps (RFC 013's ``EvalSchedule``).
 
     Call :meth:`maybe_run` after each optimizer step; ``maybe_run(0)`` gives the baseline before
-    training. Each evaluation's :class:`EvalResult` gets ``training = {"step", "sampler_episodes",
-    "sampler_cost", "sampler_signal_groups", ...}`` -- the sampler's counters at that step, so that scores
-    are read against the episodes and cost spent to reach them -- and is passed to
-    ``on_result(step, result)``. The policy is whatever the harness's policy serves at that moment (an
-    OpenAI-compatible endpoint serving the current weights).
+    training. The policy is whatever the harness's endpoint serves at that moment (an OpenAI-compatible
+    endpoint serving the current weights).
 
     Args:
-        harness: the evaluation to run.
+        harness: RFC form: an :class:`~envsched.evaluation.openenv_harness.EnvEvalHarness` (any
+            ``openenv.core.evals.EvalHarness``), run with ``harness.run_from_config(config)``; its result
+            is OpenEnv's ``EvalResult``. envsched form: an :class:`EvalHarness`, run with
+            ``harness.run(output_dir)``; its result is envsched's :class:`EvalResult`.
+        config: RFC form: the ``openenv.core.evals.EvalConfig`` (or its dict) of every evaluation.
+            envsched form: ``None`` (the harness holds its configuration).
         every_n_steps: evaluation period in optimizer steps (> 0).
         on_result: called with ``(step, result)`` after each evaluation.
-        sampler: the training sampler whose ``metrics()`` (or counters) are logged beside the scores.
-        output_dir: each evaluation writes to ``output_dir/step-NNNNNNNN`` (resumable); ``None`` keeps
-            results in memory.
+        sampler: (keyword) the training sampler whose ``metrics()`` (or counters) are logged beside the
+            scores -- ``result.training`` (envsched form) or ``result.scores["training"]`` (RFC form):
+            ``{"step", "sampler_episodes", "sampler_cost", "sampler_signal_groups", ...}``, so scores are
+            read against the episodes and cost spent to reach them.
+        output_dir: (keyword) each evaluation writes to ``output_dir/step-NNNNNNNN``; ``None``: the
+            harness's own choice (in memory, or the ``EnvEvalHarness``'s ``output_dir``).
     """
 
-    def __init__(self, harness: EvalHarness, every_n_steps: int,
-                 on_result: Callable[[int, EvalResult], None] | None = None, *, sampler: Any = None,
+    def __init__(self, harness: Any, config: Any, every_n_steps: int,
+                 on_result: Callable[[int, Any], None] | None = None, *, sampler: Any = None,
                  output_dir: str | os.PathLike[str] | None = None) -> None:
-        if not isinstance(harness, EvalHarness) and not hasattr(harness, "run"):
-            raise TypeError(f"harness must be an EvalHarness, got {type(harness).__name__}")
+        self.rfc_form = _is_openenv_harness(harness)
+        if self.rfc_form:
+            config = _eval_config(harness, config)
+        elif isinstance(harness, EvalHarness) or hasattr(harness, "run"):
+            if config is not None:
+                raise TypeError("EvalSchedule(harness, config, every_n_steps, on_result): with envsched's "
+                                f"EvalHarness the config is None (it holds its own), got {type(config).__name__}")
+        else:
+            raise TypeError(f"harness must be an EnvEvalHarness or an EvalHarness, got {type(harness).__name__}")
         if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
             raise ValueError(f"every_n_steps must be a positive integer, got {every_n_steps!r}")
         if on_result is not None and not callable(on_result):
             raise TypeError("on_result must be callable as on_result(step, result)")
         self.harness = harness
+        self.config = config
         self.every_n_steps = every_n_steps
         self.on_result = on_result
         self.sampler = sampler
         self.output_dir = Path(output_dir) if output_dir is not None else None
-        self.history: list[tuple[int, EvalResult]] = []
+        self.history: list[tuple[int, Any]] = []
         self._last_step: int | None = None
 
     def due(self, step: int) -> bool:
@@ -59,23 +72,37 @@ class EvalSchedule:
             return False
         return step % self.every_n_steps == 0
 
-    def maybe_run(self, step: int) -> EvalResult | None:
+    def maybe_run(self, step: int) -> Any:
         """Evaluate if ``step`` is due (0, then every ``every_n_steps``; never twice for one step)."""
         if not self.due(step):
             return None
         out = self.output_dir / f"step-{step:08d}" if self.output_dir is not None else None
-        result = self.harness.run(out)
-        result.training = {"step": step, **self._sampler_counters()}
-        if out is not None:
-            result.save(out / "result.json")
+        training = {"step": step, **self._sampler_counters()}
+        if self.rfc_form:
+            saved = getattr(self.harness, "output_dir", None)
+            if out is not None:
+                self.harness.output_dir = out
+            try:
+                result = self.harness.run_from_config(self.config)
+            finally:
+                if out is not None:
+                    self.harness.output_dir = saved
+            result.scores["training"] = training
+            if out is not None:
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "result.json").write_text(result.model_dump_json(indent=2))
+        else:
+            result = self.harness.run(out)
+            result.training = training
+            if out is not None:
+                result.save(out / "result.json")
         self._last_step = step
         self.history.append((step, result))
         s = result.scores
         log.info("eval at step %d: success_rate=%.4f±%.4f mean_reward=%.4f error_rate=%.4f "
                  "(sampler: %s episodes, cost %s)", step, s.get("success_rate", float("nan")),
                  s.get("success_rate_se", float("nan")), s.get("mean_reward", float("nan")),
-                 s.get("error_rate", float("nan")), result.training.get("sampler_episodes"),
-                 result.training.get("sampler_cost"))
+                 s.get("error_rate", float("nan")), training.get("sampler_episodes"), training.get("sampler_cost"))
         if self.on_result is not None:
             self.on_result(step, result)
         return result
@@ -92,3 +119,26 @@ class EvalSchedule:
         out.setdefault("sampler_episodes", getattr(s, "episodes", None))
         out.setdefault("sampler_cost", getattr(s, "cost", None))
         return out
+
+
+def _is_openenv_harness(harness: Any) -> bool:
+    try:
+        from openenv.core.evals import EvalHarness as OpenEnvEvalHarness
+    except ImportError:  # pragma: no cover - openenv not installed
+        return False
+    return isinstance(harness, OpenEnvEvalHarness)
+
+
+def _eval_config(harness: Any, config: Any) -> Any:
+    from openenv.core.evals import EvalConfig
+
+    if isinstance(config, EvalConfig):
+        return config
+    if isinstance(config, Mapping):
+        data = {"harness_name": harness.name, **config}
+        try:
+            return EvalConfig(**data)
+        except Exception as exc:  # pydantic's ValidationError: name the fields
+            raise ValueError(f"config is not a valid openenv EvalConfig: {exc}") from None
+    raise TypeError("EvalSchedule(harness, config, every_n_steps, on_result): config must be an "
+                    f"openenv.core.evals.EvalConfig (or its dict), got {type(config).__name__}")

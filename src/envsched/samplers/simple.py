@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -21,14 +21,17 @@ class SequentialSampler(BaseSampler):
     a copy of the task with its ``seed`` set (when ``seeds`` is given). When the enumeration is exhausted,
     ``sample(n)`` returns the remaining items (possibly fewer than ``n``, then ``[]``), unless
     ``wrap=True``, in which case it starts over. :attr:`exhausted` tells whether anything is left.
-    ``update`` only moves the counters. The sampler is also an iterable over the whole enumeration.
+    ``update`` only moves the counters (RFC 013): it accepts any task of the pool, drawn or not, so a
+    sampler iterated by OpenEnv's ``CollectRunner`` (which never calls ``sample``) can still be given its
+    groups. The sampler is also an iterable over the whole enumeration (a valid ``tasks`` for
+    ``CollectRunner``); iterating does not move the cursor of :meth:`sample`.
     """
 
     distinct_per_batch = False
 
     def __init__(self, tasks: TaskPool | Sequence[Any], seeds: Sequence[int] | None = None, *,
                  wrap: bool = False, reward_range: tuple[float, float] | None = None,
-                 require_dispatch: bool = True) -> None:
+                 require_dispatch: bool = False) -> None:
         super().__init__(tasks, seed=0, reward_range=reward_range, require_dispatch=require_dispatch)
         if seeds is not None:
             seeds = list(seeds)
@@ -45,7 +48,7 @@ class SequentialSampler(BaseSampler):
     def exhausted(self) -> bool:
         return not self.wrap and self._cursor >= len(self)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         for i in range(len(self)):
             yield self._item(i)
 
@@ -90,11 +93,21 @@ class UniformSampler(BaseSampler):
     takes the rest of the old epoch, then continues in a new permutation from which the tasks already in
     this batch are moved to the end, so a batch never holds a task twice. ``n`` can be at most the pool
     size.
+
+    ``rng_seed`` is RFC 013's name for the generator's seed (``seed=`` is accepted as a keyword alias).
+    Iterating the sampler draws one task at a time with :meth:`sample` without end, so it is a valid
+    ``tasks`` for OpenEnv's ``CollectRunner`` (which takes one task per episode); bound it with
+    ``itertools.islice`` elsewhere.
     """
 
-    def __init__(self, tasks: TaskPool | Sequence[Any], seed: int | None = 0, *,
-                 reward_range: tuple[float, float] | None = None, require_dispatch: bool = True) -> None:
-        super().__init__(tasks, seed=seed, reward_range=reward_range, require_dispatch=require_dispatch)
+    def __init__(self, tasks: TaskPool | Sequence[Any], rng_seed: int | None = 0, *,
+                 reward_range: tuple[float, float] | None = None, require_dispatch: bool = True,
+                 seed: int | None = None) -> None:
+        if seed is not None:
+            if rng_seed not in (0, seed):
+                raise ValueError(f"give the seed once: rng_seed={rng_seed!r} and seed={seed!r} disagree")
+            rng_seed = seed
+        super().__init__(tasks, seed=rng_seed, reward_range=reward_range, require_dispatch=require_dispatch)
         self.epoch = 0
         self._order: np.ndarray = np.empty(0, dtype=np.int64)
         self._cursor = 0
@@ -117,6 +130,21 @@ class UniformSampler(BaseSampler):
             out.extend(int(x) for x in self._order[self._cursor:self._cursor + take])
             self._cursor += take
         return out
+
+    @property
+    def rng_seed(self) -> int | None:
+        """RFC 013's name for :attr:`seed`."""
+        return self.seed
+
+    def get_params(self) -> dict[str, Any]:
+        """Constructor configuration; the seed is recorded once, as ``seed`` (stores and run files)."""
+        params = super().get_params()
+        params.pop("rng_seed", None)
+        return params
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            yield self.sample(1)[0]
 
     def _extra_metrics(self) -> dict[str, float]:
         return {"epoch": float(self.epoch)}
