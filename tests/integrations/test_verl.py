@@ -263,7 +263,7 @@ def test_rewards_of_any_scale_never_raise(verl_env, value, mapped, nonfinite):
         assert rewards[1] == pytest.approx(0.5 / 1.5) and m["envsched/reward_range_high"] == 1.5
     # the sampler's own update still refuses the raw value
     inner.update = orig
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"must be finite|outside the declared reward range"):
         inner.update(inner.tasks[0], [value], None)
 
 
