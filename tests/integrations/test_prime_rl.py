@@ -113,3 +113,43 @@ def test_state_round_trip_continues_the_same_draws():
     seq1 = [next(s1).key for _ in range(7)]
     seq2 = [next(s2).key for _ in range(7)]
     assert seq1 == seq2
+
+
+@pytest.mark.parametrize(("value", "mapped", "nonfinite"), [
+    (1.5, 1.0, 0), (-1.0, 0.0, 0), (100.0, 1.0, 0), (float("nan"), None, 1)])
+def test_rewards_of_any_scale_never_raise_in_observe(value, mapped, nonfinite):
+    """prime-rl's trace.reward is an unbounded weighted sum: observe() maps it (learned range by default),
+    a NaN reaches the sampler as None, and the group still counts in episodes and cost."""
+    tasks = _tasks()
+    inner = UniformSampler([task_spec_from_vf(t, "arith") for t in tasks], seed=0)
+    s = PrimeRLTaskSampler(inner, tasks)
+    t = next(s)
+    seen = []
+    orig = inner.update
+    inner.update = lambda task, rewards, costs=None: (seen.append(list(rewards)), orig(task, rewards, costs))
+    s.observe([_episode(t, score=value, out_tokens=3), _episode(t, score=0.5, out_tokens=4)])
+    assert seen[0][0] == mapped
+    assert inner.groups == 1 and inner.episodes == 2 and inner.cost == 7.0
+    m = s.metrics()
+    assert m["rewards_nonfinite"] == nonfinite and m["unscored_episodes"] == nonfinite
+    if value == 100.0:
+        assert seen[0][1] == pytest.approx(0.005) and m["reward_range_high"] == 100.0
+    # the learned range is part of the state: a restored adapter maps the next group the same way
+    state = json.loads(json.dumps(s.state_dict()))
+    s2 = PrimeRLTaskSampler(UniformSampler([task_spec_from_vf(t, "arith") for t in tasks], seed=0), tasks)
+    s2.load_state_dict(state)
+    assert s2.reward_scale.map([0.5]) == s.reward_scale.map([0.5])
+    inner.update = orig
+    with pytest.raises(ValueError, match=r"must be finite|outside the declared reward range"):
+        inner.update(inner.tasks[0], [value])  # the sampler's own update still refuses the raw value
+
+
+def test_given_reward_range_for_prime_rl():
+    tasks = _tasks()
+    inner = UniformSampler([task_spec_from_vf(t, "arith") for t in tasks], seed=0)
+    s = PrimeRLTaskSampler(inner, tasks, reward_range=(0.0, 10.0))
+    t = next(s)
+    s.observe([_episode(t, score=5.0), _episode(t, score=20.0)])
+    assert s.metrics()["rewards_clipped"] == 1 and inner.signal_groups == 1
+    with pytest.raises(ValueError, match="low < high"):
+        PrimeRLTaskSampler(inner, tasks, reward_range=(1.0, 1.0))

@@ -248,3 +248,78 @@ def test_unknown_sampler_reward_func_is_refused(setup, tmp_path):
     with pytest.raises(ValueError, match="sampler_reward_funcs"):
         EnvSchedGRPOTrainer(model=model_dir, reward_funcs=[correct], args=args, processing_class=tok,
                             task_sampler=UniformSampler(pool), sampler_reward_funcs=["format"])
+
+
+def test_private_hooks_are_checked_against_the_supported_versions(setup, tmp_path):
+    """A TRL whose private hook changed signature is refused at construction, naming the versions."""
+    from trl import GRPOTrainer
+
+    from envsched.integrations.trl import SUPPORTED_VERSIONS, EnvSchedGRPOMixin, check_trl_hooks
+
+    check_trl_hooks(GRPOTrainer)  # the installed (pinned) TRL passes
+
+    class ChangedTRL(GRPOTrainer):
+        def _calculate_rewards(self, inputs, prompts, completions):  # a future TRL dropping an argument
+            raise AssertionError("never reached")
+
+    class Trainer(EnvSchedGRPOMixin, ChangedTRL):
+        pass
+
+    _, pool, model_dir, tok = setup
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", num_generations=2,
+                      per_device_train_batch_size=2, max_steps=1)
+    with pytest.raises(RuntimeError, match=rf"supports TRL {SUPPORTED_VERSIONS['trl']} with transformers "
+                                           rf"{SUPPORTED_VERSIONS['transformers']}.*_calculate_rewards"):
+        Trainer(model=model_dir, reward_funcs=[lambda completions, **k: [0.0] * len(completions)], args=args,
+                processing_class=tok, task_sampler=UniformSampler(pool))
+
+
+def test_normalize_then_sum_is_refused_unless_the_sampler_rewards_are_chosen(setup, tmp_path):
+    _, pool, model_dir, tok = setup
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", num_generations=2,
+                      per_device_train_batch_size=2, max_steps=1, multi_objective_aggregation="normalize_then_sum")
+
+    def correct(completions, **k):
+        return [0.0] * len(completions)
+
+    def fmt(completions, **k):
+        return [1.0] * len(completions)
+
+    with pytest.raises(ValueError, match=r"normalize_then_sum.*sampler_reward_funcs"):
+        EnvSchedGRPOTrainer(model=model_dir, reward_funcs=[correct, fmt], args=args, processing_class=tok,
+                            task_sampler=UniformSampler(pool))
+    trainer = EnvSchedGRPOTrainer(model=model_dir, reward_funcs=[correct, fmt], args=args, processing_class=tok,
+                                  task_sampler=UniformSampler(pool), sampler_reward_funcs=["correct"])
+    assert trainer._es_func_idx == [0]
+
+
+def test_rewards_of_any_scale_never_raise_mid_training(setup, tmp_path):
+    """Step s gives the first rollout of every group 1.5, -1.0, 100.0, NaN (s = 0..3), the others 0.5: the run
+    finishes, the sampler gets them mapped by the learned range, NaN as None, every group counted."""
+    _, pool, model_dir, tok = setup
+    values = [1.5, -1.0, 100.0, float("nan")]
+    sampler = UniformSampler(pool, seed=0)
+
+    def scaled(completions, trainer_state, **kw):
+        v = values[trainer_state.global_step]
+        return [None if (i % G == 0 and v != v) else (v if i % G == 0 else 0.5) for i in range(len(completions))]
+
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, beta=0.0, report_to="none", seed=0,
+                      max_steps=4, save_strategy="no", logging_steps=1, num_generations=G,
+                      per_device_train_batch_size=G, max_completion_length=4, disable_tqdm=True)
+    trainer = EnvSchedGRPOTrainer(model=model_dir, reward_funcs=[scaled], args=args, processing_class=tok,
+                                  task_sampler=sampler)
+    trainer.train()
+    log = trainer.envsched_feedback_log
+    assert [e["step"] for e in log] == [0, 1, 2, 3]
+    assert [e["raw_rewards"][0] for e in log[:3]] == values[:3] and log[3]["raw_rewards"][0] is None
+    firsts = [e["rewards"][0] for e in log]
+    assert firsts[:3] == [1.0, 0.0, 1.0] and firsts[3] is None
+    assert log[0]["rewards"][1] == pytest.approx(0.5 / 1.5)  # learned range [0, 1.5]
+    assert log[1]["rewards"][1] == pytest.approx(1.5 / 2.5)  # [-1, 1.5]
+    assert log[2]["rewards"][1] == pytest.approx(1.5 / 101)  # [-1, 100]
+    assert sampler.groups == 4 and sampler.episodes == 4 * G and sampler.unscored_episodes == 1
+    m = trainer.envsched_metrics()
+    assert m["rewards_rescaled"] == 3 and m["reward_range_low"] == -1.0 and m["reward_range_high"] == 100.0
+    with pytest.raises(ValueError, match="outside the declared reward range"):
+        sampler.update(pool[0], [1.5], None)  # the sampler itself still refuses raw out-of-range input

@@ -1,179 +1,292 @@
-"""EnvSchedVerlSampler inside torchdata's StatefulDataLoader (the loader verl builds), fed back from batches
-shaped like verl's ``DataProto`` after a step.
+"""envsched inside the real verl 0.9.1: v0 ``RayPPOTrainer`` subclass, its own ``StatefulDataLoader``, real
+``RLHFDataset`` rows from a parquet file and real ``DataProto`` batches built the way ``RayPPOTrainer.fit``
+builds them (``from_single_dict``, one ``uid`` per prompt, ``repeat(n, interleave=True)``, ``union`` with the
+generated responses, ``token_level_scores`` set after the rewards).
 
-verl itself is not installed (its ``DataProto`` needs ray and tensordict): the batches here are a stand-in
-with DataProto's two attributes, built the way ``RayPPOTrainer.fit`` builds them (one ``uid`` per prompt,
-``repeat(n, interleave=True)``, ``token_level_scores`` of shape (rows, response length), ``response_mask``).
+verl's GPU worker groups (actor/rollout) cannot run here: the trainer's ``actor_rollout_wg`` is a small local
+object with the three methods the tested code paths call (``update_actor``, ``save_checkpoint``,
+``load_checkpoint``); everything else is verl's code.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import uuid
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-StatefulDataLoader = pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
+pytest.importorskip("verl")
+pd = pytest.importorskip("pandas")
 
-from envsched.envs.reasoning_gym import build_reasoning_gym_pool  # noqa: E402
-from envsched.integrations.verl import EnvSchedVerlSampler, groups_from_batch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from verl import DataProto  # noqa: E402
+from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn  # noqa: E402
+
+import envsched.integrations.verl as ev  # noqa: E402
+from envsched.integrations.verl import (  # noqa: E402
+    SAMPLER_STATE_FILE,
+    EnvSchedVerlSampler,
+    check_verl_config,
+    groups_from_batch,
+)
 from envsched.samplers.simple import CurriculumSampler, UniformSampler  # noqa: E402
 
-N = 4  # rollout.n
-RESP = 5
+N = 2  # actor_rollout_ref.rollout.n
+BATCH = 4  # data.train_batch_size
+P, R = 3, 4  # prompt and response lengths of the fake generations
+NUM_TASKS = 10  # 2 full batches per epoch; the 2 leftover rows are never drawn
 
 
-class RowDataset(torch.utils.data.Dataset):
-    """Rows as verl's RLHFDataset returns them (data_source, prompt, extra_info with the task key)."""
+class WorkerGroup:
+    """Local replacement for verl's GPU actor/rollout worker group (records calls)."""
 
-    def __init__(self, pool):
-        self.rows = [{"data_source": t["env"], "prompt": t["instruction"],
-                      "extra_info": {"task_id": t["id"], "index": i}} for i, t in enumerate(pool)]
+    def __init__(self, sampler):
+        self.sampler = sampler
+        self.calls = []
 
-    def __len__(self):
-        return len(self.rows)
+    def update_actor(self, batch_td):
+        from tensordict import NonTensorData, TensorDict
 
-    def __getitem__(self, i):
-        return self.rows[i]
+        self.calls.append(("update_actor", self.sampler.task_sampler.groups))
+        assert {"input_ids", "response_mask"} <= set(batch_td.keys())  # verl's no-padding layout
+        return TensorDict({"metrics": NonTensorData({"mfu": 0.0})}, batch_size=[])
+
+    def save_checkpoint(self, local_path, remote_path=None, global_step=0, max_ckpt_to_keep=None):
+        os.makedirs(local_path, exist_ok=True)
+        self.calls.append(("save", local_path))
+
+    def load_checkpoint(self, local_path, del_local_after_load=False):
+        self.calls.append(("load", local_path))
+
+
+def _pool():
+    return [{"id": f"arith/{i}", "env": "arith" if i % 2 else "logic", "instruction": f"What is {i} + {i}?"}
+            for i in range(NUM_TASKS)]
 
 
 @pytest.fixture(scope="module")
-def pool():
-    return build_reasoning_gym_pool(["chain_sum", "basic_arithmetic", "leg_counting"], tasks_per_dataset=4,
-                                    num_tiers=2, seed=0)
+def verl_env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("verl")
+    rows = [{"data_source": t["env"], "prompt": [{"role": "user", "content": t["instruction"]}],
+             "reward_model": {"ground_truth": str(2 * i)}, "extra_info": {"task_id": t["id"], "index": i}}
+            for i, t in enumerate(_pool())]
+    pd.DataFrame(rows).to_parquet(root / "train.parquet")
+    dataset = RLHFDataset(data_files=str(root / "train.parquet"), tokenizer=None,
+                          config=OmegaConf.create({"filter_overlong_prompts": False, "cache_dir": str(root / "c")}))
+    import verl.trainer.config as verl_config
+
+    with initialize_config_dir(config_dir=os.path.dirname(verl_config.__file__), version_base=None):
+        config = compose(config_name="ppo_trainer", overrides=[
+            "trainer.use_v1=false", f"data.train_batch_size={BATCH}", f"actor_rollout_ref.rollout.n={N}",
+            f"trainer.default_local_dir={root / 'ckpt'}", "trainer.device=cpu", "data.dataloader_num_workers=0",
+            "trainer.logger=[console]", "trainer.resume_mode=auto", "algorithm.adv_estimator=grpo"])
+    return root, dataset, config
 
 
-def _obj(values):
-    arr = np.empty(len(values), dtype=object)
-    arr[:] = list(values)
-    return arr
+def _trainer(verl_env, task_sampler, reward_range=None, config=None):
+    from verl.single_controller.ray.base import RayWorkerGroup
+    from verl.trainer.ppo.ray_trainer import ResourcePoolManager
+    from verl.trainer.ppo.utils import Role
+
+    _root, dataset, base = verl_env
+    sampler = EnvSchedVerlSampler(dataset, task_sampler=task_sampler, batch_size=BATCH, reward_range=reward_range)
+    trainer = ev.EnvSchedRayPPOTrainer(
+        config=config if config is not None else base.copy(), tokenizer=None,
+        role_worker_mapping={Role.ActorRollout: WorkerGroup}, resource_pool_manager=ResourcePoolManager({}, {}),
+        ray_worker_group_cls=RayWorkerGroup, train_dataset=dataset, val_dataset=dataset, collate_fn=collate_fn,
+        train_sampler=sampler)
+    trainer.actor_rollout_wg = WorkerGroup(sampler)
+    return trainer, sampler
 
 
-def _step_batch(rows, rewards_of, nan_rows=()):
-    """A finished step's batch: uid per prompt, repeated N times interleaved, scores on the last token."""
-    uids = [str(uuid.uuid4()) for _ in rows]
-    rep = [r for r in rows for _ in range(N)]
-    scores = torch.zeros(len(rep), RESP)
-    mask = torch.zeros(len(rep), RESP)
-    for i, r in enumerate(rep):
-        length = 1 + (i % RESP)
-        mask[i, :length] = 1
-        scores[i, length - 1] = rewards_of(r["extra_info"]["task_id"], i % N)
-        if i in nan_rows:
-            scores[i, length - 1] = float("nan")
-    return SimpleNamespace(batch={"token_level_scores": scores, "response_mask": mask},
-                           non_tensor_batch={"uid": _obj([u for u in uids for _ in range(N)]),
-                                             "extra_info": _obj([r["extra_info"] for r in rep]),
-                                             "data_source": _obj([r["data_source"] for r in rep])})
+def _step_batch(batch_dict, reward_of):
+    """A finished step's DataProto, as RayPPOTrainer.fit builds it (rewards of the j-th rollout per prompt)."""
+    batch = DataProto.from_single_dict(batch_dict)
+    batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch.batch))], dtype=object)
+    batch = batch.repeat(repeat_times=N, interleave=True)
+    rows = len(batch)
+    resp_len = torch.tensor([1 + (i % R) for i in range(rows)])
+    response_mask = (torch.arange(R)[None, :] < resp_len[:, None]).long()
+    attention_mask = torch.cat([torch.ones(rows, P, dtype=torch.long), response_mask], dim=1)
+    scores = torch.zeros(rows, R)
+    for i in range(rows):
+        scores[i, resp_len[i] - 1] = reward_of(batch.non_tensor_batch["extra_info"][i]["task_id"], i % N)
+    gen = DataProto.from_dict(tensors={
+        "input_ids": torch.randint(0, 50, (rows, P + R)), "attention_mask": attention_mask,
+        "position_ids": torch.clamp(torch.cumsum(attention_mask, dim=1) - 1, min=0),
+        "responses": torch.randint(0, 50, (rows, R)), "response_mask": response_mask})
+    batch = batch.union(gen)
+    batch.batch["token_level_scores"] = scores
+    return batch
 
 
-def _loader(sampler, ds, batch_size=4):
-    return StatefulDataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=0, drop_last=True,
-                              collate_fn=lambda rows: rows)
+def _run_steps(trainer, steps, reward_of, save_freq=0):
+    """The part of RayPPOTrainer.fit around the envsched hooks: draw from verl's loader, feed via _update_actor
+    (the real override), checkpoint via the real _save_checkpoint. Returns the task ids drawn per step."""
+    drawn = []
+    it = iter(trainer.train_dataloader)
+    for _ in range(steps):
+        try:
+            batch_dict = next(it)
+        except StopIteration:
+            it = iter(trainer.train_dataloader)
+            batch_dict = next(it)
+        trainer.global_steps += 1
+        drawn.append([e["task_id"] for e in batch_dict["extra_info"]])
+        trainer._update_actor(_step_batch(batch_dict, reward_of))
+        if save_freq and trainer.global_steps % save_freq == 0:
+            trainer._save_checkpoint()
+    return drawn
 
 
-def test_one_epoch_draws_each_task_once_and_feedback_reaches_the_sampler(pool):
-    ds = RowDataset(pool)
-    inner = UniformSampler(pool, seed=2)
-    s = EnvSchedVerlSampler(ds, task_sampler=inner, batch_size=4)
+def _reward(tid, j):
+    return 1.0 if (tid.endswith(("1", "3")) and j == 0) else 0.0
+
+
+def test_v0_trainer_draws_from_envsched_and_feeds_every_group_before_the_actor_update(verl_env):
+    inner = CurriculumSampler(_pool(), group_size=N, key="id", seed=5)
+    trainer, sampler = _trainer(verl_env, inner)
+    assert trainer.train_dataloader.sampler is sampler and len(trainer.train_dataloader) == NUM_TASKS // BATCH
+    trainer.global_steps = 0
+    drawn = _run_steps(trainer, 4, _reward)
+    # every update_actor call saw the step's groups already reported
+    assert [c for c in trainer.actor_rollout_wg.calls if c[0] == "update_actor"] == [
+        ("update_actor", BATCH * (k + 1)) for k in range(4)]
+    assert inner.groups == 16 and inner.episodes == 16 * N and inner.outstanding_groups == 0
+    assert all(len(d) == BATCH for d in drawn)
+    assert inner.signal_groups == sum(t.endswith(("1", "3")) for d in drawn for t in d)
+    assert inner.cost == 4 * sum(1 + (i % R) for i in range(BATCH * N))
+    # a second call in the same step (e.g. _update_actor after _update_critic) does not report twice
+    trainer.envsched_feed(_step_batch(next(iter(trainer.train_dataloader)), _reward))
+    assert inner.groups == 16
+
+
+def _resume_run(verl_env, tmp_path, total, save_at):
+    """Run A: `total` steps, checkpoint every `save_at`. Run B: resume from the last checkpoint <= save_at, go to
+    `total`. Returns both runs' draws and samplers."""
+    def build(cfg):
+        return _trainer(verl_env, CurriculumSampler(_pool(), group_size=N, key="id", seed=7), config=cfg)
+
+    cfg = verl_env[2].copy()
+    cfg.trainer.default_local_dir = str(tmp_path / "ckpt")
+    ta, sa = build(cfg.copy())
+    ta.global_steps = 0
+    drawn_a = _run_steps(ta, total, _reward, save_freq=save_at)
+    cfg_b = cfg.copy()
+    cfg_b.trainer.resume_mode = "resume_path"
+    cfg_b.trainer.resume_from_path = str(tmp_path / "ckpt" / f"global_step_{save_at}")
+    tb, sb = build(cfg_b)
+    tb._load_checkpoint()
+    assert tb.global_steps == save_at
+    drawn_b = _run_steps(tb, total - save_at, _reward)
+    return drawn_a, drawn_b, sa, sb, tb
+
+
+@pytest.mark.parametrize("save_at", [1, 2], ids=["mid_epoch", "epoch_boundary"])
+def test_resume_restores_the_sampler_on_every_path(verl_env, tmp_path, save_at):
+    """Mid-epoch, verl restores data.pt and envsched_sampler.json; at an epoch boundary (2 steps per epoch)
+    verl 0.9.1 skips data.pt, and the sampler still resumes from envsched_sampler.json."""
+    drawn_a, drawn_b, sa, sb, tb = _resume_run(verl_env, tmp_path, 4, save_at)
+    state = json.loads((tmp_path / "ckpt" / f"global_step_{save_at}" / SAMPLER_STATE_FILE).read_text())
+    assert state["global_step"] == save_at
+    assert state["state"]["sampler"]["counters"]["groups"] == BATCH * save_at
+    assert ("load", str(tmp_path / "ckpt" / f"global_step_{save_at}" / "actor")) in tb.actor_rollout_wg.calls
+    assert drawn_b == drawn_a[save_at:]  # the same draws as the uninterrupted run
+    assert sb.task_sampler.state_dict()["counters"] == sa.task_sampler.state_dict()["counters"]
+    assert sb.task_sampler.state_dict()["rng"] == sa.task_sampler.state_dict()["rng"]
+
+
+def test_resume_from_a_checkpoint_without_sampler_state_is_refused(verl_env, tmp_path):
+    cfg = verl_env[2].copy()
+    folder = tmp_path / "ckpt" / "global_step_3"
+    folder.mkdir(parents=True)
+    cfg.trainer.resume_mode = "resume_path"
+    cfg.trainer.resume_from_path = str(folder)
+    trainer, _ = _trainer(verl_env, UniformSampler(_pool(), seed=0), config=cfg)
+    with pytest.raises(FileNotFoundError, match=SAMPLER_STATE_FILE):
+        trainer._load_checkpoint()
+
+
+def test_data_sampler_class_path_naming_envsched_is_refused_on_verl_0_9(verl_env):
+    cfg = verl_env[2].copy()
+    OmegaConf.set_struct(cfg, False)
+    cfg.data.sampler = {"class_path": "pkg://envsched.integrations.verl", "class_name": "EnvSchedVerlSampler"}
+    with pytest.raises(ValueError, match=r"ignored by verl 0\.9\.1.*EnvSchedRayPPOTrainer.*EnvSchedReplayBuffer"):
+        _trainer(verl_env, UniformSampler(_pool()), config=cfg)
+    with pytest.raises(ValueError, match="ignored by verl"):
+        EnvSchedVerlSampler(verl_env[1], data_config=cfg.data)
+    check_verl_config(cfg, version=(0, 7, 1))  # the legacy release reads it: accepted there
+    with pytest.raises(TypeError, match="EnvSchedVerlSampler"):
+        _trainer_plain_sampler(verl_env)
+
+
+def _trainer_plain_sampler(verl_env):
+    from torch.utils.data import SequentialSampler
+    from verl.trainer.ppo.ray_trainer import ResourcePoolManager
+    from verl.trainer.ppo.utils import Role
+
+    _root, dataset, base = verl_env
+    return ev.EnvSchedRayPPOTrainer(config=base.copy(), tokenizer=None, role_worker_mapping={Role.ActorRollout: 0},
+                                    resource_pool_manager=ResourcePoolManager({}, {}), train_dataset=dataset,
+                                    val_dataset=dataset, collate_fn=collate_fn,
+                                    train_sampler=SequentialSampler(dataset))
+
+
+@pytest.mark.parametrize(("value", "mapped", "nonfinite"), [
+    (1.5, 1.0, 0), (-1.0, 0.0, 0), (100.0, 1.0, 0), (float("nan"), None, 1)])
+def test_rewards_of_any_scale_never_raise(verl_env, value, mapped, nonfinite):
+    """verl's scores are whatever the reward function returns: learned range by default."""
+    inner = UniformSampler(_pool(), seed=1)
+    trainer, sampler = _trainer(verl_env, inner)
+    trainer.global_steps = 1
+    batch_dict = next(iter(trainer.train_dataloader))
+    first = batch_dict["extra_info"][0]["task_id"]
     seen = []
-    for rows in _loader(s, ds):
-        seen.extend(r["extra_info"]["task_id"] for r in rows)
-        s.update(_step_batch(rows, lambda tid, j: float(j % 2), nan_rows={3}))
-    assert sorted(seen) == sorted(t["id"] for t in pool)  # uniform, one epoch, no repeats
-    assert inner.groups == 12 and inner.episodes == 48 and inner.outstanding_groups == 0
-    assert inner.signal_groups == 12 and inner.unscored_episodes == 3  # row 3 of each batch was NaN
-    assert inner.cost == sum(1 + (i % RESP) for i in range(16)) * 3
+    orig = inner.update
+
+    def spy(task, rewards, costs=None):
+        seen.append((task["id"], list(rewards)))
+        orig(task, rewards, costs)
+
+    inner.update = spy
+    trainer._update_actor(_step_batch(batch_dict, lambda tid, j: value if (tid == first and j == 0) else 0.5))
+    assert inner.groups == BATCH and inner.episodes == BATCH * N  # the group still counts
+    rewards = dict(seen)[first]
+    assert rewards[0] == mapped
+    m = sampler.metrics()
+    assert m["envsched/rewards_nonfinite"] == nonfinite and m["envsched/unscored_episodes"] == nonfinite
+    if value == 1.5:  # learned range [0, 1.5]: 0.5 -> 1/3
+        assert rewards[1] == pytest.approx(0.5 / 1.5) and m["envsched/reward_range_high"] == 1.5
+    # the sampler's own update still refuses the raw value
+    inner.update = orig
+    with pytest.raises(ValueError, match=r"must be finite|outside the declared reward range"):
+        inner.update(inner.tasks[0], [value], None)
 
 
-def test_groups_from_batch_reads_uid_groups_rewards_and_costs(pool):
-    rows = RowDataset(pool).rows[:2]
-    b = _step_batch(rows, lambda tid, j: 0.25 * j, nan_rows={5})
-    groups = groups_from_batch(b)
-    assert [g[0] for g in groups] == [r["extra_info"]["task_id"] for r in rows]
-    assert groups[0][1] == [0.0, 0.25, 0.5, 0.75] and groups[1][1] == [0.0, None, 0.5, 0.75]
-    assert groups[0][2] == [1.0, 2.0, 3.0, 4.0]
-    b.non_tensor_batch["uid"][1] = b.non_tensor_batch["uid"][N]  # a uid spanning two tasks
-    with pytest.raises(ValueError, match="several tasks"):
-        groups_from_batch(b)
-    del b.non_tensor_batch["extra_info"]
-    with pytest.raises(ValueError, match="names no task"):
-        groups_from_batch(b)
+def test_given_reward_range_maps_and_clips(verl_env):
+    inner = UniformSampler(_pool(), seed=1)
+    trainer, sampler = _trainer(verl_env, inner, reward_range=(-1.0, 3.0))
+    trainer.global_steps = 1
+    batch = _step_batch(next(iter(trainer.train_dataloader)), lambda tid, j: [5.0, 1.0][j])
+    groups = groups_from_batch(batch)
+    assert [g[1] for g in groups] == [[5.0, 1.0]] * BATCH
+    trainer._update_actor(batch)
+    assert sampler.reward_scale.map([1.0, -1.0, 7.0]) == [0.5, 0.0, 1.0]
+    assert sampler.metrics()["envsched/rewards_clipped"] == BATCH + 1
 
 
-def test_built_from_verl_data_config(pool):
-    ds = RowDataset(pool)
-    cfg = {"train_batch_size": 3, "dataloader_num_workers": 0,
-           "sampler": {"envsched": {"sampler": "curriculum", "group_size": N, "seed": 1,
-                                    "options": {"key": "id"}}}}
-    s = EnvSchedVerlSampler(data_source=ds, data_config=cfg)
-    assert isinstance(s.task_sampler, CurriculumSampler) and s.batch_size == 3
-    rows = next(iter(_loader(s, ds, batch_size=3)))
-    assert len(rows) == 3 and s.task_sampler.outstanding_groups == 3
-    s.update(_step_batch(rows, lambda tid, j: 1.0))
-    assert s.task_sampler.groups == 3 and s.metrics()["envsched/groups"] == 3.0
-    with pytest.raises(ValueError, match="no dataset row"):
-        EnvSchedVerlSampler(ds, task_sampler=UniformSampler([{"id": "nope", "env": "x"}]))
-
-
-def test_stateful_dataloader_resume_continues_the_same_draws(pool):
-    ds = RowDataset(pool)
-
-    def build():
-        inner = CurriculumSampler(pool, group_size=N, key="group", seed=5)
-        return EnvSchedVerlSampler(ds, task_sampler=inner, batch_size=4)
-
-    def reward(tid, j):
-        return 1.0 if ("chain_sum" in tid and j < 3) else 0.0
-
-    s1 = build()
-    loader1 = _loader(s1, ds)
-    it = iter(loader1)
-    for _ in range(2):
-        s1.update(_step_batch(next(it), reward))
-    # verl saves the checkpoint after the third batch was generated but before its update(batch)
-    third = next(it)
-    ckpt = loader1.state_dict()
-    s1.update(_step_batch(third, reward))
-    after1 = []
-    for rows in it:  # rest of epoch 0, then epoch 1
-        after1.append([r["extra_info"]["task_id"] for r in rows])
-        s1.update(_step_batch(rows, reward))
-    for rows in loader1:
-        after1.append([r["extra_info"]["task_id"] for r in rows])
-        s1.update(_step_batch(rows, reward))
-
-    s2 = build()
-    loader2 = _loader(s2, ds)
-    loader2.load_state_dict(ckpt)
-    it2 = iter(loader2)  # torchdata applies the state when the iterator is made
-    assert s2.task_sampler.outstanding_groups == 0  # the unreported third batch was released
-    assert s2.task_sampler.groups == 8 and s2.task_sampler.metrics()["discarded_groups"] == 4
-    # replay the third batch's feedback the uninterrupted run had, to compare draws exactly
-    s2.task_sampler.require_dispatch = False
-    s2.update(_step_batch(third, reward))
-    s2.task_sampler.require_dispatch = True
-    after2 = []
-    for rows in it2:
-        after2.append([r["extra_info"]["task_id"] for r in rows])
-        s2.update(_step_batch(rows, reward))
-    for rows in loader2:
-        after2.append([r["extra_info"]["task_id"] for r in rows])
-        s2.update(_step_batch(rows, reward))
-    # no fast-forwarding through (and drawing) old batches: the epoch ends where it ended
-    assert len(after2) == len(after1) == 3  # 3 batches per epoch: 0 left in epoch 0, 3 in epoch 1
-    assert after2 == after1
-    assert s2.task_sampler.state_dict()["rng"] == s1.task_sampler.state_dict()["rng"]
-
-
-def test_bad_state_is_refused(pool):
-    ds = RowDataset(pool)
-    s = EnvSchedVerlSampler(ds, task_sampler=UniformSampler(pool, seed=0), batch_size=2)
+def test_bad_state_is_refused_and_state_round_trips(verl_env):
+    ds = verl_env[1]
+    s = EnvSchedVerlSampler(ds, task_sampler=UniformSampler(_pool(), seed=0), batch_size=2)
     with pytest.raises(ValueError, match="not an EnvSchedVerlSampler state"):
         s.load_state_dict({"format": "other"})
     state = s.state_dict()
-    state["queue"] = [999]
+    bad = dict(state, queue=[999])
     with pytest.raises(ValueError, match="outside the dataset"):
-        s.load_state_dict(state)
+        s.load_state_dict(bad)
+    with pytest.raises(ValueError, match="no dataset row"):
+        EnvSchedVerlSampler(ds, task_sampler=UniformSampler([{"id": "nope", "env": "x"}]))

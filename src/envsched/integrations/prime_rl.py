@@ -20,16 +20,22 @@ the plain attribute ``train_source.curricula[env_name].sampler`` (looked up on e
 ``docs/trainers.md``. Groups prime-rl cancels as stale (``max_off_policy_steps``) never reach ``observe``;
 their dispatches stay outstanding in the inner sampler (visible as ``outstanding_groups``) and do no harm.
 
+Rewards of any scale: prime-rl's ``trace.reward`` is an unbounded weighted sum, so ``observe`` maps the rewards
+through a :class:`~envsched.integrations._rewards.RewardScale` (``reward_range=`` given, else learned) onto the
+inner sampler's range -- a finite reward never raises inside the orchestrator's ``on_result`` -- and a NaN/inf
+reward reaches the sampler as ``None`` (counted in ``metrics()["rewards_nonfinite"]``; the rollout still
+counts in episodes and cost).
+
 verifiers is imported lazily: this module only needs the objects' attributes.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from envsched.integrations._rewards import RewardScale
 from envsched.pool.spec import task_key
 from envsched.samplers.base import TaskSampler
 
@@ -63,13 +69,13 @@ def _trace_unscored(trace: Any) -> bool:
 
 def episode_reward(episode: Any) -> float | None:
     """One rollout's reward: the mean ``trace.reward`` of the episode's trainable traces, ``None`` if the
-    episode has no trainable trace or none of them was scored (errors, or a reward that did not run)."""
+    episode has no trainable trace or none of them was scored (errors, or a reward that did not run). Any
+    scale; NaN/inf are returned as they are (the sampler adapter turns them into ``None`` and counts them)."""
     traces = [t for t in getattr(episode, "traces", []) or [] if getattr(t.agent, "trainable", True)]
     scored = [float(t.reward) for t in traces if not _trace_unscored(t)]
     if not scored:
         return None
-    value = sum(scored) / len(scored)
-    return value if math.isfinite(value) else None
+    return sum(scored) / len(scored)
 
 
 def _episode_cost(episode: Any) -> float:
@@ -91,19 +97,23 @@ class PrimeRLTaskSampler:
         draw_batch: tasks per ``inner.sample`` call (default 1).
         reward_of: episode -> reward or ``None`` (default :func:`episode_reward`).
         cost_of: episode -> cost (default: output tokens of its traces); ``None`` reports no costs.
+        reward_range: the range of ``reward_of``'s rewards, mapped onto the inner sampler's ``reward_range``
+            (``None``: learned from the rewards, see :class:`~envsched.integrations._rewards.RewardScale`).
 
     Use :meth:`from_tasks` to build the inner sampler from the tasks.
     """
 
     def __init__(self, inner: TaskSampler, tasks: Iterable[Any], *, draw_batch: int = 1,
                  reward_of: Callable[[Any], float | None] = episode_reward,
-                 cost_of: Callable[[Any], float] | None = _episode_cost) -> None:
+                 cost_of: Callable[[Any], float] | None = _episode_cost,
+                 reward_range: Sequence[float] | None = None) -> None:
         for m in ("sample", "update", "state_dict", "load_state_dict"):
             if not callable(getattr(inner, m, None)):
                 raise TypeError(f"inner must be an envsched TaskSampler; {type(inner).__name__} has no {m}()")
         if isinstance(draw_batch, bool) or not isinstance(draw_batch, int) or draw_batch < 1:
             raise ValueError(f"draw_batch must be a positive integer, got {draw_batch!r}")
         self.inner = inner
+        self.reward_scale = RewardScale.for_sampler(inner, reward_range)
         self.draw_batch = draw_batch
         self.reward_of = reward_of
         self.cost_of = cost_of
@@ -170,7 +180,7 @@ class PrimeRLTaskSampler:
         key = str(keys.pop())
         if key not in self._tasks:
             raise KeyError(f"episode task.key {key!r} is not a task of this taskset")
-        rewards = [self.reward_of(e) for e in group]
+        rewards = self.reward_scale.map([self.reward_of(e) for e in group])
         costs = [float(self.cost_of(e)) for e in group] if self.cost_of is not None else None
         spec = self._specs.get(key, key)
         self.inner.update(spec, rewards, costs)
@@ -182,13 +192,14 @@ class PrimeRLTaskSampler:
         m: dict[str, float] = {}
         if callable(getattr(self.inner, "metrics", None)):
             m.update({k: float(v) for k, v in self.inner.metrics().items()})
+        m.update(self.reward_scale.metrics())
         m["buffered"] = float(len(self._buffer))
         m["observed_groups"] = float(self._observed)
         return m
 
     def state_dict(self) -> dict[str, Any]:
         return {"format": PRIME_RL_STATE_FORMAT, "inner": self.inner.state_dict(), "buffer": list(self._buffer),
-                "observed": self._observed}
+                "observed": self._observed, "reward_scale": self.reward_scale.state_dict()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output (``ValueError``, nothing changed, if it does not fit)."""
@@ -198,7 +209,12 @@ class PrimeRLTaskSampler:
         unknown = [k for k in buffer if k not in self._tasks]
         if unknown:
             raise ValueError(f"state buffers tasks not in this taskset: {unknown[:3]}")
+        scale = RewardScale(self.reward_scale.target,
+                            self.reward_scale.source if self.reward_scale.fixed else None)
+        if "reward_scale" in state_dict:
+            scale.load_state_dict(state_dict["reward_scale"])
         self.inner.load_state_dict(state_dict["inner"])
+        self.reward_scale = scale
         self._buffer = deque(buffer)
         self._observed = int(state_dict.get("observed", 0))
 

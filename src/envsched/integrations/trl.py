@@ -35,10 +35,22 @@ Usage::
 
 Reward functions receive the ``task_id`` column (and every column ``task_to_row`` adds);
 :meth:`EnvSchedGRPOMixin.task_for` maps an id back to its task spec.
+
+Rewards of any scale: the weighted sum passes through a :class:`~envsched.integrations._rewards.RewardScale`
+(``reward_range=`` given, else learned from the rewards) before ``update``, so a finite reward never raises
+mid-training; an infinite one reaches the sampler as ``None`` and is counted (``envsched/rewards_nonfinite``).
+TRL itself turns a reward function's ``None`` into NaN, so NaN and ``None`` are the same here: unscored.
+
+Guards: at construction :func:`check_trl_hooks` verifies that the private methods overridden here exist with
+the signatures this module was written for (TRL 1.16.0 / transformers 5.24.0) and refuses otherwise, naming
+the supported versions; and the sampler must see the reward GRPO trains on: with
+``multi_objective_aggregation="normalize_then_sum"`` (GRPO trains on per-group normalised rewards) the trainer
+refuses unless ``sampler_reward_funcs`` states explicitly which raw rewards the sampler gets.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import math
@@ -48,20 +60,25 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
+import transformers
+import trl
 from accelerate.utils import gather_object
 from datasets import Dataset
 from torch.utils.data import Sampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
+from envsched.integrations._rewards import RewardScale
 from envsched.pool.spec import task_key
 from envsched.samplers.base import TaskSampler
 
 __all__ = [
     "SAMPLER_STATE_FILE",
+    "SUPPORTED_VERSIONS",
     "EnvSchedGRPOMixin",
     "EnvSchedGRPOTrainer",
     "TaskRepeatSampler",
+    "check_trl_hooks",
     "default_task_to_row",
 ]
 
@@ -70,6 +87,55 @@ logger = logging.getLogger(__name__)
 #: File written into every TRL ``checkpoint-N`` folder.
 SAMPLER_STATE_FILE = "envsched_sampler.json"
 _STATE_FORMAT = "envsched.trl/1"
+
+#: The TRL / transformers releases this module is tested against (CI pins them).
+SUPPORTED_VERSIONS = {"trl": "1.16.0", "transformers": "5.24.0"}
+
+#: Private hooks overridden here: name -> the parameter names (after ``self``) they must take.
+_HOOKS: dict[str, tuple[str, ...]] = {
+    "_calculate_rewards": ("inputs", "prompts", "completions", "completion_ids_list"),
+    "_get_train_sampler": ("dataset",),
+    "_save_checkpoint": ("model", "trial"),
+    "_load_optimizer_and_scheduler": ("checkpoint",),
+    "_init_training_state": ("max_steps", "num_update_steps_per_epoch", "num_train_epochs",
+                             "resume_from_checkpoint", "trial"),
+    "_get_output_dir": ("trial",),
+}
+
+
+def check_trl_hooks(trainer_cls: type) -> None:
+    """Refuse a trainer class whose private hooks differ from those this module overrides.
+
+    ``trainer_cls`` is the class the mixin sits on (``GRPOTrainer`` or a subclass). Each hook in ``_HOOKS``
+    must exist on it with exactly those parameters, and ``_generate_and_score_completions`` must still call
+    ``self._calculate_rewards(`` (where the feedback hook runs). Raises ``RuntimeError`` naming the installed
+    and the supported TRL/transformers versions."""
+    problems = []
+    for name, params in _HOOKS.items():
+        fn = getattr(trainer_cls, name, None)
+        if not callable(fn):
+            problems.append(f"{name} is missing")
+            continue
+        try:
+            got = tuple(p for p in inspect.signature(fn).parameters if p != "self")
+        except (TypeError, ValueError):
+            problems.append(f"{name} has no inspectable signature")
+            continue
+        if got != params:
+            problems.append(f"{name}{got} (expected {params})")
+    gen = getattr(trainer_cls, "_generate_and_score_completions", None)
+    try:
+        calls = gen is not None and "self._calculate_rewards(" in inspect.getsource(gen)
+    except (OSError, TypeError):
+        calls = False
+    if not calls:
+        problems.append("_generate_and_score_completions does not call self._calculate_rewards(...)")
+    if problems:
+        raise RuntimeError(
+            f"envsched.integrations.trl supports TRL {SUPPORTED_VERSIONS['trl']} with transformers "
+            f"{SUPPORTED_VERSIONS['transformers']}; installed: TRL {trl.__version__}, transformers "
+            f"{transformers.__version__}, where {trainer_cls.__name__} has: " + "; ".join(problems)
+            + f". Install trl=={SUPPORTED_VERSIONS['trl']} transformers=={SUPPORTED_VERSIONS['transformers']}.")
 
 
 def default_task_to_row(task: Any) -> dict[str, Any]:
@@ -166,7 +232,9 @@ class EnvSchedGRPOMixin:
             given, ``tasks``/``task_to_row`` only serve to look tasks up.
         sampler_reward_funcs: names of the reward functions whose weighted sum (``reward_weights``) the
             sampler receives (default: all, i.e. the reward GRPO trains on). Typically the correctness
-            reward without format shaping. It must lie in the sampler's ``reward_range``.
+            reward without format shaping. Required with ``multi_objective_aggregation="normalize_then_sum"``.
+        reward_range: the range of that weighted sum; mapped onto the sampler's ``reward_range`` (``None``:
+            learned from the rewards, see :class:`~envsched.integrations._rewards.RewardScale`).
         chunks_per_epoch: generation batches per DataLoader pass (default: enough to cover the tasks
             once). Only TRL's epoch bookkeeping; set ``max_steps`` to bound training.
     """
@@ -174,7 +242,9 @@ class EnvSchedGRPOMixin:
     def __init__(self, *args: Any, task_sampler: TaskSampler, tasks: Sequence[Any] | None = None,
                  task_to_row: Callable[[Any], dict[str, Any]] | None = None,
                  sampler_reward_funcs: Sequence[str] | None = None, chunks_per_epoch: int | None = None,
-                 **kwargs: Any) -> None:
+                 reward_range: Sequence[float] | None = None, **kwargs: Any) -> None:
+        mro = type(self).__mro__
+        check_trl_hooks(mro[mro.index(EnvSchedGRPOMixin) + 1])
         for m in ("sample", "update", "state_dict", "load_state_dict"):
             if not callable(getattr(task_sampler, m, None)):
                 raise TypeError(f"task_sampler must implement RFC 013's TaskSampler; "
@@ -187,6 +257,7 @@ class EnvSchedGRPOMixin:
         if not tasks:
             raise ValueError("the task list is empty")
         self._es_sampler = task_sampler
+        self._es_scale = RewardScale.for_sampler(task_sampler, reward_range)
         self._es_tasks: dict[str, Any] = {}
         for t in tasks:
             k = task_key(t)
@@ -234,6 +305,12 @@ class EnvSchedGRPOMixin:
                 raise ValueError(f"sampler_reward_funcs {list(sampler_reward_funcs)!r}: unknown or empty; "
                                  f"reward functions are {names}")
             self._es_func_idx = [names.index(n) for n in sampler_reward_funcs]
+        aggregation = getattr(self, "multi_objective_aggregation", "sum_then_normalize")
+        if aggregation != "sum_then_normalize" and sampler_reward_funcs is None:
+            raise ValueError(f"multi_objective_aggregation={aggregation!r}: GRPO trains on per-group normalised "
+                             "rewards, not the weighted sum the sampler would see; pass sampler_reward_funcs=[...] "
+                             "to choose explicitly which raw rewards the sampler learns from, or use "
+                             "'sum_then_normalize'")
 
     # ------------------------------------------------------------------ public helpers
     @property
@@ -327,9 +404,11 @@ class EnvSchedGRPOMixin:
         step = int(self.state.global_step)
         for j, key in enumerate(group_ids):
             span = slice(j * g, (j + 1) * g)
-            rewards, costs = combined[span], [float(c) for c in lengths[span]]
+            raw, costs = combined[span], [float(c) for c in lengths[span]]
+            rewards = self._es_scale.map(raw)
             self._es_sampler.update(self._es_tasks[key], rewards, costs)
-            self.envsched_feedback_log.append({"step": step, "task_id": key, "rewards": rewards, "costs": costs})
+            self.envsched_feedback_log.append({"step": step, "task_id": key, "rewards": rewards, "costs": costs,
+                                               "raw_rewards": raw})
         trajectories = gather_object(self._es_trajectories) if self._es_trajectories or \
             self.accelerator.num_processes > 1 else []
         self._es_trajectories = []
@@ -337,11 +416,20 @@ class EnvSchedGRPOMixin:
         if callable(submit) and getattr(self._es_sampler, "identifier_filter", None) is not None:
             for key, trajectory in trajectories:
                 submit(self._es_tasks[key], trajectory)
+        for name, value in self.envsched_metrics().items():
+            if math.isfinite(value):
+                self._metrics["train"][f"envsched/{name}"].append(value)
+
+    def envsched_metrics(self) -> dict[str, float]:
+        """The sampler's metrics and the reward scale's counters (``rewards_nonfinite``, ...)."""
+        out: dict[str, float] = {}
         metrics = getattr(self._es_sampler, "metrics", None)
         if callable(metrics):
             for name, value in metrics().items():
-                if isinstance(value, int | float) and math.isfinite(value):
-                    self._metrics["train"][f"envsched/{name}"].append(float(value))
+                if isinstance(value, int | float):
+                    out[name] = float(value)
+        out.update(self._es_scale.metrics())
+        return out
 
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, model, trial):  # type: ignore[override]
@@ -351,7 +439,8 @@ class EnvSchedGRPOMixin:
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         state = {"format": _STATE_FORMAT, "global_step": int(self.state.global_step),
                  "sampler_class": type(self._es_sampler).__name__,
-                 "sampler": self._es_sampler.state_dict(), "pending": [list(c) for c in self._es_pending]}
+                 "sampler": self._es_sampler.state_dict(), "pending": [list(c) for c in self._es_pending],
+                 "reward_scale": self._es_scale.state_dict()}
         tmp = os.path.join(folder, SAMPLER_STATE_FILE + ".tmp")
         with open(tmp, "w") as f:
             json.dump(state, f)
@@ -384,7 +473,11 @@ class EnvSchedGRPOMixin:
         unknown = [k for c in pending for k in c if k not in self._es_row_of_key]
         if unknown:
             raise ValueError(f"{path}: pending chunks name tasks this trainer does not have: {unknown[:3]}")
+        scale = RewardScale(self._es_scale.target, self._es_scale.source if self._es_scale.fixed else None)
+        if "reward_scale" in state:
+            scale.load_state_dict(state["reward_scale"])
         self._es_sampler.load_state_dict(state["sampler"])
+        self._es_scale = scale
         self._es_pending.clear()
         self._es_replay.clear()
         for chunk in pending:
