@@ -98,6 +98,7 @@ class EnvSchedSampler(BaseSampler):
         self._batch_totals = {"batches": 0, "envs": 0, "tools": 0}
         self._last_tools = 0
         self._last_adaptive: dict[str, float] = {}
+        self._last_posterior: tuple[np.ndarray, np.ndarray] | None = None
         sizes = np.bincount(self.env_codes, minlength=len(self.envs)).astype(float)
         self._env_size_weight = np.power(sizes / sizes.mean(), self.config.env_size_power)
 
@@ -190,7 +191,7 @@ class EnvSchedSampler(BaseSampler):
         self._last_prediction = prediction
         # explanation records are built on demand (explanations()) or every step with a run file
         self._pending_explain = (step, picks, prediction, filter_snapshot(self._history, positions),
-                                 dict(self._flags))
+                                 dict(self._flags), self._adaptive_explain(adaptive, positions))
         self._last_records = None
         if self.run_file is not None:
             try:
@@ -223,9 +224,11 @@ class EnvSchedSampler(BaseSampler):
         ad = AdaptiveInputs()
         info: dict[str, float] = {}
         need_posterior = c.exploitation_score == "signal_probability" or c.adaptive_coverage
+        self._last_posterior = None
         if need_posterior:
             alpha, beta = signal.signal_posterior(h, prediction.long.prior[:, 0], c.signal_prior_ess, c.long_half_life)
             g = c.rollouts_per_task
+            self._last_posterior = (alpha, beta)
         if c.exploitation_score == "signal_probability":
             if c.exploitation_rule == "mean":
                 score = signal.mixed_probability(alpha, beta, g)
@@ -256,6 +259,25 @@ class EnvSchedSampler(BaseSampler):
         self._last_adaptive = {**info, "coverage_slots": float(ad.coverage_slots if ad.coverage_slots is not None
                                                                 else cap)}
         return ad
+
+    def _adaptive_explain(self, ad: AdaptiveInputs | None,
+                          positions: list[int]) -> tuple[dict[str, float], dict[int, dict[str, Any]]] | None:
+        """The adaptive values of one batch for its explanation records (small: the picks only)."""
+        if ad is None:
+            return None
+        alpha, beta = self._last_posterior if self._last_posterior is not None else (None, None)
+
+        def val(arr: np.ndarray | None, p: int) -> Any:
+            if arr is None:
+                return None
+            v = arr[p]
+            return bool(v) if arr.dtype == bool else float(v)
+
+        per_pos = {p: {"signal_alpha": val(alpha, p), "signal_beta": val(beta, p),
+                       "exploitation_score": val(ad.exploitation_score, p),
+                       "coverage_score": val(ad.coverage_score, p), "caps_active": val(ad.caps_active, p)}
+                   for p in positions}
+        return dict(self._last_adaptive), per_pos
 
     def _observe(self, group: GroupResult) -> None:
         low, high = self.reward_range
@@ -321,10 +343,11 @@ class EnvSchedSampler(BaseSampler):
             if self._pending_explain is None:
                 self._last_records = []
             else:
-                step, picks, prediction, snapshot, flags = self._pending_explain
+                step, picks, prediction, snapshot, flags, adaptive = self._pending_explain
                 self._last_records = build_records(step, picks, graph=self.graph, snapshot=snapshot,
                                                    prediction=prediction, config=self.config, task_ids=self._keys,
-                                                   envs=self.envs, env_codes=self.env_codes, identifier_flags=flags)
+                                                   envs=self.envs, env_codes=self.env_codes, identifier_flags=flags,
+                                                   adaptive=adaptive)
         return self._last_records
 
     def explanations(self, task: Any | None = None) -> list[dict[str, Any]]:
