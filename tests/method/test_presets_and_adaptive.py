@@ -197,6 +197,15 @@ def test_adaptive_exploitation_prefers_mixed_tasks_over_uniform_ones():
     assert sorted(t["id"] for t in s.sample(2)) == ["e0t1", "e1t1"]
     rec = {r["task_id"]: r for r in s.explanations()}
     assert all(0.8 < r["base_score"] <= 1.0 for r in rec.values())
+    ad = rec["e0t1"]["adaptive"]
+    assert ad["signal_alpha"] + ad["signal_beta"] == pytest.approx(4.0 + 8)  # prior ess + 8 scored rollouts
+    assert ad["exploitation_score"] == pytest.approx(rec["e0t1"]["base_score"])
+    assert ad["caps_active"] is False and ad["coverage_score"] is not None
+    paper = EnvSchedSampler(tasks, g, SchedulerConfig.paper(mode="exploitation_only", batch_size=2),
+                            require_dispatch=False)
+    paper.update("e0t1", [0.0, 1.0])
+    paper.sample(2)
+    assert all(r["adaptive"] is None for r in paper.explanations())
 
 
 # ---------------------------------------------------------------------------------------------- adaptive share

@@ -85,7 +85,7 @@ Adaptive mode (not in the paper: "ours"; the default of ``SchedulerConfig()``; `
 switches every one of these off, see :data:`PAPER_PRESET`)
 
 =====================================  =======================================  ==========================
-rule                                   parameter                                default (search range in
+rule                                   parameter                                default (search ranges:
                                                                                 :data:`ADAPTIVE_TUNING_SPACE`)
 =====================================  =======================================  ==========================
 coverage share sized online from the   ``adaptive_share``; the share is         True; cap 0.5
@@ -369,8 +369,9 @@ class SchedulerConfig:
             ``n`` (0.5: 32 of 64, the paper's split). It must leave at least one exploitation slot: a config
             with ``round(coverage_share * batch_size) >= batch_size`` is refused, and so is a ``sample(n)``
             with ``round(coverage_share * n) >= n``. In the adaptive mode it is the largest share.
-        rollouts_per_task: rollouts per selected pair (8). Informational: the trainer decides; the
-            benchmark and ``envsched run`` use it.
+        rollouts_per_task: rollouts per selected pair (8). The trainer decides; the benchmark and
+            ``envsched run`` use it, and the adaptive exploitation score uses it as the group size ``G``
+            (set it to your trainer's group size; the registry factory does, from ``group_size``).
         max_per_env_coverage: ``C1`` (4): at most this many tasks of one environment in the coverage
             phase of one batch.
         env_quota_per_batch: ``C3`` (11): at most this many tasks of one environment in one batch

@@ -24,7 +24,10 @@ Record schema (``"format": "envsched.explain/1"``, ``"kind": "pick"``)::
     caps {max_per_env_coverage | env_quota_per_batch | max_consecutive_selections:
           {paper, limit, count, reached}},
     filters {progress {transitions, residual, filtered}, identifier {flagged, reason}},
-    relaxed [names of caps or filters a fill pick ignored]
+    relaxed [names of caps or filters a fill pick ignored],
+    adaptive {coverage_slots, share, coverage_yield, exploitation_yield, signal_alpha, signal_beta,
+              exploitation_score, coverage_score, caps_active} | null (null in the paper preset and at
+              cold start; a field is null when its rule is switched off)
 
 Values from the prediction are on the pool's reward scale mapped to [0, 1]; relation and history values
 use the long half-life (the short one is in ``half_lives``). The first line of a run file is a header
@@ -100,8 +103,10 @@ def filter_snapshot(history: History, positions: list[int]) -> dict[int, tuple[i
 def build_records(step: int, picks: list[Pick], *, graph: DualRelationGraph,
                   snapshot: dict[int, tuple[int, float, bool, int]], prediction: Prediction | None,
                   config: SchedulerConfig, task_ids: list[str], envs: list[str], env_codes: np.ndarray,
-                  identifier_flags: dict[int, str]) -> list[dict[str, Any]]:
-    """One record per pick (see the module docstring); ``snapshot`` from :func:`filter_snapshot`."""
+                  identifier_flags: dict[int, str],
+                  adaptive: tuple[dict[str, float], dict[int, dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
+    """One record per pick (see the module docstring); ``snapshot`` from :func:`filter_snapshot`;
+    ``adaptive``: the adaptive mode's batch-level values and per-position values of the picks."""
     out = []
     c1, c3 = config.caps_for(len(picks)) if picks else (config.max_per_env_coverage, config.env_quota_per_batch)
     for p in picks:
@@ -160,6 +165,11 @@ def build_records(step: int, picks: list[Pick], *, graph: DualRelationGraph,
             "identifier": {"flagged": i in identifier_flags, "reason": identifier_flags.get(i)},
         }
         rec["relaxed"] = list(p.relaxed)
+        if adaptive is not None:
+            batch_info, per_pos = adaptive
+            rec["adaptive"] = {**{k: _f(v) for k, v in batch_info.items()}, **per_pos.get(i, {})}
+        else:
+            rec["adaptive"] = None
         out.append(rec)
     return out
 

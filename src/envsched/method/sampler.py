@@ -98,6 +98,7 @@ class EnvSchedSampler(BaseSampler):
         self._batch_totals = {"batches": 0, "envs": 0, "tools": 0}
         self._last_tools = 0
         self._last_adaptive: dict[str, float] = {}
+        self._last_posterior: tuple[np.ndarray, np.ndarray] | None = None
         sizes = np.bincount(self.env_codes, minlength=len(self.envs)).astype(float)
         self._env_size_weight = np.power(sizes / sizes.mean(), self.config.env_size_power)
 
@@ -190,7 +191,7 @@ class EnvSchedSampler(BaseSampler):
         self._last_prediction = prediction
         # explanation records are built on demand (explanations()) or every step with a run file
         self._pending_explain = (step, picks, prediction, filter_snapshot(self._history, positions),
-                                 dict(self._flags))
+                                 dict(self._flags), (adaptive, dict(self._last_adaptive), self._last_posterior))
         self._last_records = None
         if self.run_file is not None:
             try:
@@ -223,12 +224,18 @@ class EnvSchedSampler(BaseSampler):
         ad = AdaptiveInputs()
         info: dict[str, float] = {}
         need_posterior = c.exploitation_score == "signal_probability" or c.adaptive_coverage
+        self._last_posterior = None
+        env_counts = h.env_selection_counts()
         if need_posterior:
             alpha, beta = signal.signal_posterior(h, prediction.long.prior[:, 0], c.signal_prior_ess, c.long_half_life)
             g = c.rollouts_per_task
+            self._last_posterior = (alpha, beta)
+        mixed = None
+        if need_posterior and (c.adaptive_coverage or c.exploitation_rule == "mean"):
+            mixed = signal.mixed_probability(alpha, beta, g)  # ~1.3 ms at 2,550 tasks: computed once
         if c.exploitation_score == "signal_probability":
             if c.exploitation_rule == "mean":
-                score = signal.mixed_probability(alpha, beta, g)
+                score = mixed
             elif c.exploitation_rule == "thompson":
                 score = signal.group_signal(self._rng.beta(alpha, beta), g)
             else:
@@ -237,10 +244,10 @@ class EnvSchedSampler(BaseSampler):
         if c.adaptive_coverage:
             # optimistic signal probability; the predictive mean breaks the ties of wide posteriors
             ad.coverage_score = (signal.optimistic_signal(alpha, beta, g, c.ucb_quantile)
-                                 + 1e-3 * signal.mixed_probability(alpha, beta, g) + 1e-12 * tiebreak)
+                                 + 1e-3 * mixed + 1e-12 * tiebreak)
             s_e, k_e = signal.env_signal(h, c.long_half_life)
             ucb = signal.beta_quantile(1.0 + s_e, 1.0 + k_e - s_e, c.ucb_quantile)
-            never = h.env_selection_counts() == 0
+            never = env_counts == 0
             ad.env_priority = np.where(never, np.inf, ucb * self._env_size_weight)
         if c.caps_on_decline_only:
             ad.caps_active = signal.declining(h, c.long_half_life, c.short_half_life)
@@ -250,12 +257,33 @@ class EnvSchedSampler(BaseSampler):
             y_exp = (1.0 + y["exploitation"][0]) / (2.0 + y["exploitation"][1])
             share = min(max(y_cov / (y_cov + y_exp), c.coverage_share_floor), c.coverage_share)  # cap wins
             k = round(share * n)
-            never_selected = int((h.env_selection_counts() == 0).sum())
+            never_selected = int((env_counts == 0).sum())
             ad.coverage_slots = min(cap, max(k, never_selected))
             info = {"share": share, "coverage_yield": y_cov, "exploitation_yield": y_exp}
         self._last_adaptive = {**info, "coverage_slots": float(ad.coverage_slots if ad.coverage_slots is not None
                                                                 else cap)}
         return ad
+
+    @staticmethod
+    def _adaptive_explain(ad: AdaptiveInputs | None, ad_info: dict[str, float],
+                          posterior: tuple[np.ndarray, np.ndarray] | None,
+                          positions: list[int]) -> tuple[dict[str, float], dict[int, dict[str, Any]]] | None:
+        """The adaptive values of one batch for its explanation records (small: the picks only)."""
+        if ad is None:
+            return None
+        alpha, beta = posterior if posterior is not None else (None, None)
+
+        def val(arr: np.ndarray | None, p: int) -> Any:
+            if arr is None:
+                return None
+            v = arr[p]
+            return bool(v) if arr.dtype == bool else float(v)
+
+        per_pos = {p: {"signal_alpha": val(alpha, p), "signal_beta": val(beta, p),
+                       "exploitation_score": val(ad.exploitation_score, p),
+                       "coverage_score": val(ad.coverage_score, p), "caps_active": val(ad.caps_active, p)}
+                   for p in positions}
+        return ad_info, per_pos
 
     def _observe(self, group: GroupResult) -> None:
         low, high = self.reward_range
@@ -321,10 +349,12 @@ class EnvSchedSampler(BaseSampler):
             if self._pending_explain is None:
                 self._last_records = []
             else:
-                step, picks, prediction, snapshot, flags = self._pending_explain
+                step, picks, prediction, snapshot, flags, (ad, ad_info, posterior) = self._pending_explain
+                adaptive = self._adaptive_explain(ad, ad_info, posterior, [p.pos for p in picks])
                 self._last_records = build_records(step, picks, graph=self.graph, snapshot=snapshot,
                                                    prediction=prediction, config=self.config, task_ids=self._keys,
-                                                   envs=self.envs, env_codes=self.env_codes, identifier_flags=flags)
+                                                   envs=self.envs, env_codes=self.env_codes, identifier_flags=flags,
+                                                   adaptive=adaptive)
         return self._last_records
 
     def explanations(self, task: Any | None = None) -> list[dict[str, Any]]:
