@@ -183,6 +183,12 @@ def test_same_evaluation_in_rfc_form_and_envsched_form(server, stub_llm, tmp_pat
     stored = OpenEnvEvalResult.model_validate_json((tmp_path / "rfc" / "result.json").read_text())
     assert stored.config.harness_name == "EnvEvalHarness" and stored.scores["pass@2"] == rfc["pass@2"]
 
+    # ---- the same run again resumes: CollectRunner skips the rewarded episodes; the others re-run
+    calls = sum(stub_llm.calls.values())
+    again = harness.run("0.1.0", {"openenv": "0.10.0"}, "rfc_env:test", _params(stub_llm.url))
+    assert again["collect"]["num_skipped"] == 6 and sum(stub_llm.calls.values()) == calls + 4
+    assert {k: v for k, v in again.items() if k != "collect"} == {k: v for k, v in rfc.items() if k != "collect"}
+
     # ---- a later checkpoint, compared: t4 fixed, t0 regressed, t2 left out (unscored on both sides)
     stub_llm.respond = checkpoint(2)
     config = EvalConfig(harness_name="EnvEvalHarness", harness_version="0.1.0", library_versions={},

@@ -541,6 +541,9 @@ class EnvEvalHarness(OpenEnvEvalHarness):
         groups: dict[str, list[float | None]] = {}
         for r in records:
             groups.setdefault(f"{r.task_id}#{r.seed}", []).append(r.reward if r.scored else None)
+        scored = [r.reward for r in records if r.scored and r.reward is not None]
+        if scored:  # the sampler only counts: let it take whatever scale the environment's rewards have
+            sampler.reward_range = (min(0.0, *scored), max(1.0, *scored))
         for (item, j) in planned:
             if j == 0:
                 sampler.update(item, groups[f"{item['id']}#{item.get('seed')}"])
