@@ -5,7 +5,9 @@ authentication, start it on 127.0.0.1 with its socket in the cluster's folder, c
 export ``ENVSCHED_TEST_POSTGRES_URL``. Unlike the CI script it never installs packages: it uses server
 binaries already on the machine (``initdb`` on ``PATH`` or under ``/usr/lib/postgresql/*/bin``), runs
 them as the ``postgres`` user when the tests run as root (PostgreSQL refuses to run as root), and removes
-the cluster when the tests end. When no server can be started, the PostgreSQL tests skip and say why.
+the cluster when the tests end (a session killed before it could clean up leaves an ``owner.pid`` naming a
+dead process; the next session stops and removes that cluster). When no server can be started, the
+PostgreSQL tests skip and say why.
 """
 
 from __future__ import annotations
@@ -63,6 +65,35 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+PREFIX = "envsched-test-pg-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_stale(bindir: Path, user: str | None) -> list[Path]:
+    """Stop and remove the throw-away clusters of earlier test sessions that were killed before they could
+    clean up (their ``owner.pid`` names a process that no longer runs). Returns the folders removed."""
+    removed = []
+    for root in Path(tempfile.gettempdir()).glob(PREFIX + "*"):
+        try:
+            owner = int((root / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue  # not ours, or still being set up
+        if owner == os.getpid() or _alive(owner):
+            continue
+        Server("", bindir, root, user).stop()
+        removed.append(root)
+    return removed
+
+
 def start() -> tuple[Server | None, str]:
     """Start a server; returns (server, "") or (None, the reason it could not be started)."""
     bindir = find_bindir()
@@ -77,7 +108,9 @@ def start() -> tuple[Server | None, str]:
         if shutil.which("runuser") is None:
             return None, "running as root without runuser to start the server as 'postgres'"
         user = "postgres"
-    root = Path(tempfile.mkdtemp(prefix="envsched-test-pg-"))
+    reap_stale(bindir, user)
+    root = Path(tempfile.mkdtemp(prefix=PREFIX))
+    (root / "owner.pid").write_text(str(os.getpid()))
     if user is not None:
         pw = pwd.getpwnam(user)
         os.chown(root, pw.pw_uid, pw.pw_gid)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Environment", "EnvironmentUnavailable", "InfrastructureError", "StepResult"]
+__all__ = ["Environment", "EnvironmentUnavailable", "InfrastructureError", "StepResult", "Trajectory"]
 
 
 class InfrastructureError(RuntimeError):
@@ -27,6 +27,21 @@ class InfrastructureError(RuntimeError):
 
 class EnvironmentUnavailable(ImportError):
     """An optional environment package is not installed; the message says how to install it."""
+
+
+@dataclass
+class Trajectory:
+    """A saved trajectory: the agent's actions, grouped by user turn, and the reward it earned.
+
+    For BFCL each action is a Python-syntax function call string, e.g. ``"cd(folder='documents')"``.
+    Environments produce it (e.g. ``BFCLEnvironment.trajectory()``) and EnvSched's identifier filter reads it
+    (:mod:`envsched.method.scheduling.identifier_filter`, which re-exports it); it lives here, in the lower
+    layer, so that environments need not import the scheduler.
+    """
+
+    calls_per_turn: list[list[str]]
+    reward: float
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -788,11 +788,11 @@ class BFCLEnvironment(Environment):
         return copy.deepcopy(self._calls)
 
     def trajectory(self) -> Any:
-        """The finished episode as an identifier-filter :class:`~envsched.method.scheduling.identifier_filter.
-        Trajectory` (each turn's executed calls in order, and the final reward), for
+        """The finished episode as a :class:`~envsched.envs.base.Trajectory`, what the identifier filter reads
+        (each turn's executed calls in order, and the final reward), for
         ``EnvSchedSampler.submit_trajectory(task, env.trajectory())``. ``None`` when the checker could not
         score the episode; ``RuntimeError`` before the episode is over."""
-        from envsched.method.scheduling.identifier_filter import Trajectory
+        from envsched.envs.base import Trajectory
 
         if self._entry is None or not self._done:
             raise RuntimeError("trajectory() needs a finished episode (reset, then step until done)")

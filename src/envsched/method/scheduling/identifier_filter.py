@@ -21,8 +21,10 @@ import ast
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
+
+from envsched.envs.base import Trajectory  # defined with the environments that produce it; re-exported here
 
 __all__ = [
     "BfclIdentifierFilter",
@@ -34,18 +36,6 @@ __all__ = [
     "call_identifiers",
     "known_identifiers",
 ]
-
-
-@dataclass
-class Trajectory:
-    """A saved trajectory: the agent's actions, grouped by user turn, and the reward it earned.
-
-    For BFCL each action is a Python-syntax function call string, e.g. ``"cd(folder='documents')"``.
-    """
-
-    calls_per_turn: list[list[str]]
-    reward: float
-    meta: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
