@@ -180,3 +180,14 @@ def test_a_planted_benchmark_graph_cache_file_runs_nothing(tmp_path: Path, monke
     again = runner.envsched_graph(pool)
     assert not marker.exists(), "loading the cache ran code"
     assert again.task_ids == first.task_ids
+
+
+@pytest.mark.parametrize("header", [b"[" * 100000 + b"]" * 100000, b"\xff\xfe", b"[1, 2]", b"{"])
+def test_a_malformed_header_is_a_graph_file_error(tmp_path: Path, good: Any, header: bytes) -> None:
+    pool, arrays = good
+    arrays = dict(arrays)
+    arrays["__header__"] = np.frombuffer(header, dtype=np.uint8)
+    path = tmp_path / "h.graph.npz"
+    np.savez(path, **arrays)
+    with pytest.raises(GraphFileError, match="header"):
+        load_graph(path, pool)

@@ -43,6 +43,7 @@ MAX_NEIGHBORS = 4096
 MAX_FEATURES = 2**31 - 1
 MAX_NNZ = 2**31 - 1
 MAX_BYTES = 64 * 2**30
+MAX_HEADER_BYTES = 64 * 2**20
 
 
 class GraphFileError(ValueError):
@@ -109,10 +110,16 @@ def _open(path: Path) -> Any:
 
 
 def _header(data: Any, path: Path) -> dict[str, Any]:
+    shape, dtype = _member_header(data, "__header__", path)
+    if dtype != np.uint8 or len(shape) != 1 or shape[0] > MAX_HEADER_BYTES:
+        raise _bad(path, "__header__", f"must be at most {MAX_HEADER_BYTES} bytes of JSON (uint8), got {dtype} "
+                                       f"{shape}")
     try:
         header = json.loads(bytes(data["__header__"]).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise GraphFileError(f"{path}: corrupt graph header ({exc})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise GraphFileError(f"{path}: corrupt graph header ({type(exc).__name__}: {exc})") from None
+    if not isinstance(header, dict):
+        raise _bad(path, "__header__", "the header is not a JSON object")
     if header.get("format") != FORMAT_NAME:
         raise GraphFileError(f"{path}: format {header.get('format')!r}, expected {FORMAT_NAME!r}")
     if header.get("version") != FORMAT_VERSION:
