@@ -2,9 +2,10 @@
 
 Measures, for the same sampler and the same batch size ``k`` (groups per ``sample`` call):
   * one process: ``sample(k)`` then ``k`` updates, in a loop: groups per second;
-  * the host: ``--workers`` Ray workers (local cluster on 127.0.0.1), each looping ``sample(k)`` then one
-    ``update_many`` of its ``k`` groups (two round trips per ``k`` groups): groups per second over all
-    workers, and the p50/p99 latency of each call as the workers see it;
+  * the host: ``--workers`` Ray workers (local cluster on 127.0.0.1), each looping one ``update_many`` of
+    its last ``k`` groups then ``sample(k)`` (two round trips per ``k`` groups; with ``--one-call`` one
+    ``update_and_sample`` round trip): reported groups per second over all workers, and the p50/p99
+    latency of each call as the workers see it;
   * the 1-minute load average before and after each phase (the machine may be shared: compare the ratio
     host / one process rather than the absolute figures).
 
@@ -111,7 +112,8 @@ def single_process(make: Any, k: int, group: int, seconds: float) -> dict[str, A
             "round_p99_ms": 1e3 * float(np.percentile(lat, 99)), "load_before": load0, "load_after": _load()}
 
 
-def hosted(make: Any, k: int, group: int, seconds: float, workers: int, offered: float = 0.0) -> dict[str, Any]:
+def hosted(make: Any, k: int, group: int, seconds: float, workers: int, offered: float = 0.0,
+           one_call: bool = False) -> dict[str, Any]:
     import ray
 
     from envsched.distributed import RemoteSampler, launch_sampler
@@ -134,20 +136,25 @@ def hosted(make: Any, k: int, group: int, seconds: float, workers: int, offered:
                 time.sleep(0.002)
             s_lat, u_lat, groups = [], [], 0
             next_round = time.time() + self.rng.random() * interval
+            tasks: list[Any] = []
             while time.time() < stop_at:
                 if interval:  # the rollouts of a round take time: pace the rounds
                     time.sleep(max(0.0, next_round - time.time()))
                     next_round += interval
+                reports = [(t, [float(self.rng.random() < 0.5) for _ in range(group)]) for t in tasks]
                 t0 = time.perf_counter()
-                tasks = self.sampler.sample(k)
-                t1 = time.perf_counter()
-                self.sampler.update_many([(t, [float(self.rng.random() < 0.5) for _ in range(group)])
-                                          for t in tasks])
-                t2 = time.perf_counter()
-                s_lat.append(t1 - t0)
-                u_lat.append(t2 - t1)
-                groups += len(tasks)
-            return {"groups": groups, "sample": s_lat, "update_many": u_lat}
+                if one_call:  # report the last round's groups and draw the next in one round trip
+                    tasks = self.sampler.update_and_sample(reports, k) if reports else self.sampler.sample(k)
+                    s_lat.append(time.perf_counter() - t0)
+                else:
+                    if reports:
+                        self.sampler.update_many(reports)
+                    t1 = time.perf_counter()
+                    tasks = self.sampler.sample(k)
+                    u_lat.append(t1 - t0)
+                    s_lat.append(time.perf_counter() - t1)
+                groups += len(reports)
+            return {"groups": groups, "sample": s_lat, "update_many": u_lat or [0.0]}
 
     pool_of_workers = [Worker.remote(remote.actor, s) for s in range(workers)]
     ray.get([w.ready.remote() for w in pool_of_workers])  # every worker process is up
@@ -183,6 +190,8 @@ def main() -> None:
     ap.add_argument("--offered", type=float, nargs="+", default=[0.0],
                     help="groups/s the workers ask for in total, paced as rollouts would (0: back to back)")
     ap.add_argument("--store", default=None, help="none (default), sqlite, or a postgresql:// URL")
+    ap.add_argument("--one-call", action="store_true",
+                    help="each round is one update_and_sample call (report the last groups, draw the next)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
 
@@ -206,11 +215,13 @@ def main() -> None:
               f"(load {one['load_before']:.1f})", flush=True)
         for offered in args.offered:
             host = hosted(_factory(args.sampler, pool, graph, _store_target(args.store, f"host{k}"),
-                                   args.group_size), k, args.group_size, args.seconds, args.workers, offered)
+                                   args.group_size), k, args.group_size, args.seconds, args.workers, offered,
+                          args.one_call)
             run = {"k": k, "single_process": one, "host": host, "ratio": host["groups_per_s"] / one["groups_per_s"]}
             report["runs"].append(run)
+            label = "update_and_sample" if args.one_call else "sample"
             print(f"  host, {args.workers} workers, offered {offered or 'max'}: {host['groups_per_s']:.0f} groups/s, "
-                  f"sample p50/p99 {host['sample_p50_ms']:.1f}/{host['sample_p99_ms']:.1f} ms, update_many "
+                  f"{label} p50/p99 {host['sample_p50_ms']:.1f}/{host['sample_p99_ms']:.1f} ms, update_many "
                   f"p50/p99 {host['update_many_p50_ms']:.1f}/{host['update_many_p99_ms']:.1f} ms (load "
                   f"{host['load_before']:.1f}->{host['load_after']:.1f}); host/one = {run['ratio']:.2f}", flush=True)
     ray.shutdown()

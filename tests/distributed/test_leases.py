@@ -214,3 +214,22 @@ def test_a_plain_sampler_host_remembers_consumed_leases() -> None:
         host.update(t2, [1.0, 0.0], lease=l2)
     assert host.lease_status(l1) == "applied" and host.lease_status(l2) == "reclaimed"
     assert host.metrics()["groups"] == 1 and host.metrics()["reclaimed_groups"] == 1
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_update_and_sample_is_one_round_trip_and_one_transaction(tmp_path: Path, durable: bool) -> None:
+    path, pool = tmp_path / "h.sqlite", _pool()
+    sampler = _durable(path, pool) if durable else UniformSampler(pool, seed=3)
+    host = SamplerHost(sampler, lease_timeout_s=60, group_size=2)
+    worker = host.client("w")
+    tasks = worker.sample(3)
+    events_before = len(HistoryStore(path).events()) if durable else 0
+    drawn = worker.update_and_sample([(t, [1.0, 0.0]) for t in tasks], 2)
+    assert len(drawn) == 2 and sorted(worker.held_leases()) == sorted(t["id"] for t in drawn)
+    m = host.metrics()
+    assert m["groups"] == 3 and m["dispatched_groups"] == 5 and m["outstanding_groups"] == 2 and m["leases"] == 2
+    if durable:  # 3 updates and 1 draw, logged in that order
+        assert [e.kind for e in HistoryStore(path).events()[events_before:]] == ["update"] * 3 + ["sample"]
+    with pytest.raises(ValueError, match="n must be a positive integer"):
+        worker.update_and_sample([(t, [0.0, 0.0]) for t in drawn], 0)  # a bad draw: the updates still count
+    assert host.metrics()["groups"] == 5 and worker.held_leases() == {}

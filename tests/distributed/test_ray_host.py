@@ -216,21 +216,37 @@ def test_restarts_without_a_store_are_refused(ray_cluster: Any) -> None:
 
 
 def test_a_lease_that_cannot_be_confirmed_is_dropped(ray_cluster: Any, tmp_path: Path) -> None:
-    from envsched.distributed import LeaseUnconfirmedError, RemoteSampler, launch_sampler
+    from envsched.distributed import LeaseUnconfirmedError, RemoteSampler, launch_sampler, release_name
 
     ray = ray_cluster
     pool = _pool()
     path = str(tmp_path / "h.sqlite")
-    owner = launch_sampler(lambda: DurableSampler(UniformSampler(pool, seed=2), path), lease_timeout_s=60,
-                           max_restarts=-1)
+    name = "envsched-test-unconfirmed"
+
+    def factory() -> DurableSampler:
+        return DurableSampler(UniformSampler(pool, seed=2), path)
+
+    owner = launch_sampler(factory, lease_timeout_s=60, name=name)
     remote = RemoteSampler(owner.actor, worker="w")
-    remote.retry_s = 0  # no retries: the Ray error surfaces
     t = remote.sample(1)[0]
     lease = remote._leases[t["id"]][0]
-    ray.kill(remote.actor, no_restart=False)
+    ray.kill(remote.actor, no_restart=True)  # the host is gone for good while the worker holds a group
+    deadline = time.time() + 30
+    while time.time() < deadline:  # ray.kill is asynchronous: wait until Ray reports the actor dead
+        try:
+            ray.get(remote.actor.ping.remote(), timeout=5)
+        except ray.exceptions.RayActorError:
+            break
+        time.sleep(0.1)
     with pytest.raises(Exception) as info:  # the type is checked below, after the lease book
         remote.update(t, [1.0])
     assert remote._leases == {}  # dropped: never sent again with a later draw of the same task
     assert isinstance(info.value, LeaseUnconfirmedError) and "could not be confirmed" in str(info.value)
-    owner.retry_s = 60
-    assert owner.lease_status(lease) in ("live", "applied")  # the store answers for this one update
+    # the documented recovery: free the name, relaunch on the store; the store answers for this one lease
+    release_name(name)
+    again = launch_sampler(factory, lease_timeout_s=60, name=name)
+    assert again.lease_status(lease) == "live"  # it never committed; the group is still leased
+    assert again.update(t, [1.0], lease=lease) == "applied"  # the worker may still report it, once
+    assert again.update(t, [1.0], lease=lease) == "already_applied"
+    assert again.lease_status(lease) == "applied" and again.metrics()["groups"] == 1
+    assert len([e for e in HistoryStore(path).events() if e.kind == "update"]) == 1

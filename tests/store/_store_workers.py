@@ -68,9 +68,13 @@ def _worker(store_path: str, ack_path: str) -> None:
 
 
 def _starts(ack_path: str) -> int:
+    return _count(ack_path, "start ")
+
+
+def _count(ack_path: str, prefix: str) -> int:
     try:
         with open(ack_path, encoding="utf-8") as fh:
-            return sum(1 for line in fh if line.startswith("start "))
+            return sum(1 for line in fh if line.startswith(prefix))
     except FileNotFoundError:
         return 0
 
@@ -78,11 +82,12 @@ def _starts(ack_path: str) -> int:
 def crash(store_path: str, ack_path: str, kills: int, seed: int) -> None:
     """Fork a worker and SIGKILL it at a random point, ``kills`` times. A quarter of the kills land at a random
     time from the fork (often while the worker opens or rebuilds the store); the others at a random time
-    after the worker reported that it is running (so the run makes progress however loaded the machine is)."""
+    after the worker reported that it is running and had three calls acknowledged (so the run makes progress
+    however loaded the machine is)."""
     rng = random.Random(seed)
     killed = 0
     for _ in range(kills):
-        started = _starts(ack_path)
+        started, acked = _starts(ack_path), _count(ack_path, "ack ")
         pid = os.fork()
         if pid == 0:  # child: run the sampler until killed
             try:
@@ -93,7 +98,8 @@ def crash(store_path: str, ack_path: str, kills: int, seed: int) -> None:
             time.sleep(rng.uniform(0.0, 0.05))
         else:
             deadline = time.time() + 20
-            while _starts(ack_path) == started and time.time() < deadline:
+            # running, and a few calls acknowledged: the run makes progress however loaded the machine is
+            while (_starts(ack_path) == started or _count(ack_path, "ack ") < acked + 3) and time.time() < deadline:
                 time.sleep(0.002)
             time.sleep(rng.uniform(0.0, 0.05))
         os.kill(pid, signal.SIGKILL)

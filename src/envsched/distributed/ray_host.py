@@ -391,54 +391,100 @@ class SamplerHost:
     def _update_items(self, items: list[Any], *, batch: bool) -> list[Any]:
         with self._lock:
             self.reclaim_expired()
-            results: list[Any] = [None] * len(items)
-            todo: list[tuple[int, Lease, tuple[Any, ...]]] = []
-            seen: set[str] = set()
-            for i, item in enumerate(items):
-                try:
-                    if not isinstance(item, list | tuple) or len(item) != 4:
-                        raise TypeError(f"item {i} must be a (task, rewards, costs, lease) tuple")
-                    task, rewards, costs, lease_id = item
-                    key = task if isinstance(task, str) else task_key(task)
-                    self._check_size(key, rewards)
-                    found = self._check_lease(key, lease_id, "update")
-                    if isinstance(found, str):
-                        results[i] = found
-                        continue
-                    if found.lease_id in seen:
-                        raise UnknownLeaseError(f"lease {found.lease_id} is named twice in one batch")
-                    seen.add(found.lease_id)
-                    todo.append((i, found, (task, rewards, costs, found.lease_id)))
-                except (ValueError, KeyError, TypeError) as exc:
-                    if not batch:
-                        raise
-                    results[i] = exc
+            results, todo = self._prepare_updates(items, batch)
             if not todo:
                 return results
             try:
-                if self.durable:
-                    done = self.sampler.update_many([x[2] for x in todo])
-                else:
-                    done = []
-                    for _, _, (task, rewards, costs, _) in todo:
-                        try:
-                            self.sampler.update(task, rewards, costs)
-                            done.append("applied")
-                        except (ValueError, KeyError, TypeError) as exc:
-                            done.append(exc)
+                done = self.sampler.update_many([x[2] for x in todo]) if self.durable else self._apply_plain(todo)
             except StoreError:
                 self._needs_sync = True  # it may have committed: the store, read on the next call, will say
                 raise
-            for (i, lease, _), res in zip(todo, done, strict=True):
-                results[i] = res
-                if isinstance(res, LeaseExpiredError):  # the store knew better (a lost reply): forget it
-                    self._leases.pop(lease.lease_id, None)
-                elif not isinstance(res, BaseException):
-                    self._leases.pop(lease.lease_id, None)
-                    self._remember_closed(lease, "update")
-            if not batch and isinstance(results[0], BaseException):
-                raise results[0]
-            return results
+            return self._finish_updates(results, todo, done, batch)
+
+    def update_and_sample(self, items: Sequence[tuple[Any, ...]], n: int,
+                          worker: str | None = None) -> tuple[list[Any], list[tuple[str, Any]]]:
+        """:meth:`update_many` then :meth:`sample` in one call -- and, for a durable sampler, one store
+        transaction: a worker reports its last groups and draws the next ones in one round trip. Returns the
+        update results and the ``(lease_id, task)`` pairs drawn. A refused draw (bad ``n``) raises after the
+        updates were applied."""
+        if not isinstance(items, list | tuple):
+            raise TypeError(f"items must be a list of (task, rewards, costs, lease) tuples, got {type(items).__name__}")
+        with self._lock:
+            self.reclaim_expired()
+            results, todo = self._prepare_updates(list(items), True)
+            ids = self._new_ids(n) if isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 1_000_000 else []
+            try:
+                if self.durable and ids:
+                    done, tasks = self.sampler.update_many_and_sample([x[2] for x in todo], n, ids)
+                else:
+                    done = (self.sampler.update_many([x[2] for x in todo]) if self.durable
+                            else self._apply_plain(todo))
+                    try:
+                        tasks = self.sampler.sample(n)
+                    except (ValueError, KeyError, TypeError) as exc:
+                        tasks = exc
+            except StoreError:
+                self._needs_sync = True
+                raise
+            results = self._finish_updates(results, todo, done, True)
+            if isinstance(tasks, BaseException):
+                raise tasks
+            now = self._clock()
+            pairs = []
+            for lid, t in zip(ids, tasks, strict=True):
+                self._leases[lid] = Lease(lid, task_key(t), worker, now, now + self.lease_timeout_s)
+                pairs.append((lid, t))
+            return results, pairs
+
+    def _prepare_updates(self, items: list[Any], batch: bool) -> tuple[list[Any], list[tuple[int, Lease, tuple]]]:
+        """Check each item against the leases: returns the results known already (a retry's answer, or the
+        error that refuses an item) and the items to apply."""
+        results: list[Any] = [None] * len(items)
+        todo: list[tuple[int, Lease, tuple[Any, ...]]] = []
+        seen: set[str] = set()
+        for i, item in enumerate(items):
+            try:
+                if not isinstance(item, list | tuple) or len(item) != 4:
+                    raise TypeError(f"item {i} must be a (task, rewards, costs, lease) tuple")
+                task, rewards, costs, lease_id = item
+                key = task if isinstance(task, str) else task_key(task)
+                self._check_size(key, rewards)
+                found = self._check_lease(key, lease_id, "update")
+                if isinstance(found, str):
+                    results[i] = found
+                    continue
+                if found.lease_id in seen:
+                    raise UnknownLeaseError(f"lease {found.lease_id} is named twice in one batch")
+                seen.add(found.lease_id)
+                todo.append((i, found, (task, rewards, costs, found.lease_id)))
+            except (ValueError, KeyError, TypeError) as exc:
+                if not batch:
+                    raise
+                results[i] = exc
+        return results, todo
+
+    def _apply_plain(self, todo: list[tuple[int, Lease, tuple[Any, ...]]]) -> list[Any]:
+        done: list[Any] = []
+        for _, _, (task, rewards, costs, _) in todo:
+            try:
+                self.sampler.update(task, rewards, costs)
+                done.append("applied")
+            except (ValueError, KeyError, TypeError) as exc:
+                done.append(exc)
+        return done
+
+    def _finish_updates(self, results: list[Any], todo: list[tuple[int, Lease, tuple[Any, ...]]], done: list[Any],
+                        batch: bool) -> list[Any]:
+        for (i, lease, _), res in zip(todo, done, strict=True):
+            results[i] = res
+            if isinstance(res, LeaseExpiredError):  # the store knew better (a lost reply): forget it
+                self._leases.pop(lease.lease_id, None)
+            elif not isinstance(res, BaseException):
+                self._leases.pop(lease.lease_id, None)
+                self._remember_closed(lease, "update")
+        if not batch and isinstance(results[0], BaseException):
+            raise results[0]
+        return results
 
     def discard(self, task: Any, lease: str | None = None) -> None:
         """Give a dispatched group back without rewards (``lease``: the id :meth:`sample` returned)."""
@@ -708,12 +754,20 @@ class RemoteSampler:
                                         "the lease is dropped. Ask lease_status(lease) later: 'applied' means it "
                                         "was counted", lid) from exc
 
+    def update_and_sample(self, items: Sequence[tuple[Any, ...]], n: int) -> list[Any]:
+        """Report groups (as :meth:`update_many`) and draw the next ``n`` in one round trip (and, with a
+        durable sampler, one store transaction). Returns the ``n`` tasks drawn."""
+        return self._update_many(items, then_sample=n)[1]
+
     def update_many(self, items: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Report several groups in one round trip: ``(task, rewards)`` or ``(task, rewards, costs)`` tuples.
 
         Returns one result per item (``"applied"`` / ``"already_applied"``). If some were refused, raises
         :class:`UpdateBatchError` after the others were applied; its ``results`` say which (a refused item
         for bad input keeps its lease, so a corrected update can follow)."""
+        return self._update_many(items)[0]
+
+    def _update_many(self, items: Sequence[tuple[Any, ...]], then_sample: int | None = None) -> tuple[list[Any], Any]:
         taken: list[tuple[str, str | None]] = []
         payload = []
         try:
@@ -726,8 +780,15 @@ class RemoteSampler:
             for key, lid in reversed(taken):
                 self._put_back(key, lid)
             raise
+        drawn: list[Any] = []
         try:
-            results = self._call("update_many", payload, retry=True)
+            if then_sample is None:
+                results = self._call("update_many", payload, retry=True)
+            else:
+                results, pairs = self._call("update_and_sample", payload, then_sample, self.worker, retry=True)
+                for lease_id, task in pairs:
+                    self._leases.setdefault(task_key(task), deque()).append(lease_id)
+                    drawn.append(task)
         except self._transient_errors() as exc:
             raise LeaseUnconfirmedError(f"update_many of {len(payload)} groups could not be confirmed ({exc}); "
                                         "their leases are dropped; ask lease_status(lease) for each",
@@ -740,7 +801,7 @@ class RemoteSampler:
                     self._put_back(key, lid)
         if bad:
             raise UpdateBatchError(f"{len(bad)} of {len(results)} updates refused; first: {bad[0]}", results)
-        return results
+        return results, drawn
 
     def discard(self, task: Any, *, lease: str | None = None) -> None:
         """Give a group drawn by this worker back without rewards."""

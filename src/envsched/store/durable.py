@@ -621,8 +621,10 @@ class DurableSampler:
         draw, so that an update naming one can be matched exactly, and recognised as already applied when it
         is retried, even by a host restarted on this store.
         """
+        return self._run_many([self._sample_op(n, None if leases is None else list(leases))], batch=False)[0]
+
+    def _sample_op(self, n: int, leases: list[str] | None) -> tuple[Any, ...]:
         if leases is not None:
-            leases = list(leases)
             valid_n = isinstance(n, int) and not isinstance(n, bool) and n > 0
             if valid_n and (len(leases) != n or len(set(leases)) != len(leases)
                             or not all(isinstance(x, str) and x for x in leases)):
@@ -651,7 +653,7 @@ class DurableSampler:
             self._last_keys = [task_key(t) for t in tasks]
             return tasks
 
-        return self._run("sample", apply, payload, pre=pre, post=post)
+        return ("sample", apply, payload, pre, post)
 
     def _update_op(self, task: Any, rewards: Sequence[float | None], costs: Sequence[float] | None,
                    lease: str | None) -> tuple[Any, ...]:
@@ -705,17 +707,30 @@ class DurableSampler:
         refused that item (bad input, :class:`LeaseExpiredError`, :class:`UnknownLeaseError`), which changed
         nothing; the other items are applied and committed together.
         """
+        leases = [x[3] for x in items if isinstance(x, tuple | list) and len(x) == 4 and isinstance(x[3], str)]
+        return self._run_many(self._update_ops(items), batch=True, prefetch=leases)
+
+    def _update_ops(self, items: Sequence[tuple[Any, ...]]) -> list[Any]:
         ops: list[Any] = []
-        leases: list[str] = []
         for item in items:
             try:
                 task, rewards, costs, lease = item
                 ops.append(self._update_op(task, rewards, costs, lease))
-                if isinstance(lease, str):
-                    leases.append(lease)
             except (ValueError, TypeError) as exc:
                 ops.append(("update", _raiser(exc), None, None, None))
-        return self._run_many(ops, batch=True, prefetch=leases)
+        return ops
+
+    def update_many_and_sample(self, items: Sequence[tuple[Any, ...]], n: int,
+                               leases: Sequence[str]) -> tuple[list[Any], Any]:
+        """:meth:`update_many` then :meth:`sample` (``n`` groups under ``leases``) in one transaction.
+        Returns the update results and the drawn tasks -- or, for a refused draw, the exception (the updates
+        are committed all the same)."""
+        ops = self._update_ops(items)
+        ops.append(self._sample_op(n, list(leases)))
+        results = self._run_many(ops, batch=True,
+                                 prefetch=[x[3] for x in items if isinstance(x, tuple | list) and len(x) == 4
+                                           and isinstance(x[3], str)])
+        return results[:-1], results[-1]
 
     def discard(self, task: Any, *, reason: str | None = None, lease: str | None = None,
                 reclaimed: bool = False) -> None:
