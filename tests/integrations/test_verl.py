@@ -290,3 +290,38 @@ def test_bad_state_is_refused_and_state_round_trips(verl_env):
         s.load_state_dict(bad)
     with pytest.raises(ValueError, match="no dataset row"):
         EnvSchedVerlSampler(ds, task_sampler=UniformSampler([{"id": "nope", "env": "x"}]))
+
+
+def test_v1_replay_buffer_is_built_by_verl_and_its_trainer_draws_from_envsched(verl_env):
+    """verl's v1 trainer builds EnvSchedReplayBuffer from trainer.v1.sampler.custom_sampler; the trainer's training
+    loader then draws from envsched and every fetched prompt's uid maps to its task. (The feedback path reads
+    TransferQueue, which is not started here.)"""
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    root, _dataset, _ = verl_env
+    import verl.trainer.config as verl_config
+
+    with initialize_config_dir(config_dir=os.path.dirname(verl_config.__file__), version_base=None):
+        config = compose(config_name="ppo_trainer", overrides=[
+            f"data.train_batch_size={BATCH}", f"actor_rollout_ref.rollout.n={N}", "trainer.device=cpu",
+            f"data.train_files={root / 'train.parquet'}", f"data.val_files={root / 'train.parquet'}",
+            "data.filter_overlong_prompts=false", "data.dataloader_num_workers=0", "algorithm.adv_estimator=grpo",
+            "trainer.v1.sampler.custom_sampler.path=pkg://envsched.integrations.verl",
+            "trainer.v1.sampler.custom_sampler.name=EnvSchedReplayBuffer",
+            "+trainer.v1.sampler.sampler_kwargs.sampler=uniform", "+trainer.v1.sampler.sampler_kwargs.seed=0"])
+    trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config=config)
+    buffer = trainer.replay_buffer
+    assert type(buffer).__name__ == "EnvSchedReplayBuffer"
+    trainer.tokenizer, trainer.processor = None, None  # set by _init_tokenizer from a model path in verl
+    trainer._init_dataloader()
+    sampler = trainer.train_dataloader.sampler
+    assert isinstance(sampler, EnvSchedVerlSampler) and buffer.envsched_sampler is sampler
+    batch = trainer._fetch_one_gen_batch()
+    uids = [str(u) for u in batch["uid"]]
+    assert len(uids) == BATCH and set(buffer._uid_key) == set(uids)
+    assert sampler.task_sampler.outstanding_groups == BATCH
+    assert sorted(buffer._uid_key.values()) == sorted(sampler._unreported[0])  # the keys envsched drew
+    cfg = config.copy()
+    cfg.trainer.v1.trainer_mode = "separate_async"
+    with pytest.raises(ValueError, match="trainer_mode=sync"):
+        get_trainer_cls("sync")(config=cfg)
