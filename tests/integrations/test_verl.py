@@ -26,7 +26,6 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl import DataProto  # noqa: E402
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn  # noqa: E402
 
-import envsched.integrations.verl as ev  # noqa: E402
 from envsched.integrations.verl import (  # noqa: E402
     SAMPLER_STATE_FILE,
     EnvSchedVerlSampler,
@@ -92,13 +91,18 @@ def _trainer(verl_env, task_sampler, reward_range=None, config=None):
     from verl.trainer.ppo.ray_trainer import ResourcePoolManager
     from verl.trainer.ppo.utils import Role
 
+    from envsched.integrations.verl import EnvSchedRayPPOTrainer
+
     _root, dataset, base = verl_env
+    config = config if config is not None else base.copy()
+    tokenizer, role_worker_mapping = None, {Role.ActorRollout: WorkerGroup}
+    resource_pool_manager = ResourcePoolManager({}, {})
+    # the lines of a user's v0 entrypoint (docs/trainers.md)
     sampler = EnvSchedVerlSampler(dataset, task_sampler=task_sampler, batch_size=BATCH, reward_range=reward_range)
-    trainer = ev.EnvSchedRayPPOTrainer(
-        config=config if config is not None else base.copy(), tokenizer=None,
-        role_worker_mapping={Role.ActorRollout: WorkerGroup}, resource_pool_manager=ResourcePoolManager({}, {}),
-        ray_worker_group_cls=RayWorkerGroup, train_dataset=dataset, val_dataset=dataset, collate_fn=collate_fn,
-        train_sampler=sampler)
+    trainer = EnvSchedRayPPOTrainer(
+        config=config, tokenizer=tokenizer, role_worker_mapping=role_worker_mapping,
+        resource_pool_manager=resource_pool_manager, ray_worker_group_cls=RayWorkerGroup,
+        train_dataset=dataset, val_dataset=dataset, collate_fn=collate_fn, train_sampler=sampler)
     trainer.actor_rollout_wg = WorkerGroup(sampler)
     return trainer, sampler
 
@@ -229,8 +233,10 @@ def _trainer_plain_sampler(verl_env):
     from verl.trainer.ppo.ray_trainer import ResourcePoolManager
     from verl.trainer.ppo.utils import Role
 
+    from envsched.integrations.verl import EnvSchedRayPPOTrainer
+
     _root, dataset, base = verl_env
-    return ev.EnvSchedRayPPOTrainer(config=base.copy(), tokenizer=None, role_worker_mapping={Role.ActorRollout: 0},
+    return EnvSchedRayPPOTrainer(config=base.copy(), tokenizer=None, role_worker_mapping={Role.ActorRollout: 0},
                                     resource_pool_manager=ResourcePoolManager({}, {}), train_dataset=dataset,
                                     val_dataset=dataset, collate_fn=collate_fn,
                                     train_sampler=SequentialSampler(dataset))
