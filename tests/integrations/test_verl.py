@@ -26,7 +26,6 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl import DataProto  # noqa: E402
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn  # noqa: E402
 
-import envsched.integrations.verl as ev  # noqa: E402
 from envsched.integrations.verl import (  # noqa: E402
     SAMPLER_STATE_FILE,
     EnvSchedVerlSampler,
@@ -92,13 +91,18 @@ def _trainer(verl_env, task_sampler, reward_range=None, config=None):
     from verl.trainer.ppo.ray_trainer import ResourcePoolManager
     from verl.trainer.ppo.utils import Role
 
+    from envsched.integrations.verl import EnvSchedRayPPOTrainer
+
     _root, dataset, base = verl_env
+    config = config if config is not None else base.copy()
+    tokenizer, role_worker_mapping = None, {Role.ActorRollout: WorkerGroup}
+    resource_pool_manager = ResourcePoolManager({}, {})
+    # the lines of a user's v0 entrypoint (docs/trainers.md)
     sampler = EnvSchedVerlSampler(dataset, task_sampler=task_sampler, batch_size=BATCH, reward_range=reward_range)
-    trainer = ev.EnvSchedRayPPOTrainer(
-        config=config if config is not None else base.copy(), tokenizer=None,
-        role_worker_mapping={Role.ActorRollout: WorkerGroup}, resource_pool_manager=ResourcePoolManager({}, {}),
-        ray_worker_group_cls=RayWorkerGroup, train_dataset=dataset, val_dataset=dataset, collate_fn=collate_fn,
-        train_sampler=sampler)
+    trainer = EnvSchedRayPPOTrainer(
+        config=config, tokenizer=tokenizer, role_worker_mapping=role_worker_mapping,
+        resource_pool_manager=resource_pool_manager, ray_worker_group_cls=RayWorkerGroup,
+        train_dataset=dataset, val_dataset=dataset, collate_fn=collate_fn, train_sampler=sampler)
     trainer.actor_rollout_wg = WorkerGroup(sampler)
     return trainer, sampler
 
@@ -229,8 +233,10 @@ def _trainer_plain_sampler(verl_env):
     from verl.trainer.ppo.ray_trainer import ResourcePoolManager
     from verl.trainer.ppo.utils import Role
 
+    from envsched.integrations.verl import EnvSchedRayPPOTrainer
+
     _root, dataset, base = verl_env
-    return ev.EnvSchedRayPPOTrainer(config=base.copy(), tokenizer=None, role_worker_mapping={Role.ActorRollout: 0},
+    return EnvSchedRayPPOTrainer(config=base.copy(), tokenizer=None, role_worker_mapping={Role.ActorRollout: 0},
                                     resource_pool_manager=ResourcePoolManager({}, {}), train_dataset=dataset,
                                     val_dataset=dataset, collate_fn=collate_fn,
                                     train_sampler=SequentialSampler(dataset))
@@ -290,3 +296,94 @@ def test_bad_state_is_refused_and_state_round_trips(verl_env):
         s.load_state_dict(bad)
     with pytest.raises(ValueError, match="no dataset row"):
         EnvSchedVerlSampler(ds, task_sampler=UniformSampler([{"id": "nope", "env": "x"}]))
+
+
+def _v1_trainer(root, **overrides):
+    import verl.trainer.config as verl_config
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    with initialize_config_dir(config_dir=os.path.dirname(verl_config.__file__), version_base=None):
+        config = compose(config_name="ppo_trainer", overrides=[
+            f"data.train_batch_size={BATCH}", f"actor_rollout_ref.rollout.n={N}", "trainer.device=cpu",
+            f"data.train_files={root / 'train.parquet'}", f"data.val_files={root / 'train.parquet'}",
+            "data.filter_overlong_prompts=false", "data.dataloader_num_workers=0", "algorithm.adv_estimator=grpo",
+            f"trainer.default_local_dir={root / 'v1ckpt'}",
+            "trainer.v1.sampler.custom_sampler.path=pkg://envsched.integrations.verl",
+            "trainer.v1.sampler.custom_sampler.name=EnvSchedReplayBuffer",
+            "+trainer.v1.sampler.sampler_kwargs.sampler=uniform", "+trainer.v1.sampler.sampler_kwargs.seed=0",
+            *[f"{k}={v}" for k, v in overrides.items()]])
+    trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config=config)
+    trainer.tokenizer, trainer.processor = None, None  # set by _init_tokenizer from a model path in verl
+    return trainer
+
+
+def test_v1_replay_buffer_draws_from_envsched_and_reports_every_finished_group(verl_env):
+    """verl's v1 trainer builds EnvSchedReplayBuffer from trainer.v1.sampler.custom_sampler; the trainer's loader
+    draws from envsched; a real TransferQueue (local Ray) holds the finished groups, and the buffer's poll
+    reports each once -- failed sessions as None, rewards of any scale mapped -- and checkpoints carry it."""
+    ray = pytest.importorskip("ray")
+    tq = pytest.importorskip("transfer_queue")
+    from tensordict import TensorDict
+
+    root = verl_env[0]
+    trainer = _v1_trainer(root)
+    buffer = trainer.replay_buffer
+    assert type(buffer).__name__ == "EnvSchedReplayBuffer"
+    trainer._init_dataloader()
+    sampler = trainer.train_dataloader.sampler
+    assert isinstance(sampler, EnvSchedVerlSampler) and buffer.envsched_sampler is sampler
+    batch = trainer._fetch_one_gen_batch()
+    uids = [str(u) for u in batch["uid"]]
+    assert len(uids) == BATCH and set(buffer._uid_key) == set(uids)
+    assert sampler.task_sampler.outstanding_groups == BATCH
+    assert sorted(buffer._uid_key.values()) == sorted(sampler._unreported[0])  # the keys envsched drew
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+        # uid 0 finished with rewards 100.0 and NaN; uid 1 failed with one session lost; uids 2, 3 finished
+        statuses = ["finished", "failure", "finished", "finished"]
+        tq.kv_batch_put(keys=uids, partition_id="train", tags=[{"is_prompt": True, "status": st, "global_steps": 1}
+                                                                for st in statuses])
+        keys = [f"{u}_{sess}_0" for i, u in enumerate(uids) for sess in range(N) if not (i == 1 and sess == 1)]
+        values = {keys[0]: 100.0, keys[1]: float("nan")}
+        scores = torch.zeros(len(keys), 3)
+        for i, k in enumerate(keys):
+            scores[i, 2] = values.get(k, 0.5 * (i % 2))
+        fields = TensorDict({"rm_scores": scores}, batch_size=[len(keys)])
+        tq.kv_batch_put(keys=keys, partition_id="train", fields=fields,
+                        tags=[{"status": "success", "response_len": 2 + i % 2, "global_steps": 1}
+                              for i in range(len(keys))])
+        meta, _ = buffer.sample(1, "train", BATCH)
+        assert len(meta.keys) == len(keys)
+        inner = sampler.task_sampler
+        assert inner.groups == BATCH and inner.episodes == BATCH * N and inner.outstanding_groups == 0
+        assert inner.unscored_episodes == 2  # the NaN and the lost session
+        assert inner.cost == sum(2 + i % 2 for i in range(len(keys)))
+        m = buffer.metrics()
+        assert m["envsched/rewards_nonfinite"] == 1 and m["envsched/reward_range_high"] == 100.0
+        buffer.envsched_report("train")  # a later poll does not report them again
+        assert inner.groups == BATCH
+        trainer.actor_rollout_wg = WorkerGroup(sampler)
+        trainer.global_steps = 1
+        trainer._save_checkpoint()
+    finally:
+        tq.close()
+        ray.shutdown()
+    resumed = _v1_trainer(root, **{"trainer.resume_mode": "resume_path",
+                                   "trainer.resume_from_path": str(root / "v1ckpt" / "global_step_1")})
+    resumed._init_dataloader()
+    resumed.actor_rollout_wg = WorkerGroup(resumed.replay_buffer.envsched_sampler)
+    resumed._load_checkpoint()
+    restored = resumed.replay_buffer.envsched_sampler
+    assert restored.task_sampler.state_dict()["counters"] == sampler.task_sampler.state_dict()["counters"]
+    assert restored.reward_scale.source == (0.0, 100.0)
+
+
+def test_v1_refuses_async_trainer_modes(verl_env):
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    cfg = _v1_trainer(verl_env[0]).config.copy()
+    cfg.trainer.v1.trainer_mode = "separate_async"
+    with pytest.raises(ValueError, match="trainer_mode=sync"):
+        get_trainer_cls("sync")(config=cfg)

@@ -1,0 +1,137 @@
+"""Sampler overhead inside a real TRL GRPO step: wall time of ``sample`` + ``update`` as a share of the step.
+
+Runs ``EnvSchedGRPOTrainer`` (TRL 1.16.0) on CPU with the model of ``tests/integrations/test_trl_grpo.py``
+(2-layer random Llama, hidden size 32, byte-level BPE trained locally; 12-task reasoning-gym pool over three
+environments) and the sampler under test, timing every ``sample`` and ``update`` call the trainer makes
+(``time.perf_counter``) against the wall time of ``trainer.train()``. The first ``--warmup`` steps are a
+separate run that is not counted (model load, first-call compilation). Goal: under 1 %.
+
+    HF_HUB_OFFLINE=1 nice .venv/bin/python benchmarks/trl_sampler_overhead.py --steps 20 --sampler envsched
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from trl import GRPOConfig
+
+from envsched.envs.reasoning_gym import build_reasoning_gym_pool
+from envsched.integrations.trl import EnvSchedGRPOTrainer
+
+ENVS = ["chain_sum", "basic_arithmetic", "leg_counting"]
+
+
+def tiny_model(pool: list, out: str) -> tuple[str, PreTrainedTokenizerFast]:
+    """The test suite's CPU model: random 2-layer Llama and a locally trained byte-level BPE tokenizer."""
+    lines = [t["instruction"] for t in pool] + [" ".join(str(i) for i in range(k, k + 20)) for k in range(50)]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "</s>", "<unk>"],
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.decoder = decoders.ByteLevel()
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
+                                     padding_side="left")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(hf_tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      pad_token_id=hf_tok.pad_token_id, eos_token_id=hf_tok.eos_token_id,
+                      bos_token_id=hf_tok.eos_token_id)
+    LlamaForCausalLM(cfg).save_pretrained(out)
+    hf_tok.save_pretrained(out)
+    return out, hf_tok
+
+
+def make_sampler(name: str, pool: list, group_size: int):
+    """The sampler under test, with its sample/update wrapped in wall-time accumulators."""
+    if name == "envsched":
+        from envsched.method.sampler import EnvSchedSampler
+
+        sampler = EnvSchedSampler(pool, seed=3)
+    elif name == "curriculum":
+        from envsched.samplers.simple import CurriculumSampler
+
+        sampler = CurriculumSampler(pool, group_size=group_size, key="group", seed=3)
+    else:
+        from envsched.samplers.simple import UniformSampler
+
+        sampler = UniformSampler(pool, seed=3)
+    timing = {"sample_s": 0.0, "update_s": 0.0, "sample_calls": 0, "update_calls": 0}
+    sample, update = sampler.sample, sampler.update
+
+    def timed_sample(n):
+        t = time.perf_counter()
+        try:
+            return sample(n)
+        finally:
+            timing["sample_s"] += time.perf_counter() - t
+            timing["sample_calls"] += 1
+
+    def timed_update(task, rewards, costs=None):
+        t = time.perf_counter()
+        try:
+            return update(task, rewards, costs)
+        finally:
+            timing["update_s"] += time.perf_counter() - t
+            timing["update_calls"] += 1
+
+    sampler.sample, sampler.update = timed_sample, timed_update
+    return sampler, timing
+
+
+def run(model_dir: str, tok, pool: list, args: argparse.Namespace, steps: int, out: str) -> dict:
+    sampler, timing = make_sampler(args.sampler, pool, args.num_generations)
+
+    def digits(completions, **kw):
+        return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+
+    cfg = GRPOConfig(output_dir=out, use_cpu=True, bf16=False, beta=0.0, report_to="none", seed=0, max_steps=steps,
+                     save_strategy="no", logging_steps=1, num_generations=args.num_generations,
+                     per_device_train_batch_size=args.num_generations * args.tasks_per_step,
+                     max_completion_length=args.max_completion_length, disable_tqdm=True)
+    trainer = EnvSchedGRPOTrainer(model=model_dir, reward_funcs=[digits], args=cfg, processing_class=tok,
+                                  task_sampler=sampler)
+    t = time.perf_counter()
+    trainer.train()
+    train_s = time.perf_counter() - t
+    sampler_s = timing["sample_s"] + timing["update_s"]
+    return {**timing, "steps": steps, "train_s": train_s, "step_s": train_s / steps, "sampler_s": sampler_s,
+            "sampler_ms_per_step": 1000 * sampler_s / steps, "share_percent": 100 * sampler_s / train_s}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--sampler", choices=["envsched", "curriculum", "uniform"], default="envsched")
+    ap.add_argument("--num-generations", type=int, default=4)
+    ap.add_argument("--tasks-per-step", type=int, default=2)
+    ap.add_argument("--max-completion-length", type=int, default=8)
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args()
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    pool = list(build_reasoning_gym_pool(ENVS, tasks_per_dataset=4, num_tiers=2, seed=0))
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir, tok = tiny_model(pool, os.path.join(tmp, "model"))
+        if args.warmup:
+            run(model_dir, tok, pool, args, args.warmup, os.path.join(tmp, "warmup"))
+        result = run(model_dir, tok, pool, args, args.steps, os.path.join(tmp, "run"))
+    result.update(sampler=args.sampler, num_generations=args.num_generations, tasks_per_step=args.tasks_per_step,
+                  max_completion_length=args.max_completion_length, torch_threads=torch.get_num_threads())
+    print(json.dumps(result, indent=2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
