@@ -11,9 +11,11 @@ and 12 cross neighbours, L2-normalised sparse features -- without building featu
 tasks per environment. Rewards: Bernoulli(p) per rollout with a fixed per-task p.
 
 Each size: ``--warmup`` steps first (so the history holds ``warmup * 64`` groups), then ``--steps`` timed
-steps; the median is reported. Run with nice on a shared machine::
+steps; the median is reported. ``--preset`` times the adaptive default (``SchedulerConfig()``), the paper
+preset (``SchedulerConfig.paper()``) or both. Run with nice on a shared machine::
 
     nice .venv/bin/python benchmarks/bench_scheduler_step.py --real --json bench-scheduler.json
+    nice .venv/bin/python benchmarks/bench_scheduler_step.py --sizes 2550 --preset both
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import time
 
 import numpy as np
 
+from envsched.method.config import SchedulerConfig
 from envsched.method.graph.synthetic import synthetic_graph, synthetic_tasks
 from envsched.method.sampler import EnvSchedSampler
 
@@ -51,16 +54,18 @@ def _time_steps(sampler: EnvSchedSampler, n_tasks: int, warmup: int, steps: int,
     return times
 
 
-def _one(label: str, tasks, graph, warmup: int, steps: int, seed: int) -> dict:
+def _one(label: str, tasks, graph, warmup: int, steps: int, seed: int, preset: str = "adaptive") -> dict:
     t0 = time.perf_counter()
-    sampler = EnvSchedSampler(tasks, graph, seed=seed)
+    config = SchedulerConfig.paper() if preset == "paper" else SchedulerConfig()
+    sampler = EnvSchedSampler(tasks, graph, config, seed=seed)
     init = time.perf_counter() - t0
     times = _time_steps(sampler, len(tasks), warmup, steps, seed)
-    row = {"graph": label, "tasks": len(tasks), "environments": len(sampler.envs), "init_s": round(init, 3),
+    row = {"graph": label, "preset": preset, "tasks": len(tasks), "environments": len(sampler.envs),
+           "init_s": round(init, 3),
            "median_step_s": statistics.median(times), "min_step_s": min(times), "max_step_s": max(times),
            "steps_timed": len(times), "history_groups": int(sampler.metrics()["observed_groups"]),
            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
-    print(f"{label:>9} {row['tasks']:>9,} tasks {row['environments']:>6,} envs: "
+    print(f"{label:>9} {preset:>8} {row['tasks']:>9,} tasks {row['environments']:>6,} envs: "
           f"median {row['median_step_s'] * 1e3:9.1f} ms"
           f"  (min {row['min_step_s'] * 1e3:.1f}, max {row['max_step_s'] * 1e3:.1f}; init {init:.2f} s; "
           f"peak RSS {row['peak_rss_mib']:.0f} MiB)", flush=True)
@@ -75,22 +80,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--real", action="store_true", help="also time the real graph of the bundled 2,550-task pool")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", dest="json_out", default=None, help="write the rows to this JSON file")
+    ap.add_argument("--preset", choices=("adaptive", "paper", "both"), default="adaptive",
+                    help="EnvSched preset to time (default: the adaptive default)")
     args = ap.parse_args(argv)
+    presets = ("adaptive", "paper") if args.preset == "both" else (args.preset,)
     rows = []
     if args.real:
         from envsched.method.graph.build import build_graph
         from envsched.pool.default import benchmark_pool
 
         pool = benchmark_pool()
-        rows.append(_one("real", pool, build_graph(pool), args.warmup, args.steps, args.seed))
+        real_graph = build_graph(pool)
+        for preset in presets:
+            rows.append(_one("real", pool, real_graph, args.warmup, args.steps, args.seed, preset))
         del pool
         gc.collect()
     for n in args.sizes:
         graph = synthetic_graph(n, max(1, n // 50), seed=args.seed)
-        rows.append(_one("synthetic", synthetic_tasks(graph), graph, args.warmup, args.steps, args.seed))
+        for preset in presets:
+            rows.append(_one("synthetic", synthetic_tasks(graph), graph, args.warmup, args.steps, args.seed, preset))
         del graph
         gc.collect()
-    synth = [r for r in rows if r["graph"] == "synthetic"]
+    synth = [r for r in rows if r["graph"] == "synthetic" and r["preset"] == presets[0]]
     if len(synth) >= 2:
         x = np.log([r["tasks"] for r in synth])
         y = np.log([r["median_step_s"] for r in synth])

@@ -1,7 +1,8 @@
 """Direction check of EnvSched's components on the bundled 2,550-task pool with the *simulated* reward source.
 
-Runs EnvSched, its four ablations (coverage only, exploitation only, without within- / cross-environment
-edges) and uniform selection for ``--steps`` batches of 64 groups of 8 rollouts against
+Runs EnvSched's paper preset (``SchedulerConfig.paper()``), its four ablations (coverage only, exploitation
+only, without within- / cross-environment edges), the adaptive default (``SchedulerConfig()``) and uniform
+selection for ``--steps`` batches of 64 groups of 8 rollouts against
 :class:`envsched.bench.rewards.StochasticRewardSource`, and prints per sampler the mean within-task reward
 variance per batch (after the first), environments and tool names covered per batch, and the exploitation
 hit rate. The reward source is a seeded simulation, not a model: this shows directions, not the paper's
@@ -25,11 +26,12 @@ from envsched.pool.default import benchmark_pool
 from envsched.samplers.simple import UniformSampler
 
 VARIANTS = {
-    "envsched": {},
-    "coverage-only": {"mode": "coverage_only"},
-    "exploitation-only": {"mode": "exploitation_only"},
-    "no-within-edges": {"use_within_edges": False},
-    "no-cross-edges": {"use_cross_edges": False},
+    "envsched-paper": SchedulerConfig.paper(),
+    "coverage-only": SchedulerConfig.paper(mode="coverage_only"),
+    "exploitation-only": SchedulerConfig.paper(mode="exploitation_only"),
+    "no-within-edges": SchedulerConfig.paper(use_within_edges=False),
+    "no-cross-edges": SchedulerConfig.paper(use_cross_edges=False),
+    "envsched (adaptive)": SchedulerConfig(),
 }
 
 
@@ -60,14 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     graph = build_graph(pool)
     print(f"{len(pool)} tasks, {len(pool.envs)} environments; {args.steps} steps x 64 groups x 8 rollouts; "
           f"seeds {args.seeds}")
-    print(f"{'sampler':18s} {'variance':>9s} {'envs':>6s} {'tools':>6s} {'hit rate':>8s}")
-    samplers = {name: (lambda seed, o=opts: EnvSchedSampler(pool, graph, SchedulerConfig(**o), seed=seed))
-                for name, opts in VARIANTS.items()}
+    print(f"{'sampler':20s} {'variance':>9s} {'envs':>6s} {'tools':>6s} {'hit rate':>8s}")
+    samplers = {name: (lambda seed, c=cfg: EnvSchedSampler(pool, graph, c, seed=seed))
+                for name, cfg in VARIANTS.items()}
     samplers["uniform"] = lambda seed: UniformSampler(pool, seed=seed)
     for name, make in samplers.items():
         res = np.array([run(make(seed), pool, seed, args.steps) for seed in args.seeds])
         m = np.nanmean(res, axis=0) if not np.isnan(res[:, 3]).all() else np.r_[res[:, :3].mean(axis=0), np.nan]
-        print(f"{name:18s} {m[0]:9.4f} {m[1]:6.2f} {m[2]:6.1f} {m[3]:8.3f}", flush=True)
+        print(f"{name:20s} {m[0]:9.4f} {m[1]:6.2f} {m[2]:6.1f} {m[3]:8.3f}", flush=True)
     return 0
 
 

@@ -27,7 +27,9 @@ def test_seeded_determinism_and_range():
     assert np.array_equal(ra, rb)
     assert not np.array_equal(ra, rc)
     assert ((ra >= 0) & (ra <= 1)).all()
-    assert ca.shape == ra.shape and (ca == 1).all()  # no executable environment: one step per rollout
+    # no executable environment: a task with tools costs its number of checks per rollout (1 at least)
+    checks = np.array([len(t["verifier"]["checks"]) for t in pool], dtype=float)
+    assert ca.shape == ra.shape and np.array_equal(ca, np.repeat(checks[:, None], 8, axis=1))
     # graded: a task with 4 checks yields multiples of 1/4; binary mode yields 0/1 only
     four = [i for i, t in enumerate(pool) if len(t["verifier"]["checks"]) == 4]
     assert np.allclose((ra[four] * 4) % 1, 0)

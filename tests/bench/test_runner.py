@@ -96,8 +96,9 @@ def test_target_and_rollouts_to_target(tmp_path):
     pool = _pool()
     summary = run_benchmark(_config(coldstart_runs=0), tmp_path / "r", pool=pool, workers=1, plots=False)
     recs = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
-    best = [max(r["score"] for r in recs if r["sampler"] == "uniform" and r["seed"] == s and r["step"] <= 3)
+    best = [max(r["heldout"] for r in recs if r["sampler"] == "uniform" and r["seed"] == s and r["step"] <= 3)
             for s in (0, 1)]
+    assert summary["target_metric"] == "heldout"
     assert summary["target_score"] == pytest.approx(np.mean(best))
     d = summary["samplers"]["uniform"]
     assert d["target_missed"] == 0  # paired by seed: uniform reaches its own best by step 3
@@ -114,11 +115,24 @@ def test_cli_bench(tmp_path):
     out = tmp_path / "cli-run"
     args = ["bench", "--pool", str(pool_file), "--samplers", "uniform,plr", "--seeds", "1", "--steps", "4",
             "--batch-size", "4", "--group-size", "4", "--coldstart-runs", "0", "--workers", "1", "--no-plots",
-            "--learner", "sharing=0", "--sampler-option", "plr.temperature=0.3", "--out", str(out), "--json"]
+            "--learner", "sharing=0", "--sampler-option", "plr.temperature=0.3", "--out", str(out), "--json",
+            "--untuned"]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
     summary = json.loads(res.output[res.output.index("{"):])
     assert summary["config"]["learner"] == {"sharing": 0}
     assert summary["config"]["sampler_options"] == {"plr": {"temperature": 0.3}}
+    # tuned values from a file apply to their sampler; an explicit --sampler-option wins over them
+    tuned = tmp_path / "tuned.json"
+    tuned.write_text(json.dumps({"samplers": {"plr": {"params": {"temperature": 0.7, "staleness_coef": 0.2}},
+                                              "mopps": {"params": {"forgetting": 0.9}}}}))
+    args2 = [a for a in args if a != "--untuned"]
+    args2[args2.index(str(out))] = str(tmp_path / "cli-run2")
+    res = CliRunner().invoke(cli, [*args2, "--tuned-file", str(tuned)])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output[res.output.index("{"):])
+    assert summary["config"]["sampler_options"]["plr"] == {"temperature": 0.3, "staleness_coef": 0.2}
+    missing = CliRunner().invoke(cli, [*args2, "--tuned-file", str(tmp_path / "none.json")])
+    assert missing.exit_code != 0 and "none.json" in missing.output
     bad = CliRunner().invoke(cli, ["bench", "--pool", str(pool_file), "--samplers", "nope", "--out", str(out)])
     assert bad.exit_code != 0 and "nope" in bad.output

@@ -65,10 +65,10 @@ def test_load_state_refuses_other_config_and_changes_nothing():
     s = EnvSchedSampler(TASKS, G, seed=3)
     _run(s, 2)
     state = s.state_dict()
-    other = EnvSchedSampler(TASKS, G, config=SchedulerConfig(coverage_slots=16), seed=3)
+    other = EnvSchedSampler(TASKS, G, config=SchedulerConfig(coverage_share=0.25), seed=3)
     _run(other, 1)
     before = json.dumps(other.state_dict())
-    with pytest.raises(ValueError, match="coverage_slots"):
+    with pytest.raises(ValueError, match="coverage_share"):
         other.load_state_dict(state)
     assert json.dumps(other.state_dict()) == before
     broken = json.loads(json.dumps(state))
@@ -119,7 +119,7 @@ def test_same_task_in_flight_twice_is_matched_first_in_first_out():
 
 def test_metrics_report_the_papers_batch_statistics():
     tasks = [dict(t, tools=[{"name": f"tool{int(t['id'][1:]) % 13}"}]) for t in TASKS]
-    s = EnvSchedSampler(tasks, G, seed=0)
+    s = EnvSchedSampler(tasks, G, config=SchedulerConfig.paper(batch_size=16), seed=0)
     _run(s, 3)
     batch = s.sample(16)
     variances = []

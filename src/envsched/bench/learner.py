@@ -31,20 +31,31 @@ against the real BFCL environment classes and scored by the real BFCL checker
 sequence (task, set of tools got wrong), so each distinct failure pattern is executed once per process.
 
 **Training (GRPO).** Training on a group of task ``i`` with rewards ``r`` moves competence by the group's
-GRPO signal ``g = std(r)`` (population std of the rewards, i.e. the un-normalised advantage scale, as in
-Dr. GRPO): ``c_i`` rises by ``lr * g``, a share ``s`` of it through the shared skills the task uses
-(``Delta theta = lr g s U_i / |U_i|^2``) and ``1 - s`` through ``phi_i``. No signal (all rewards equal),
-no learning. *Transfer*: a fraction ``transfer`` of every shared-skill move also goes to related skills
-(skills used together by the same tasks, co-occurrence weighted). *Forgetting*: after each training step,
-skills not moved in that step relax toward their initial value by ``forgetting`` (a fraction per step).
+GRPO signal ``g = std(r)`` (the expected move of a logit under GRPO's std-normalised advantage,
+``Var(r) / std(r)``): ``c_i`` rises by ``eta * g``, a share ``s`` of it through the shared skills the task
+uses (``Delta theta = eta g s U_i / |U_i|^2``) and ``1 - s`` through ``phi_i``. No signal (all rewards
+equal), no learning. With ``batch_normalise`` (default) the step is GRPO's mean over the batch:
+``eta = lr * batch_reference / n_batch``, so zero-signal groups dilute it; otherwise ``eta = lr`` (v1).
+*Transfer*: a fraction ``transfer`` of every shared-skill move also goes to related skills (co-used by the
+same tasks, co-occurrence weighted); *interference*: a seeded share ``interference`` of those couplings
+conflict, and the move *lowers* the related skill. *Forgetting*: after each training step, skills not moved
+in that step relax toward their initial value by ``forgetting`` (a fraction per step). Reasoning-gym
+difficulty follows the dataset's tier (``tier_share`` of its variance). The rationale of every choice, with
+its source: ``docs/benchmark-learner.md``.
 
 **Misleading static features.** Schedulers only see the task specs. With ``feature_noise = q``, a share
 ``q`` of the tasks really depend on another pattern and on the tools of another task of the same
 environment than their spec says, so static similarity misleads on them.
 
-**Score.** :meth:`LearnerModel.score` is the expected reward over all tasks of the pool, times 100
-(exact expectation over checks, Gauss-Hermite quadrature over ``eps``), computed from the model for
-every task (BFCL tasks included), so it carries no sampling noise.
+**Score.** :meth:`LearnerModel.score` is the expected reward over a set of tasks (default: all), times
+100 (exact expectation over checks, Gauss-Hermite quadrature over ``eps``), computed from the model for
+every task (BFCL tasks included), so it carries no sampling noise. The benchmark builds the model over the
+whole pool and scores the held-out tasks and environments no sampler may draw
+(:mod:`envsched.bench.split`); :meth:`LearnerModel.sampled_score` is the Monte-Carlo form a tuning
+protocol may use.
+
+**Cost.** A rollout costs its BFCL ground-truth calls, its number of checks for other tasks with tools and
+several checks, else 1.
 """
 
 from __future__ import annotations
@@ -64,7 +75,7 @@ import scipy.sparse as sp
 
 from envsched.pool.pool import TaskPool
 
-__all__ = ["LearnerConfig", "LearnerModel", "load_bfcl_memo", "save_bfcl_memo", "task_structure"]
+__all__ = ["LearnerConfig", "LearnerModel", "load_bfcl_memo", "save_bfcl_memo", "sharing_degree", "task_structure"]
 
 
 @dataclass(frozen=True)
@@ -90,9 +101,22 @@ class LearnerConfig:
     max_checks: int = 16
     real_envs: bool = True
     """Execute BFCL multi-turn tasks against the real environments (when available)."""
+    batch_normalise: bool = True
+    """Normalise a step's update by the number of groups in the trained batch (GRPO's batch mean): a
+    zero-signal group dilutes the step. ``False`` is v1 (every group moves by ``lr * std``)."""
+    batch_reference: int = 64
+    """With ``batch_normalise``, a task moves by ``lr * batch_reference * std / n_batch`` (v1's step at 64)."""
+    interference: float = 0.25
+    """Probability that a pair of co-used skills conflicts: the ``transfer`` share of a move then *lowers* the
+    related skill (drawn once per seed, symmetric). 0 is v1 (transfer always helps)."""
+    tier_share: float = 0.5
+    """Share of a reasoning-gym task's difficulty variance explained by its tier (0 is v1)."""
+    bfcl_tool_scope: Literal["function", "env"] = "function"
+    """BFCL function skills: one per function, shared across BFCL environments (``function``), or one per
+    (environment, function) (``env``)."""
 
     def __post_init__(self) -> None:
-        for name in ("sharing", "feature_noise", "transfer", "forgetting"):
+        for name in ("sharing", "feature_noise", "transfer", "forgetting", "interference", "tier_share"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and 0.0 <= v <= 1.0):
                 raise ValueError(f"LearnerConfig.{name} must be in [0, 1], got {v!r}")
@@ -102,6 +126,13 @@ class LearnerConfig:
             v = getattr(self, name)
             if not (isinstance(v, int | float) and v >= 0 and np.isfinite(v)):
                 raise ValueError(f"LearnerConfig.{name} must be a finite number >= 0, got {v!r}")
+        if self.bfcl_tool_scope not in ("function", "env"):
+            raise ValueError(f"LearnerConfig.bfcl_tool_scope must be 'function' or 'env', got {self.bfcl_tool_scope!r}")
+        if not isinstance(self.batch_normalise, bool):
+            raise ValueError(f"LearnerConfig.batch_normalise must be true or false, got {self.batch_normalise!r}")
+        if isinstance(self.batch_reference, bool) or not isinstance(self.batch_reference, int) \
+                or self.batch_reference < 1:
+            raise ValueError(f"LearnerConfig.batch_reference must be a positive integer, got {self.batch_reference!r}")
         if not isinstance(self.max_checks, int) or self.max_checks < 1:
             raise ValueError(f"LearnerConfig.max_checks must be a positive integer, got {self.max_checks!r}")
 
@@ -247,7 +278,8 @@ class LearnerModel:
             self._setup_bfcl()
         # Real dependencies: BFCL tasks use the functions their ground truth calls; corrupted for a share
         # feature_noise of tasks (see module docstring).
-        true_tools = [[f"bfcl::{t}" for t in self._bfcl[i]["tools"]] if i in self._bfcl else ts
+        scope = (lambda i: "bfcl") if cfg.bfcl_tool_scope == "function" else (lambda i: self.envs[i])
+        true_tools = [[f"{scope(i)}::{t}" for t in self._bfcl[i]["tools"]] if i in self._bfcl else ts
                       for i, ts in enumerate(self.static_tools)]
         true_pattern = list(self.static_pattern)
         patterns_all = sorted(set(self.static_pattern))
@@ -296,7 +328,16 @@ class LearnerModel:
         co.eliminate_zeros()
         rs = np.asarray(co.sum(axis=1)).ravel()
         rs[rs == 0] = 1.0
-        self.related = sp.diags(1.0 / rs) @ co
+        related = (sp.diags(1.0 / rs) @ co).tocoo()
+        # Interference: a seeded, symmetric sign per co-used pair (own stream, so other draws do not move).
+        sign_rng = np.random.default_rng([self.seed, 3])
+        lo_, hi_ = np.minimum(related.row, related.col), np.maximum(related.row, related.col)
+        pair_key = lo_.astype(np.int64) * len(self.skill_names) + hi_
+        uniq, inv = np.unique(pair_key, return_inverse=True)
+        conflict = sign_rng.random(uniq.size) < cfg.interference
+        signs = np.where(conflict[inv], -1.0, 1.0)
+        self.related = sp.csr_matrix((related.data * signs, (related.row, related.col)), shape=related.shape)
+        self.conflicting_pairs = int(conflict.sum())
         # Initial skills, scaled to the sharing split of the competence variance.
         v = cfg.competence_sd ** 2
         z = init_rng.normal(size=k)
@@ -307,6 +348,14 @@ class LearnerModel:
         self.theta = self.theta0.copy()
         self.phi = self.phi0.copy()
         self.difficulty = init_rng.normal(cfg.difficulty_mean, cfg.difficulty_sd, size=n)
+        self.tier = np.array([_rg_tier(t) for t in self.tasks], dtype=float)  # NaN: no reasoning-gym tier
+        has_tier = ~np.isnan(self.tier)
+        if cfg.tier_share > 0 and has_tier.sum() >= 2 and np.ptp(self.tier[has_tier]) > 0:
+            tiers = self.tier[has_tier]
+            z_tier = (tiers - tiers.mean()) / tiers.std()
+            noise = np.random.default_rng([self.seed, 4]).normal(size=int(has_tier.sum()))
+            self.difficulty[has_tier] = cfg.difficulty_mean + cfg.difficulty_sd * (
+                np.sqrt(cfg.tier_share) * z_tier + np.sqrt(1.0 - cfg.tier_share) * noise)
         # Check offsets (a matrix padded to the largest count, masked).
         self.max_m = int(self.num_checks.max())
         # Tasks scored all-or-nothing: every task in binary mode, and BFCL tasks (BFCL's checker is 0/1).
@@ -314,7 +363,10 @@ class LearnerModel:
         self.binary[list(self._bfcl)] = True
         self.check_offset = init_rng.normal(0.0, cfg.check_sd, size=(n, self.max_m))
         self.check_mask = np.arange(self.max_m)[None, :] < self.num_checks[:, None]
-        self.cost_per_rollout = np.ones(n)
+        # Cost of a rollout (docs/benchmark-learner.md section 4): BFCL its ground-truth calls; a task with
+        # tools and several checks (tau2, ACEBench) its checks; anything else (reasoning-gym) 1.
+        self.cost_per_rollout = np.array([float(self.num_checks[i]) if structs[i][0] and self.num_checks[i] > 1
+                                          else 1.0 for i in range(n)])
         for i, info in self._bfcl.items():
             self.cost_per_rollout[i] = float(max(1, info["num_calls"]))
         gh_x, gh_w = np.polynomial.hermite_e.hermegauss(self._GH_POINTS)
@@ -412,15 +464,16 @@ class LearnerModel:
         moved_theta = np.zeros(self.theta.size, dtype=bool)
         moved_phi = np.zeros(self.phi.size, dtype=bool)
         sig = g > 0
+        step_lr = cfg.lr * (cfg.batch_reference / max(pos.size, 1) if cfg.batch_normalise else 1.0)
         if sig.any():
             p, gs = pos[sig], g[sig]
-            coef = cfg.lr * gs * cfg.sharing / self._usage_sq[p]
+            coef = step_lr * gs * cfg.sharing / self._usage_sq[p]
             d_theta = self.usage[p].T @ coef
             if cfg.transfer > 0:
                 d_theta = d_theta + cfg.transfer * (self.related.T @ d_theta)
             self.theta += d_theta
             moved_theta = d_theta != 0
-            np.add.at(self.phi, p, cfg.lr * gs * (1.0 - cfg.sharing))
+            np.add.at(self.phi, p, step_lr * gs * (1.0 - cfg.sharing))
             moved_phi[p] = True
         if cfg.forgetting > 0:
             f = cfg.forgetting
@@ -458,9 +511,18 @@ class LearnerModel:
         second = (var_e + mean_e**2) @ self._gh_w
         return second - mean**2
 
-    def score(self) -> float:
-        """Learner score: expected reward over every task of the pool, x 100."""
-        return float(self.expected_reward().mean() * 100.0)
+    def score(self, positions: Sequence[int] | np.ndarray | None = None) -> float:
+        """Expected reward x 100 over ``positions`` (default: every task of the pool); NaN for no task."""
+        if positions is not None and len(positions) == 0:
+            return math.nan
+        return float(self.expected_reward(positions).mean() * 100.0)
+
+    def sampled_score(self, positions: Sequence[int] | np.ndarray, rollouts: int,
+                      rng: np.random.Generator) -> float:
+        """Mean reward x 100 of ``rollouts`` sampled rollouts per task: what an evaluation run measures (no
+        exact expectation). Uses ``rng`` only, so it never moves the training stream."""
+        rewards, _ = self.rollout(positions, rollouts, rng=rng)
+        return float(np.nanmean(rewards) * 100.0)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -480,6 +542,28 @@ class LearnerModel:
         rng.bit_generator.state = copy.deepcopy(state["rng"])
         self.theta, self.phi, self._rng = theta, phi, rng
         self.steps_trained = int(state.get("steps_trained", 0))
+
+
+def _rg_tier(task: Mapping[str, Any]) -> float:
+    """A reasoning-gym task's difficulty tier (NaN for any other task)."""
+    rg = task.get("reasoning_gym")
+    if isinstance(rg, Mapping):
+        tier = rg.get("tier", task.get("difficulty"))
+        if isinstance(tier, int | float) and not isinstance(tier, bool) and math.isfinite(tier):
+            return float(tier)
+    return math.nan
+
+
+def sharing_degree(model: LearnerModel, train_positions: Sequence[int] | np.ndarray,
+                   positions: Sequence[int] | np.ndarray) -> float:
+    """Share of the skill weight of ``positions`` that sits on skills some training task also uses."""
+    pos = np.asarray(positions, dtype=np.int64)
+    if pos.size == 0:
+        return math.nan
+    trained = np.asarray((model.usage[np.asarray(train_positions, dtype=np.int64)] > 0).sum(axis=0)).ravel() > 0
+    u = model.usage[pos]
+    total = float(u.sum())
+    return float(u[:, np.flatnonzero(trained)].sum() / total) if total > 0 else math.nan
 
 
 def _call_name(call: Any) -> str:

@@ -24,13 +24,29 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
-__all__ = ["load_records", "summarise", "write_report"]
+__all__ = ["TARGET_METRIC", "load_records", "paired_difference", "summarise", "write_report"]
+
+#: The score the benchmark judges by: the held-out score (held-out tasks and environments together).
+TARGET_METRIC = "heldout"
+
+
+def has_module(name: str) -> bool:
+    """Whether an optional dependency (``pyarrow``, ``matplotlib``: the ``bench`` extra) is importable."""
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+#: The one line said, before any work, when the ``bench`` extra is missing.
+BENCH_EXTRA_HINT = "Parquet metrics and PNG plots need the bench extra: pip install 'envsched[bench]'"
 
 
 def load_records(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -57,10 +73,11 @@ def summarise(runs: list[dict[str, Any]], cold: list[dict[str, Any]], config: An
     for v in by_run.values():
         v.sort(key=lambda r: r["step"])
     samplers = [s for s in config.samplers if any(k[0] == s for k in by_run)]
-    # Uniform's best score within target_step steps, per seed: runs with the same seed face the same
-    # initial learner, so each run is compared with uniform's run of its seed (the mean over uniform's
+    metric = TARGET_METRIC if all(TARGET_METRIC in r for r in runs) else "score"
+    # Uniform's best held-out score within target_step steps, per seed: runs with the same seed face the
+    # same initial learner, so each run is compared with uniform's run of its seed (the mean over uniform's
     # seeds for a seed uniform did not run).
-    uniform_best = {seed: max(r["score"] for r in recs if r["step"] <= config.target_step)
+    uniform_best = {seed: max(r[metric] for r in recs if r["step"] <= config.target_step)
                     for (s, seed), recs in by_run.items() if s == "uniform"}
     target = float(np.mean(list(uniform_best.values()))) if uniform_best else math.nan
     per: dict[str, Any] = {}
@@ -76,26 +93,96 @@ def summarise(runs: list[dict[str, Any]], cold: list[dict[str, Any]], config: An
         d["signal_per_cost"] = _ms([recs[-1]["signal_per_cost"] for recs in rows])
         d["updates"] = _ms([recs[-1]["updates"] for recs in rows])
         d["score_start"] = _ms([recs[0]["score"] for recs in rows])
+        d["cost"] = _ms([recs[-1]["cum_cost"] for recs in rows])
         for t in config.score_steps:
             d[f"score@{t}"] = _ms([recs[t - 1]["score"] for recs in rows if len(recs) >= t])
-        reach, missed, steps_reach = [], 0, []
+            for key in ("heldout", "heldout_a", "heldout_b"):
+                name = "heldout_score" if key == "heldout" else key
+                d[f"{name}@{t}"] = _ms([recs[t - 1].get(key, math.nan) for recs in rows if len(recs) >= t])
+        if any("heldout_sampled" in recs[-1] for recs in rows):
+            d["heldout_sampled"] = _ms([recs[-1].get("heldout_sampled", math.nan) for recs in rows])
+        reach, missed, steps_reach, cost_reach = [], 0, [], []
         for seed, recs in zip(seeds, rows, strict=True):
             goal = uniform_best.get(seed, target)
-            hit = next((r for r in recs if not math.isnan(goal) and r["score"] >= goal - 1e-12), None)
+            hit = next((r for r in recs if not math.isnan(goal) and r[metric] >= goal - 1e-12), None)
             if hit is None:
                 missed += 1
             else:
                 reach.append(hit["rollouts"])
                 steps_reach.append(hit["step"])
+                cost_reach.append(hit["cum_cost"])
         d["rollouts_to_target"] = _ms(reach)
         d["steps_to_target"] = _ms(steps_reach)
+        d["cost_to_target"] = _ms(cost_reach)
         d["target_missed"] = missed
         picks = [sum(r["exploit_picks"] for r in recs if r["exploit_picks"] >= 0) for recs in rows]
         hits = [sum(r["exploit_hits"] for r in recs if r["exploit_hits"] >= 0) for recs in rows]
         d["exploit_hit_rate"] = _ms([h / p for h, p in zip(hits, picks, strict=True) if p > 0])
         per[s] = d
-    out: dict[str, Any] = {"target_score": target, "target_step": config.target_step, "samplers": per,
-                           "coldstart": _table4(cold, config), "goals": _goals(per, _table4(cold, config), config)}
+    _add_paired(per, by_run, config)
+    t4 = _table4(cold, config)
+    out: dict[str, Any] = {"target_score": target, "target_step": config.target_step, "target_metric": metric,
+                           "samplers": per, "coldstart": t4, "goals": _goals(per, t4, config),
+                           "significant": _significance_sentences(per, config)}
+    return out
+
+
+def paired_difference(a: Mapping[int, float], b: Mapping[int, float], level: float = 0.95) -> dict[str, Any]:
+    """Paired difference ``a - b`` over the seeds both have: mean, Student-t interval at ``level``, n.
+
+    ``significant`` is true when the interval excludes 0. With one seed the interval is unbounded (NaN)."""
+    seeds = sorted(set(a) & set(b))
+    diffs = np.array([a[k] - b[k] for k in seeds], dtype=float)
+    diffs = diffs[~np.isnan(diffs)]
+    n = int(diffs.size)
+    if n == 0:
+        return {"mean": math.nan, "low": math.nan, "high": math.nan, "n": 0, "significant": False}
+    mean = float(diffs.mean())
+    if n < 2:
+        return {"mean": mean, "low": math.nan, "high": math.nan, "n": n, "significant": False}
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * diffs.std(ddof=1) / math.sqrt(n))
+    low, high = mean - half, mean + half
+    return {"mean": mean, "low": low, "high": high, "n": n, "significant": bool(low > 0 or high < 0)}
+
+
+def _per_seed(by_run: Mapping[tuple[str, int], list[dict[str, Any]]], sampler: str, key: str,
+              step: int) -> dict[int, float]:
+    return {seed: float(recs[step - 1].get(key, math.nan)) for (s, seed), recs in by_run.items()
+            if s == sampler and len(recs) >= step}
+
+
+def _add_paired(per: dict[str, Any], by_run: Mapping[tuple[str, int], list[dict[str, Any]]], config: Any) -> None:
+    """``paired_vs_uniform@t`` and ``paired_vs_best@t`` (the best other sampler by mean held-out score)."""
+    key = TARGET_METRIC
+    for t in config.score_steps:
+        vals = {s: _per_seed(by_run, s, key, t) for s in per}
+        means = {s: per[s].get(f"heldout_score@{t}", {}).get("mean", math.nan) for s in per}
+        for s in per:
+            if "uniform" in per and s != "uniform":
+                per[s][f"paired_vs_uniform@{t}"] = paired_difference(vals[s], vals["uniform"])
+            others = [o for o in per if o != s and not math.isnan(means[o])]
+            if others:
+                best = max(others, key=lambda o: means[o])
+                per[s][f"paired_vs_best@{t}"] = {**paired_difference(vals[s], vals[best]), "other": best}
+
+
+def _verdict(p: Mapping[str, Any]) -> str:
+    if p.get("n", 0) < 2 or math.isnan(p.get("low", math.nan)):
+        return "tie"
+    return "win" if p["low"] > 0 else "loss" if p["high"] < 0 else "tie"
+
+
+def _significance_sentences(per: Mapping[str, Any], config: Any) -> list[str]:
+    t = config.score_steps[-1] if config.score_steps else config.steps
+    out = []
+    for s, d in per.items():
+        p = d.get(f"paired_vs_uniform@{t}")
+        if not p or p["n"] == 0:
+            continue
+        word = "significantly above" if p["significant"] and p["low"] > 0 else \
+            "significantly below" if p["significant"] else "not significantly different from"
+        out.append(f"{s} is {word} uniform in held-out score at step {t}: {p['mean']:+.2f} points "
+                   f"(95% CI {p['low']:+.2f} to {p['high']:+.2f}, {p['n']} paired seeds).")
     return out
 
 
@@ -136,64 +223,146 @@ def _table4(cold: list[dict[str, Any]], config: Any) -> dict[str, Any]:
     return out
 
 
+def _goal(value: float, goal: float, met: bool, sentence: str, **extra: Any) -> dict[str, Any]:
+    return {"value": value, "goal": goal, "met": bool(met), "sentence": sentence, **extra}
+
+
 def _goals(per: dict[str, Any], t4: dict[str, Any], config: Any) -> dict[str, Any]:
+    """The paper's and the scheduler issue's goals, each with a sentence saying what was measured."""
     g: dict[str, Any] = {}
-    if "envsched" in per and "uniform" in per:
-        e, u = per["envsched"], per["uniform"]
-        dv = e["batch_variance"]["mean"] / u["batch_variance"]["mean"] - 1
-        de = e["envs_covered"]["mean"] / u["envs_covered"]["mean"] - 1
-        g["variance_gain"] = {"value": dv, "goal": 0.34, "met": bool(dv >= 0.34)}
-        g["envs_covered_gain"] = {"value": de, "goal": 0.26, "met": bool(de >= 0.26)}
-        st = e["steps_to_target"]
-        g["steps_to_uniform_best"] = {"value": st["mean"], "missed": e["target_missed"], "goal": 40,
-                                      "met": bool(e["target_missed"] == 0 and st["mean"] <= 40)}
-        best = max(per, key=lambda s: per[s]["signal_per_episode"]["mean"])
-        g["highest_signal_per_episode"] = {"best": best, "met": best == "envsched"}
-        ds, us = e.get(f"score@{config.steps}", {}), u.get(f"score@{config.steps}", {})
-        if ds and us:
-            rel = ds["mean"] / us["mean"] - 1
-            g["final_score_vs_uniform"] = {"value": rel}
+    u = per.get("uniform")
+    paper = "envsched-paper" if "envsched-paper" in per else None
+    if u is not None:
+        for name, label in (("envsched", "EnvSched"), (paper, "EnvSched (paper preset)")):
+            if not name or name not in per:
+                continue
+            e = per[name]
+            dv = e["batch_variance"]["mean"] / u["batch_variance"]["mean"] - 1
+            de = e["envs_covered"]["mean"] / u["envs_covered"]["mean"] - 1
+            prefix = "" if name == "envsched" else "paper_"
+            g[f"{prefix}variance_gain"] = _goal(dv, 0.34, dv >= 0.34, f"{label}: within-task variance per batch "
+                                                f"{dv:+.1%} over uniform (paper: at least +34%).")
+            env_goal = 0.26 if name == paper else 0.20
+            g[f"{prefix}envs_covered_gain"] = _goal(de, env_goal, de >= env_goal,
+                                                    f"{label}: environments per batch {de:+.1%} over uniform "
+                                                    f"(goal: at least {env_goal:+.0%}).")
+        if "envsched" in per:
+            e = per["envsched"]
+            st = e["steps_to_target"]
+            met = e["target_missed"] == 0 and st["mean"] <= 40
+            reached = (f"reached it at step {st['mean']:.1f} on average" if st.get("n") else "never reached it") + \
+                (f", missed on {e['target_missed']} of {len(e['seeds'])} seeds" if e["target_missed"] else "")
+            g["steps_to_uniform_best"] = _goal(st["mean"], 40, met, f"EnvSched {reached}: uniform's best held-out "
+                                               f"score within {config.target_step} steps (goal: by step 40).",
+                                               missed=e["target_missed"])
+            ds, us = e.get(f"heldout_score@{config.steps}", {}), u.get(f"heldout_score@{config.steps}", {})
+            if ds.get("n") and us.get("n"):
+                rel = ds["mean"] / us["mean"] - 1
+                g["final_score_vs_uniform"] = _goal(rel, 0.0, rel >= 0, f"EnvSched's held-out score at step "
+                                                    f"{config.steps} is {rel:+.1%} relative to uniform's.")
+            best = max(per, key=lambda s: per[s]["signal_per_episode"]["mean"])
+            g["highest_signal_per_episode"] = _goal(
+                per["envsched"]["signal_per_episode"]["mean"], per[best]["signal_per_episode"]["mean"],
+                best == "envsched", f"Highest signal groups per episode: {best} "
+                f"({per[best]['signal_per_episode']['mean']:.4f}; EnvSched "
+                f"{per['envsched']['signal_per_episode']['mean']:.4f}).", best=best)
     if "envsched" in t4:
         tab = t4["envsched"]["table"]
         if len(tab) >= 7:
             r7 = tab[6]
             gap = abs(r7["hit_rate_low"] - r7["hit_rate_high"]) * 100
-            g["hit_rate_step7"] = {"value": r7["hit_rate"], "goal": 0.92, "met": bool(r7["hit_rate"] >= 0.92)}
-            g["hit_rate_group_gap_points"] = {"value": gap, "goal": 3.0, "met": bool(gap <= 3.0)}
+            g["hit_rate_step7"] = _goal(r7["hit_rate"], 0.92, r7["hit_rate"] >= 0.92,
+                                        f"EnvSched's exploitation hit rate at step 7: {r7['hit_rate']:.1%} "
+                                        f"(goal: at least 92%).")
+            g["hit_rate_group_gap_points"] = _goal(gap, 3.0, gap <= 3.0,
+                                                   f"Low/high initial-variance groups at step 7: "
+                                                   f"{100 * r7['hit_rate_low']:.1f}% / "
+                                                   f"{100 * r7['hit_rate_high']:.1f}%, {gap:.1f} points apart "
+                                                   f"(goal: at most 3).")
     return g
 
 
-def _fmt(d: dict[str, float], digits: int = 4) -> str:
+def _fmt(d: dict[str, float] | None, digits: int = 4, sd: bool = True) -> str:
     if not d or d.get("n", 0) == 0 or math.isnan(d["mean"]):
         return "-"
-    return f"{d['mean']:.{digits}f} ± {d['std']:.{digits}f}"
+    return f"{d['mean']:.{digits}f} ± {d['std']:.{digits}f}" if sd else f"{d['mean']:.{digits}f}"
+
+
+def _fmt_paired(p: Mapping[str, Any] | None) -> str:
+    if not p or p.get("n", 0) == 0:
+        return "-"
+    if math.isnan(p.get("low", math.nan)):
+        return f"{p['mean']:+.2f}"
+    mark = "*" if p.get("significant") else ""
+    return f"{p['mean']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}]{mark}"
+
+
+def summary_tables(summary: dict[str, Any], config: Any) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The summary as (title, header, rows) tables, shared by the Markdown file and the terminal."""
+    per = summary["samplers"]
+    t_last = config.score_steps[-1] if config.score_steps else config.steps
+    tables = []
+    head = ["sampler"] + [f"held-out@{t}" for t in config.score_steps] + [f"vs uniform@{t_last}",
+                                                                          f"vs best other@{t_last}"]
+    rows = []
+    for s, d in per.items():
+        best = d.get(f"paired_vs_best@{t_last}")
+        rows.append([s] + [_fmt(d.get(f"heldout_score@{t}"), 2) for t in config.score_steps]
+                    + [_fmt_paired(d.get(f"paired_vs_uniform@{t_last}")),
+                       (_fmt_paired(best) + f" ({best['other']})") if best else "-"])
+    tables.append(("Held-out score (x100; mean ± sd over seeds; paired differences: mean [95% CI], "
+                   "* = significant)", head, rows))
+    head = ["sampler", f"held-out tasks@{t_last}", f"held-out envs@{t_last}", f"training pool@{t_last}",
+            "training pool at step 1"]
+    rows = [[s, _fmt(d.get(f"heldout_a@{t_last}"), 2), _fmt(d.get(f"heldout_b@{t_last}"), 2),
+             _fmt(d.get(f"score@{t_last}"), 2), _fmt(d.get("score_start"), 2)] for s, d in per.items()]
+    tables.append(("Held-out tasks of training environments (a), held-out environments (b), training pool",
+                   head, rows))
+    head = ["sampler", "var/batch", "envs/batch", "signal/episode", "signal/cost", "rollouts to target",
+            "cost to target", "missed"]
+    rows = [[s, _fmt(d["batch_variance"], 4, False), _fmt(d["envs_covered"], 1, False),
+             _fmt(d["signal_per_episode"], 4, False), _fmt(d["signal_per_cost"], 4, False),
+             _fmt(d["rollouts_to_target"], 0, False), _fmt(d.get("cost_to_target"), 0, False),
+             f"{d['target_missed']}/{len(d['seeds'])}"] for s, d in per.items()]
+    tables.append((f"Efficiency (target: uniform's best held-out score within {config.target_step} steps, "
+                   f"per seed)", head, rows))
+    return tables
 
 
 def markdown_table(summary: dict[str, Any], config: Any) -> str:
-    cols = [("batch_variance", "within-task var/batch", 4), ("envs_covered", "envs/batch", 2),
-            ("tools_covered", "tools/batch", 1), ("signal_per_episode", "signal groups/episode", 4),
-            ("signal_per_cost", "signal groups/cost", 4)]
-    cols += [(f"score@{t}", f"score@{t}", 2) for t in config.score_steps]
-    cols += [("rollouts_to_target", f"rollouts to uniform-best@{config.target_step}", 0)]
-    head = "| sampler | " + " | ".join(c[1] for c in cols) + " | missed |"
-    lines = [head, "|" + "---|" * (len(cols) + 2)]
-    for s, d in summary["samplers"].items():
-        cells = [_fmt(d[k], dg) for k, _, dg in cols]
-        lines.append(f"| {s} | " + " | ".join(cells) + f" | {d['target_missed']}/{len(d['seeds'])} |")
-    out = "\n".join(lines) + "\n"
-    out += f"\nTarget: uniform's best score within {config.target_step} steps, per seed (mean over seeds " \
-           f"{summary['target_score']:.2f})\n"
+    out = ""
+    for title, head, rows in summary_tables(summary, config):
+        out += f"{title}\n\n| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
+        out += "".join("| " + " | ".join(r) + " |\n" for r in rows) + "\n"
     for s, t in summary["coldstart"].items():
-        out += f"\nCold start ({s}, {t['runs']} runs; Table 4 form)\n\n"
+        out += f"Cold start ({s}, {t['runs']} runs; Table 4 form)\n\n"
         out += "| step | batch var | hit rate | hit low | hit high | var gap low/high |\n|---|---|---|---|---|---|\n"
         for r in t["table"]:
             out += (f"| {r['step']} | {r['batch_variance']:.4f} | {100 * r['hit_rate']:.1f}% | "
                     f"{100 * r['hit_rate_low']:.1f}% | {100 * r['hit_rate_high']:.1f}% | "
                     f"{100 * r['variance_gap']:.1f}% |\n")
+        out += "\n"
+    if summary.get("significant"):
+        out += "Paired comparisons with uniform\n\n" + "".join(f"- {x}\n" for x in summary["significant"]) + "\n"
     if summary["goals"]:
-        out += "\nGoals\n\n"
-        for k, v in summary["goals"].items():
-            out += f"- {k}: {json.dumps(v)}\n"
+        out += "Goals\n\n" + "".join(f"- {'met' if v['met'] else 'NOT met'}: {v['sentence']}\n"
+                                       for v in summary["goals"].values())
+    return out
+
+
+#: Distinct colours (Okabe-Ito, then Tableau's darker tones): no two samplers get near-identical colours.
+PALETTE = ["#000000", "#E69F00", "#56B4E9", "#009E73", "#D55E00", "#0072B2", "#CC79A7", "#F0E442",
+           "#8c564b", "#7f7f7f", "#17becf", "#9467bd", "#bcbd22", "#e377c2", "#393b79", "#637939"]
+
+
+def sampler_colours(names: list[str]) -> dict[str, str]:
+    """A colour per sampler, stable for the common ones (uniform black, EnvSched vermillion)."""
+    fixed = {"uniform": PALETTE[0], "envsched": PALETTE[4], "envsched-paper": PALETTE[5], "plr": PALETTE[3],
+             "mopps": PALETTE[1], "uniform-ds": PALETTE[2], "greso": PALETTE[6], "curriculum": PALETTE[8]}
+    free = [c for c in PALETTE if c not in fixed.values()]
+    out = {}
+    for s in names:
+        out[s] = fixed.get(s) or (free.pop(0) if free else PALETTE[len(out) % len(PALETTE)])
     return out
 
 
@@ -207,13 +376,14 @@ def _plots(run_dir: Path, runs: list[dict[str, Any]], config: Any) -> list[str]:
     for r in runs:
         by[r["sampler"]][r["seed"]].append(r)
     names = [s for s in config.samplers if s in by]
+    n_seeds = min(len(by[s]) for s in names)
 
-    def curve(s: str, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        seeds = by[s]
-        n = min(len(v) for v in seeds.values())
-        m = np.array([[sorted(v, key=lambda r: r["step"])[i][key] for i in range(n)] for v in seeds.values()])
-        x = np.array([sorted(next(iter(seeds.values())), key=lambda r: r["step"])[i]["rollouts"] for i in range(n)])
-        return x, m.mean(axis=0), m.std(axis=0)
+    def curve(s: str, key: str, x_key: str = "rollouts") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        runs_ = [sorted(v, key=lambda r: r["step"]) for v in by[s].values()]
+        n = min(len(v) for v in runs_)
+        m = np.array([[v[i].get(key, math.nan) for i in range(n)] for v in runs_], dtype=float)
+        xs = np.array([[v[i][x_key] for i in range(n)] for v in runs_], dtype=float)
+        return xs.mean(axis=0), m.mean(axis=0), m.std(axis=0), xs
 
     def smooth(y: np.ndarray, w: int = 5) -> np.ndarray:
         if y.size < w:
@@ -222,31 +392,47 @@ def _plots(run_dir: Path, runs: list[dict[str, Any]], config: Any) -> list[str]:
         return np.convolve(np.pad(y, (w // 2, w - 1 - w // 2), mode="edge"), k, mode="valid")
 
     files = []
-    style = {s: ("-" if s in ("envsched", "uniform") else "--") for s in names}
-    cmap = plt.get_cmap("tab20")
-    color = {s: cmap(i % 20) for i, s in enumerate(names)}
+    color = sampler_colours(names)
+    style = {s: "-" if s.startswith("envsched") or s == "uniform" else "--" for s in names}
+    band = f"Lines: mean over {n_seeds} seeds; shaded bands: ± 1 standard deviation over seeds."
+    plain = f"Lines: mean over {n_seeds} seeds (5-step moving average)."
     specs = [
-        ("batch_variance.png", [("batch_variance", "mean within-task reward variance per batch")]),
-        ("coverage.png", [("envs_covered", "environments covered per batch"),
-                          ("tools_covered", "tools covered per batch")]),
-        ("signal_per_episode.png", [("signal_per_episode", "signal groups per episode (cumulative)")]),
-        ("score_vs_rollouts.png", [("score", "learner score")]),
+        ("heldout_vs_rollouts.png", "rollouts", [("heldout", "held-out score (x100)", "held-out tasks and envs")],
+         band),
+        ("heldout_parts.png", "rollouts",
+         [("heldout_a", "held-out score (x100)", "(a) held-out tasks of training envs"),
+          ("heldout_b", "held-out score (x100)", "(b) held-out environments")], band),
+        ("heldout_vs_cost.png", "cum_cost", [("heldout", "held-out score (x100)", "held-out score against cost")],
+         band + " Cost: BFCL calls, checks of other tool tasks, 1 per reasoning-gym rollout."),
+        ("score_vs_rollouts.png", "rollouts", [("score", "training-pool score (x100)", "training pool")], band),
+        ("batch_variance.png", "rollouts", [("batch_variance", "mean within-task reward variance",
+                                             "within-task variance per batch")], plain),
+        ("coverage.png", "rollouts", [("envs_covered", "environments per batch", "environment coverage"),
+                                      ("tools_covered", "tools per batch", "tool coverage")], plain),
+        ("signal_per_episode.png", "rollouts", [("signal_per_episode", "signal groups per episode",
+                                                 "signal groups per episode (cumulative)")],
+         f"Lines: mean over {n_seeds} seeds. A group has {config.group_size} rollouts: "
+         f"{1 / config.group_size:.3f} is the ceiling."),
     ]
-    for fname, panels in specs:
-        fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.5), squeeze=False)
-        for ax, (key, title) in zip(axes[0], panels, strict=True):
+    for fname, x_key, panels, caption in specs:
+        fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels) + 2.2, 4.4), squeeze=False)
+        for ax, (key, ylabel, title) in zip(axes[0], panels, strict=True):
             for s in names:
-                x, mu, sd = curve(s, key)
-                y = smooth(mu) if key in ("batch_variance", "envs_covered", "tools_covered") else mu
-                lw = 2.2 if s == "envsched" else 1.2
-                ax.plot(x, y, style[s], lw=lw, label=s, color=color[s])
-                if key == "score":
-                    ax.fill_between(x, mu - sd, mu + sd, alpha=0.08, color=color[s])
-            ax.set_xlabel("rollouts spent")
+                x, mu, sd, _ = curve(s, key, x_key)
+                smoothed = key in ("batch_variance", "envs_covered", "tools_covered")
+                y = smooth(mu) if smoothed else mu
+                ax.plot(x, y, style[s], lw=2.2 if s.startswith("envsched") else 1.4, label=s, color=color[s])
+                if caption is band:
+                    ax.fill_between(x, mu - sd, mu + sd, alpha=0.10, color=color[s], lw=0)
+            ax.set_xlabel("rollouts spent" if x_key == "rollouts" else "cumulative cost")
+            ax.set_ylabel(ylabel)
             ax.set_title(title)
             ax.grid(alpha=0.3)
-        axes[0][-1].legend(fontsize=7, loc="best")
-        fig.tight_layout()
+        handles, labels = axes[0][-1].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0 - 2.0 / fig.get_figwidth(), 0.5),
+                   fontsize=8, frameon=False)
+        fig.text(0.01, 0.01, caption, fontsize=8, ha="left", va="bottom")
+        fig.tight_layout(rect=(0, 0.05, 1.0 - 2.1 / fig.get_figwidth(), 1))
         fig.savefig(run_dir / fname, dpi=110)
         plt.close(fig)
         files.append(fname)
@@ -257,18 +443,22 @@ def write_report(run_dir: Path, config: Any, *, plots: bool = True) -> dict[str,
     """Write ``metrics.jsonl``, ``metrics.parquet``, ``summary.json``, ``summary.md`` and the PNGs."""
     runs, cold = load_records(run_dir)
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
-    if runs:
+    written = ["summary.md", "summary.json", "metrics.jsonl"]
+    if runs and has_module("pyarrow"):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        cols = list(runs[0])
+        cols = sorted({c for r in runs for c in r})
         pq.write_table(pa.table({c: [r.get(c) for r in runs] for c in cols}), run_dir / "metrics.parquet")
+        written.append("metrics.parquet")
     if cold:
         (run_dir / "coldstart.jsonl").write_text("".join(json.dumps(r) + "\n" for r in cold))
     summary = summarise(runs, cold, config)
     summary["config"] = asdict(config)
-    if plots and runs:
+    if plots and runs and has_module("matplotlib"):
         summary["plots"] = _plots(run_dir, runs, config)
+        written += summary["plots"]
+    summary["written"] = written
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     (run_dir / "summary.md").write_text(markdown_table(summary, config))
     return summary

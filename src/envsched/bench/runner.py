@@ -42,13 +42,14 @@ from typing import Any
 
 import numpy as np
 
-from envsched.bench.learner import LearnerConfig, LearnerModel, task_structure
+from envsched.bench.learner import LearnerConfig, LearnerModel, sharing_degree, task_structure
+from envsched.bench.split import PoolSplit, SplitConfig, split_pool
 from envsched.pool.pool import TaskPool
 from envsched.samplers.base import BaseSampler
 
 __all__ = ["SAMPLER_NAMES", "BenchConfig", "available_samplers", "make_bench_sampler", "run_benchmark", "run_one"]
 
-DEFAULT_SAMPLERS = ("uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "envsched",
+DEFAULT_SAMPLERS = ("uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "envsched", "envsched-paper",
                     "envsched-coverage-only", "envsched-exploitation-only", "envsched-no-within",
                     "envsched-no-cross")
 
@@ -59,7 +60,8 @@ _DESCRIPTIONS = {
     "mopps": "MoPPS: per-task Beta posterior, Thompson sampling toward p = 0.5 (candidates 8x, lambda 0.5)",
     "greso": "GRESO: skip tasks with zero-variance runs (1% floor, self-tuned rates) + residual DS filter",
     "plr": "prioritized level replay: rank(mean |advantage|), beta 0.1, staleness rho 0.1",
-    "envsched": "EnvSched (paper defaults)",
+    "envsched": "EnvSched, envsched's default configuration (SchedulerConfig())",
+    "envsched-paper": "EnvSched, the paper's preset (SchedulerConfig.paper())",
     "envsched-coverage-only": "EnvSched ablation: coverage only",
     "envsched-exploitation-only": "EnvSched ablation: exploitation only",
     "envsched-no-within": "EnvSched ablation: without within-environment edges",
@@ -87,6 +89,7 @@ def envsched_available() -> bool:
 
 _ENVSCHED_VARIANTS: dict[str, dict[str, Any]] = {
     "envsched": {},
+    "envsched-paper": {},
     "envsched-coverage-only": {"mode": "coverage_only"},
     "envsched-exploitation-only": {"mode": "exploitation_only"},
     "envsched-no-within": {"use_within_edges": False},
@@ -169,12 +172,19 @@ def make_bench_sampler(name: str, pool: TaskPool, *, seed: int, batch_size: int 
     if name in _ENVSCHED_VARIANTS:
         if not envsched_available():
             raise ValueError(f"sampler {name!r} needs envsched.method.sampler, which is not importable yet")
+        import dataclasses
+
         from envsched.method.config import SchedulerConfig
         from envsched.method.sampler import EnvSchedSampler
 
+        base = SchedulerConfig.paper() if name == "envsched-paper" and hasattr(SchedulerConfig, "paper") \
+            else SchedulerConfig()
         fields_ = {"batch_size": batch_size, "rollouts_per_task": group_size, **_ENVSCHED_VARIANTS[name], **opts}
-        cfg = SchedulerConfig(**{k: v for k, v in fields_.items()
-                                 if k in getattr(SchedulerConfig, "__dataclass_fields__", fields_)})
+        known = {f.name for f in dataclasses.fields(base)}
+        unknown = sorted(set(opts) - known)
+        if unknown:
+            raise ValueError(f"unknown option(s) {unknown} for sampler {name!r}")
+        cfg = dataclasses.replace(base, **{k: v for k, v in fields_.items() if k in known})
         graph = envsched_graph(pool)
         kwargs: dict[str, Any] = {"config": cfg, "seed": seed}
         if graph is not None:
@@ -204,10 +214,14 @@ class BenchConfig:
     sampler_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     coldstart_runs: int = 100
     coldstart_steps: int = 10
-    coldstart_samplers: list[str] = field(default_factory=lambda: ["envsched", "uniform"])
+    coldstart_samplers: list[str] = field(default_factory=lambda: ["envsched", "envsched-paper", "uniform"])
     score_steps: list[int] = field(default_factory=lambda: [40, 120, 200])
     target_step: int = 120
     pool: str = "default"
+    split: dict[str, Any] = field(default_factory=dict)
+    """:class:`~envsched.bench.split.SplitConfig` fields (default: the documented held-out split)."""
+    eval_rollouts: int = 0
+    """Sampled rollouts per held-out task for a Monte-Carlo held-out score at the last step (tuning)."""
 
     def validate(self) -> None:
         for name in set(self.samplers) | set(self.coldstart_samplers):
@@ -223,6 +237,9 @@ class BenchConfig:
         if self.coldstart_runs < 0 or self.coldstart_steps < 1:
             raise ValueError("coldstart_runs must be >= 0 and coldstart_steps >= 1")
         LearnerConfig.from_dict(self.learner)
+        SplitConfig.from_dict(self.split)
+        if self.eval_rollouts < 0:
+            raise ValueError(f"eval_rollouts must be >= 0, got {self.eval_rollouts}")
 
     def digest(self, pool_fingerprint: str) -> str:
         blob = json.dumps({"config": asdict(self), "pool": pool_fingerprint}, sort_keys=True)
@@ -245,6 +262,9 @@ def _exploitation_mask(sampler: Any, n: int) -> np.ndarray | None:
     return None
 
 
+_STRUCTURES: dict[str, _Structure] = {}
+
+
 class _Structure:
     """Per-task environment and tool sets of a pool, for coverage figures."""
 
@@ -256,25 +276,52 @@ class _Structure:
             tools, _, _, _ = task_structure(t)
             self.tools.append(np.array([names.setdefault(x, len(names)) for x in tools], dtype=np.int64))
 
+    @classmethod
+    def of(cls, pool: TaskPool) -> _Structure:
+        """The structure of ``pool``, memoised per pool fingerprint."""
+        fp = pool.fingerprint()
+        if fp not in _STRUCTURES:
+            _STRUCTURES[fp] = cls(pool)
+        return _STRUCTURES[fp]
+
     def coverage(self, pos: np.ndarray) -> tuple[int, int]:
         tools = {int(x) for p in pos for x in self.tools[p]}
         return len(set(self.env[pos].tolist())), len(tools)
 
 
+_SPLITS: dict[tuple[str, str], PoolSplit] = {}
+
+
+def bench_split(pool: TaskPool, split: Mapping[str, Any] | SplitConfig | None) -> PoolSplit:
+    """The held-out split of ``pool`` (memoised per pool and split configuration)."""
+    cfg = split if isinstance(split, SplitConfig) else SplitConfig.from_dict(split)
+    key = (pool.fingerprint(), json.dumps(asdict(cfg), sort_keys=True))
+    if key not in _SPLITS:
+        _SPLITS[key] = split_pool(pool, cfg)
+    return _SPLITS[key]
+
+
 def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_size: int = 64, group_size: int = 8,
             learner: Mapping[str, Any] | None = None, sampler_options: Mapping[str, Any] | None = None,
             learner_seed: int | None = None, on_step: Callable[[int], None] | None = None,
-            structure: _Structure | None = None) -> list[dict[str, Any]]:
+            structure: _Structure | None = None, split: Mapping[str, Any] | SplitConfig | None = None,
+            eval_rollouts: int = 0) -> list[dict[str, Any]]:
     """Run one sampler for ``steps`` budget steps against a fresh learner; returns the per-step records.
 
-    The learner is seeded with ``learner_seed`` (default ``seed``), so samplers run with the same seed
-    face the same initial learner and task difficulties.
+    The learner is built over the whole ``pool``; the sampler only over the training part of its held-out
+    split (``split``: a :class:`~envsched.bench.split.SplitConfig` or its fields; shares of 0 hold nothing
+    out). The learner is seeded with ``learner_seed`` (default ``seed``), so samplers run with the same seed
+    face the same initial learner and task difficulties. ``eval_rollouts > 0`` adds, at the last step, a
+    Monte-Carlo held-out score (``heldout_sampled``) from that many sampled rollouts per held-out task.
     """
+    psplit = bench_split(pool, split)
     model = LearnerModel(pool, LearnerConfig.from_dict(dict(learner or {})),
                          seed=seed if learner_seed is None else learner_seed)
-    sampler = make_bench_sampler(sampler_name, pool, seed=seed, batch_size=batch_size, group_size=group_size,
-                                 options=sampler_options)
-    structure = structure or _Structure(pool)
+    sampler = make_bench_sampler(sampler_name, psplit.train, seed=seed, batch_size=batch_size,
+                                 group_size=group_size, options=sampler_options)
+    to_full = psplit.train_positions
+    held_a, held_b, held = psplit.heldout_task_positions, psplit.heldout_env_positions, psplit.heldout_positions
+    structure = structure or _Structure.of(psplit.train)
     post_filter = bool(getattr(sampler, "post_filter", False))
     keep = getattr(sampler, "keep_group", None)
     max_rounds = int(getattr(sampler, "max_gen_rounds", 10))
@@ -287,7 +334,8 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
     records: list[dict[str, Any]] = []
     for step in range(1, steps + 1):
         tasks = sampler.sample(batch_size)
-        pos = np.array([sampler.position_of(t) for t in tasks], dtype=np.int64)
+        train_pos = np.array([sampler.position_of(t) for t in tasks], dtype=np.int64)
+        pos = to_full[train_pos]
         rewards, costs = model.rollout(pos, group_size)
         exploit = _exploitation_mask(sampler, len(tasks))
         mixed = np.zeros(len(tasks), dtype=bool)
@@ -313,7 +361,7 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
         else:
             model.train(pos, _fill_nan(rewards))
             updates += 1
-        envs, tools = structure.coverage(pos)
+        envs, tools = structure.coverage(train_pos)
         cum_signal += int(mixed.sum())
         cum_episodes += int(rewards.size)
         cum_cost += float(costs.sum())
@@ -324,14 +372,28 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
             "envs_covered": envs, "tools_covered": tools, "signal_groups": int(mixed.sum()),
             "cum_signal_groups": cum_signal, "cum_episodes": cum_episodes, "cum_cost": cum_cost,
             "signal_per_episode": cum_signal / cum_episodes, "signal_per_cost": cum_signal / cum_cost,
-            "score": model.score(),
+            **_scores(model, to_full, held_a, held_b, held),
             "exploit_picks": int(exploit.sum()) if exploit is not None else -1,
             "exploit_hits": int((exploit & mixed).sum()) if exploit is not None else -1,
         }
+        if eval_rollouts > 0 and step == steps and held.size:
+            rec["heldout_sampled"] = model.sampled_score(held, eval_rollouts,
+                                                         np.random.default_rng([int(seed), 77]))
         records.append(rec)
         if on_step is not None:
             on_step(step)
     return records
+
+
+def _scores(model: LearnerModel, train: np.ndarray, held_a: np.ndarray, held_b: np.ndarray,
+            held: np.ndarray) -> dict[str, float]:
+    """Training-pool score and held-out scores ((a) tasks, (b) environments, combined), from one pass."""
+    er = model.expected_reward() * 100.0
+
+    def mean(p: np.ndarray) -> float:
+        return float(er[p].mean()) if p.size else math.nan
+
+    return {"score": mean(train), "heldout": mean(held), "heldout_a": mean(held_a), "heldout_b": mean(held_b)}
 
 
 def _fill_nan(rewards: np.ndarray) -> np.ndarray:
@@ -348,14 +410,15 @@ def _fill_nan(rewards: np.ndarray) -> np.ndarray:
 
 def run_coldstart(pool: TaskPool, sampler_name: str, runs: int, steps: int, *, batch_size: int, group_size: int,
                   learner: Mapping[str, Any] | None = None, sampler_options: Mapping[str, Any] | None = None,
-                  on_step: Callable[[int], None] | None = None,
-                  structure: _Structure | None = None) -> list[dict[str, Any]]:
+                  on_step: Callable[[int], None] | None = None, structure: _Structure | None = None,
+                  split: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """``runs`` cold-start runs of ``steps`` steps (learner and sampler seeds ``10_000 + run``)."""
     out = []
-    structure = structure or _Structure(pool)
+    structure = structure or _Structure.of(bench_split(pool, split).train)
     for r in range(runs):
         recs = run_one(pool, sampler_name, 10_000 + r, steps=steps, batch_size=batch_size, group_size=group_size,
-                       learner=learner, sampler_options=sampler_options, on_step=on_step, structure=structure)
+                       learner=learner, sampler_options=sampler_options, on_step=on_step, structure=structure,
+                       split=split)
         for rec in recs:
             rec["run"] = r
         out.extend(recs)
@@ -369,7 +432,7 @@ _WORKER: dict[str, Any] = {}
 def _init_worker(pool: TaskPool, queue: Any) -> None:
     _WORKER["pool"] = pool
     _WORKER["queue"] = queue
-    _WORKER["structure"] = _Structure(pool)
+
     with contextlib.suppress(Exception):
         os.nice(0)
 
@@ -406,10 +469,10 @@ def _execute_job(pool: TaskPool, job: Mapping[str, Any], tick: Callable[[int], N
     if job["kind"] == "run":
         return run_one(pool, job["sampler"], job["seed"], steps=cfg["steps"], batch_size=cfg["batch_size"],
                        group_size=cfg["group_size"], learner=cfg["learner"], sampler_options=opts, on_step=tick,
-                       structure=structure)
+                       structure=structure, split=cfg.get("split"), eval_rollouts=cfg.get("eval_rollouts", 0))
     return run_coldstart(pool, job["sampler"], cfg["coldstart_runs"], cfg["coldstart_steps"],
                          batch_size=cfg["batch_size"], group_size=cfg["group_size"], learner=cfg["learner"],
-                         sampler_options=opts, on_step=tick, structure=structure)
+                         sampler_options=opts, on_step=tick, structure=structure, split=cfg.get("split"))
 
 
 def _job_file(run_dir: Path, job: Mapping[str, Any]) -> Path:
@@ -469,8 +532,21 @@ def run_benchmark(config: BenchConfig, run_dir: str | os.PathLike[str], *, pool:
             jobs.append({"kind": "coldstart", "sampler": name, "seed": -1, "config": cfg_dict})
     total = sum(_job_units(j) for j in jobs)
     todo = [j for j in jobs if not _job_file(run_path, j).exists()]
+    psplit = bench_split(pool, config.split)
+    split_file = run_path / "split.json"
+    if not split_file.exists():
+        model = LearnerModel(pool, LearnerConfig.from_dict(config.learner), seed=config.seeds[0])
+        info = psplit.describe()
+        info["sharing_degree"] = {
+            "heldout_envs": sharing_degree(model, psplit.train_positions, psplit.heldout_env_positions),
+            "heldout_tasks": sharing_degree(model, psplit.train_positions, psplit.heldout_task_positions),
+            "per_env": {e: sharing_degree(model, psplit.train_positions,
+                                          [i for i in psplit.heldout_env_positions if model.envs[i] == e])
+                        for e in psplit.heldout_envs},
+        }
+        _write_atomic(split_file, json.dumps(info, indent=2))
     if any(j["sampler"].startswith("envsched") for j in todo):
-        envsched_graph(pool)  # once, before the workers fork
+        envsched_graph(psplit.train)  # once, before the workers fork
     done_units = total - sum(_job_units(j) for j in todo)
     # Long jobs first (EnvSched variants and cold starts) for better packing.
     todo.sort(key=lambda j: (j["kind"] != "coldstart", not j["sampler"].startswith("envsched")))

@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-QUICK = {"seeds": 2, "steps": 30, "coldstart_runs": 10, "coldstart_steps": 7,
-         "samplers": ["uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "envsched"]}
+QUICK = {"seeds": 3, "steps": 30, "coldstart_runs": 10, "coldstart_steps": 7,
+         "samplers": ["uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "envsched", "envsched-paper"]}
 
 
 def _parse_kv(items: tuple[str, ...], what: str) -> dict[str, Any]:
@@ -46,7 +46,7 @@ def _parse_kv(items: tuple[str, ...], what: str) -> dict[str, Any]:
 @click.option("--coldstart-runs", default=None, type=click.IntRange(min=0),
               help="Cold-start runs for the Table 4 figures (default 100; 0 to skip).")
 @click.option("--coldstart-steps", default=None, type=click.IntRange(min=1), help="Steps per cold-start run (10).")
-@click.option("--coldstart-samplers", default="envsched,uniform", show_default=True,
+@click.option("--coldstart-samplers", default="envsched,envsched-paper,uniform", show_default=True,
               help="Samplers given cold-start runs.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Run directory (default bench-runs/<timestamp>); an existing one with the same settings is resumed.")
@@ -55,29 +55,60 @@ def _parse_kv(items: tuple[str, ...], what: str) -> dict[str, Any]:
 @click.option("--ray", "use_ray", is_flag=True, help="Run the (sampler, seed) jobs as Ray tasks (local Ray).")
 @click.option("--ray-address", default=None, help="Ray cluster address (implies --ray).")
 @click.option("--quick", is_flag=True,
-              help="Small setting: 7 samplers x 2 seeds x 30 steps, 10 cold starts (under 2 minutes on 2 cores).")
+              help="Small setting: 8 samplers x 3 seeds x 30 steps, 10 cold starts (a few minutes on 2 cores).")
+@click.option("--matrix", type=click.Choice(["quick", "full"]), default=None,
+              help="Run the sensitivity matrix instead (batch size, reward, sharing, misleading features, pool "
+                   "mixes): one table and one heat map of win/tie/loss per cell.")
+@click.option("--tune", is_flag=True,
+              help="Run the symmetric tuning protocol (tuning pool and seeds, same budget per sampler) and write "
+                   "the tuned values (--tuned-file, default: the packaged tuned.json).")
+@click.option("--trials", default=8, show_default=True, type=click.IntRange(min=1),
+              help="--tune: configurations tried per sampler (the first is its defaults).")
+@click.option("--tuned-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Tuned sampler options to apply (default: the packaged tuned.json); with --tune, where to write.")
+@click.option("--untuned", is_flag=True, help="Run every sampler with its defaults, ignoring tuned values.")
+@click.option("--split", "split_opts", multiple=True, metavar="KEY=VALUE",
+              help="Held-out split option: split_seed, heldout_env_share (0.15), heldout_task_share (0.2).")
+@click.option("--data-dir", "data_dirs", multiple=True, metavar="CORPUS=DIR",
+              help="--matrix: tau2=DIR and/or acebench=DIR, added to the small-environments pool mix.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--list-samplers", is_flag=True, help="List the benchmark samplers and exit.")
 def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size: int, group_size: int,
           pool_arg: str, learner_opts: tuple[str, ...], sampler_opts: tuple[str, ...], coldstart_runs: int | None,
           coldstart_steps: int | None, coldstart_samplers: str, out_dir: Path | None, workers: int | None,
-          use_ray: bool, ray_address: str | None, quick: bool, no_plots: bool, as_json: bool,
-          list_samplers: bool) -> None:
+          use_ray: bool, ray_address: str | None, quick: bool, matrix: str | None, tune: bool, trials: int,
+          tuned_file: Path | None, untuned: bool, split_opts: tuple[str, ...], data_dirs: tuple[str, ...],
+          no_plots: bool, as_json: bool, list_samplers: bool) -> None:
     """Run samplers against the learner model at a matched rollout budget and report what each one gets
-    out of it: within-task reward variance, environment and tool coverage, signal groups per episode and
-    per unit cost, exploitation hit rate (cold starts), learner score after 40/120/200 steps and rollouts
-    needed to reach uniform's best 120-step score. Writes metrics (JSONL, Parquet), summary.md/json and
-    PNG plots to the run directory; rerunning into the same directory resumes (finished runs are kept).
+    out of it. Samplers draw from the training part of the pool; the learner is scored on held-out tasks
+    and held-out environments they never see (the held-out score judges them, with paired differences to
+    uniform over seeds), next to the training-pool score, within-task reward variance, environment and tool
+    coverage, signal groups per episode and per unit cost, exploitation hit rate (cold starts) and the
+    rollouts and cost needed to reach uniform's best 120-step held-out score. Writes metrics (JSONL,
+    Parquet), summary.md/json and PNG plots to the run directory; rerunning into the same directory resumes.
+
+    \b
+    Examples:
+      envsched bench --quick
+      envsched bench --out bench-runs/full
+      envsched bench --matrix quick --out bench-runs/matrix
+      envsched bench --tune --trials 8
     """
     from envsched.bench.pools import load_bench_pool
+    from envsched.bench.report import BENCH_EXTRA_HINT, has_module
     from envsched.bench.runner import DEFAULT_SAMPLERS, BenchConfig, available_samplers, run_benchmark
+    from envsched.bench.tuning import load_tuned
 
     console = Console(stderr=as_json)
     if list_samplers:
         for name, desc in available_samplers().items():
             console.print(f"[bold]{name}[/bold]: {desc}")
         return
+    if tune and matrix:
+        raise click.UsageError("--tune and --matrix are separate jobs: run one, then the other")
+    if not (has_module("pyarrow") and has_module("matplotlib")) and not tune:
+        Console(stderr=True).print(f"[yellow]{BENCH_EXTRA_HINT}; the summary is written without them.[/yellow]")
     names = [s.strip() for s in samplers.split(",") if s.strip()] if samplers else \
         (list(QUICK["samplers"]) if quick else list(DEFAULT_SAMPLERS))
     avail = available_samplers()
@@ -94,6 +125,23 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
         if not dot:
             raise click.BadParameter(f"--sampler-option keys are SAMPLER.KEY, got {key!r}")
         per_sampler.setdefault(sname, {})[opt] = value
+    if tune:
+        _run_tuning(console, names if samplers else [n for n in DEFAULT_SAMPLERS if n in avail
+                                                     and n in ("curriculum", "mopps", "greso", "plr", "envsched",
+                                                               "envsched-paper")],
+                    trials, steps, batch_size, group_size, _parse_kv(learner_opts, "--learner"), tuned_file, workers,
+                    as_json)
+        return
+    try:
+        tuned = {} if untuned else load_tuned(tuned_file)
+    except (FileNotFoundError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--tuned-file") from None
+    for sname, params in tuned.items():
+        per_sampler[sname] = {**params, **per_sampler.get(sname, {})}
+    if matrix:
+        _run_matrix(console, matrix, names if samplers else None, per_sampler, out_dir, workers, data_dirs,
+                    no_plots, as_json)
+        return
     cold_names = [s.strip() for s in coldstart_samplers.split(",") if s.strip() and s.strip() in avail]
     cfg = BenchConfig(
         samplers=names,
@@ -103,7 +151,7 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
         learner=_parse_kv(learner_opts, "--learner"), sampler_options=per_sampler,
         coldstart_runs=coldstart_runs if coldstart_runs is not None else (QUICK["coldstart_runs"] if quick else 100),
         coldstart_steps=coldstart_steps if coldstart_steps is not None else (QUICK["coldstart_steps"] if quick else 10),
-        coldstart_samplers=cold_names, pool=pool_arg,
+        coldstart_samplers=cold_names, pool=pool_arg, split=_parse_kv(split_opts, "--split"),
     )
     cfg.score_steps = sorted({min(t, cfg.steps) for t in (40, 120, 200)})
     cfg.target_step = min(120, cfg.steps)
@@ -126,8 +174,7 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
                   TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=as_json) as prog:
         bar = prog.add_task("sampler steps", total=None)
 
-        def on_progress(done: int, total: int) -> None:
-            prog.update(bar, completed=done, total=total)
+        on_progress = _reporter(prog, bar, "sampler steps")
 
         try:
             summary = run_benchmark(cfg, out_dir, pool=pool, pool_source=source, workers=nworkers,
@@ -141,29 +188,29 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
         click.echo(json.dumps(summary, indent=2, default=float))
         return
     _print_summary(console, summary, cfg)
-    console.print(f"\nwritten: {out_dir}/summary.md, summary.json, metrics.jsonl, metrics.parquet"
-                  + ("" if no_plots else ", *.png"))
+    console.print(f"\nwritten to {out_dir}: {', '.join(summary.get('written', []))}")
 
 
 def _print_summary(console: Console, summary: dict[str, Any], cfg: Any) -> None:
-    def f(d: dict[str, Any], digits: int) -> str:
-        if not d or not d.get("n"):
-            return "-"
-        return f"{d['mean']:.{digits}f}±{d['std']:.{digits}f}"
+    """The summary tables; a vertical layout (one block per sampler) when the terminal is under 100 columns."""
+    from envsched.bench.report import summary_tables
 
-    table = Table(title=f"rollout efficiency ({len(cfg.seeds)} seeds x {cfg.steps} steps x {cfg.batch_size} x "
-                        f"{cfg.group_size} rollouts)")
-    cols = [("batch_variance", "var/batch", 4), ("envs_covered", "envs", 1), ("tools_covered", "tools", 0),
-            ("signal_per_episode", "signal/ep", 4)]
-    cols += [(f"score@{t}", f"score@{t}", 1) for t in cfg.score_steps]
-    cols += [("rollouts_to_target", "rollouts to target", 0)]
-    table.add_column("sampler")
-    for _, title, _ in cols:
-        table.add_column(title, justify="right")
-    for name, d in summary["samplers"].items():
-        table.add_row(name, *[f(d[k], dg) for k, _, dg in cols])
-    console.print(table)
-    console.print(f"target = uniform's best score within {cfg.target_step} steps: {summary['target_score']:.2f}")
+    console.print(f"[bold]rollout efficiency[/bold]: {len(cfg.seeds)} seeds x {cfg.steps} steps x {cfg.batch_size} "
+                  f"groups x {cfg.group_size} rollouts")
+    for title, head, rows in summary_tables(summary, cfg):
+        if console.width >= 100:
+            table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+            for h in head:
+                table.add_column(h, justify="left" if h == "sampler" else "right", overflow="fold")
+            for r in rows:
+                table.add_row(*r)
+            console.print(table)
+        else:
+            console.print(f"\n[bold]{title}[/bold]")
+            for r in rows:
+                console.print(f"[bold]{r[0]}[/bold]")
+                for h, v in zip(head[1:], r[1:], strict=True):
+                    console.print(f"  {h}: {v}")
     for s, t in summary["coldstart"].items():
         rows = t["table"]
         if rows:
@@ -171,5 +218,99 @@ def _print_summary(console: Console, summary: dict[str, Any], cfg: Any) -> None:
             console.print(f"cold start {s} ({t['runs']} runs): hit rate step 1 {100 * rows[0]['hit_rate']:.1f}% -> "
                           f"step {last['step']} {100 * last['hit_rate']:.1f}% (low {100 * last['hit_rate_low']:.1f}%, "
                           f"high {100 * last['hit_rate_high']:.1f}%)")
-    for k, v in summary.get("goals", {}).items():
-        console.print(f"goal {k}: {v}")
+    for line in summary.get("significant", []):
+        console.print(line)
+    for v in summary.get("goals", {}).values():
+        console.print(f"{'[green]met[/green]' if v['met'] else '[red]not met[/red]'}: {v['sentence']}")
+
+
+def _progress(console: Console, transient: bool) -> Progress:
+    return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=transient)
+
+
+def _reporter(prog: Progress, bar: Any, what: str) -> Any:
+    """Progress callback: the bar on a terminal; a line on stderr every 5 % when piped or logged."""
+    import sys
+    import time
+
+    started = time.perf_counter()
+    last = [-1]
+
+    def report(done: int, total: int) -> None:
+        prog.update(bar, completed=done, total=total)
+        if prog.console.is_terminal or not total:
+            return
+        pct = int(100 * done / total) // 5 * 5
+        if pct > last[0]:
+            last[0] = pct
+            print(f"{done}/{total} {what} ({pct}%, {time.perf_counter() - started:.0f} s)", file=sys.stderr,
+                  flush=True)
+
+    return report
+
+
+def _run_tuning(console: Console, names: list[str], trials: int, steps: int | None, batch_size: int,
+                group_size: int, learner: dict[str, Any], out: Path | None, workers: int | None,
+                as_json: bool) -> None:
+    from envsched.bench.tuning import TUNED_FILE, tune, tuning_pool, tuning_space
+
+    with console.status("building the tuning pool..."):
+        pool = tuning_pool()
+    console.print(f"tuning pool: {len(pool)} tasks, {len(pool.envs)} environments; samplers: {', '.join(names)}; "
+                  f"{trials} trials each")
+    for n in names:
+        console.print(f"  {n}: {', '.join(tuning_space(n)) or 'no knobs'}")
+    with _progress(console, as_json) as prog:
+        bar = prog.add_task("tuning steps", total=None)
+        doc = tune(names, pool=pool, trials=trials, steps=steps or 60, batch_size=batch_size, group_size=group_size,
+                   learner=learner, workers=workers or os.cpu_count() or 1, out=out,
+                   progress=_reporter(prog, bar, "tuning steps"))
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    for n, e in doc["samplers"].items():
+        console.print(f"{n}: objective {e['objective']:.2f} with {e['params'] or 'its defaults'}")
+    console.print(f"written: {out or TUNED_FILE}")
+
+
+def _run_matrix(console: Console, preset: str, names: list[str] | None, options: dict[str, dict[str, Any]],
+                out_dir: Path | None, workers: int | None, data_dirs: tuple[str, ...], no_plots: bool,
+                as_json: bool) -> None:
+    from envsched.bench.matrix import MATRIX_PRESETS, matrix_cells, run_matrix
+
+    dirs: dict[str, str] = {}
+    for item in data_dirs:
+        key, sep, value = item.partition("=")
+        if not sep or key not in ("tau2", "acebench"):
+            raise click.BadParameter(f"--data-dir takes tau2=DIR or acebench=DIR, got {item!r}",
+                                     param_hint="--data-dir")
+        if not Path(value).expanduser().is_dir():
+            raise click.BadParameter(f"{value} is not a folder", param_hint="--data-dir")
+        dirs[key] = str(Path(value).expanduser())
+    if out_dir is None:
+        import time
+
+        out_dir = Path("bench-runs") / f"matrix-{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    p = MATRIX_PRESETS[preset]
+    console.print(f"matrix {preset}: {len(matrix_cells(p))} cells x {len(names or p.samplers)} samplers x "
+                  f"{p.seeds} seeds x {p.steps} steps; run dir: {out_dir}")
+    if not dirs:
+        console.print("[yellow]no --data-dir: the small-environments mix has no tau2/ACEBench tasks[/yellow]")
+    with _progress(console, as_json) as prog:
+        bar = prog.add_task("sampler steps", total=None)
+
+        def on_cell(k: int, n: int, entry: dict[str, Any]) -> None:
+            v = ", ".join(f"{s} {x}" for s, x in entry["verdict"].items())
+            prog.console.print(f"cell {k}/{n} {entry['setting']}: {v}")
+
+        doc = run_matrix(preset, out_dir, samplers=names, sampler_options=options, workers=workers or os.cpu_count()
+                         or 1, data_dirs=dirs, plots=not no_plots,
+                         progress=_reporter(prog, bar, "sampler steps"), on_cell=on_cell)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, default=float))
+        return
+    for s, t in doc["tally"].items():
+        console.print(f"{s}: {t['win']} wins, {t['tie']} ties, {t['loss']} losses over {len(doc['cells'])} cells")
+    console.print(f"written to {out_dir}: matrix.md, matrix.json" + ("" if no_plots else ", matrix.png")
+                  + f" ({doc['wall_seconds']:.0f} s)")

@@ -528,6 +528,21 @@ class BFCLEnvironment(Environment):
         """The executed calls so far: per turn, per step, the call strings."""
         return copy.deepcopy(self._calls)
 
+    def trajectory(self) -> Any:
+        """The finished episode as an identifier-filter :class:`~envsched.method.scheduling.identifier_filter.
+        Trajectory` (each turn's executed calls in order, and the final reward), for
+        ``EnvSchedSampler.submit_trajectory(task, env.trajectory())``. ``None`` when the checker could not
+        score the episode; ``RuntimeError`` before the episode is over."""
+        from envsched.method.scheduling.identifier_filter import Trajectory
+
+        if self._entry is None or not self._done:
+            raise RuntimeError("trajectory() needs a finished episode (reset, then step until done)")
+        reward = self.final_reward()
+        if reward is None:
+            return None
+        return Trajectory(calls_per_turn=[[c for step in turn for c in step] for turn in self._calls],
+                          reward=float(reward), meta={"task_id": self._entry["id"]})
+
     def _long_context(self) -> bool:
         assert self._entry is not None
         return "long_context" in self._entry["id"] or "composite" in self._entry["id"]

@@ -294,6 +294,7 @@ class EnvSchedGRPOMixin:
         #: Every drawn chunk (task ids), in draw order, including replays after a resume.
         self.envsched_draw_log: list[list[str]] = []
         self._es_steps_trained_in_epoch = 0
+        self._es_trajectories: list[tuple[str, Any]] = []
         super().__init__(*args, train_dataset=train_dataset, **kwargs)
         names = list(self.reward_func_names)
         if sampler_reward_funcs is None:
@@ -322,6 +323,14 @@ class EnvSchedGRPOMixin:
             return self._es_tasks[task_id]
         except KeyError:
             raise KeyError(f"unknown task id {task_id!r}") from None
+
+    def record_trajectory(self, task_id: str, trajectory: Any) -> None:
+        """For a reward function whose rollouts yield trajectories (e.g. ``BFCLEnvironment.trajectory()``):
+        queue one for the task sampler's identifier filter. At the next feedback the queues of all processes
+        are gathered and each goes to ``task_sampler.submit_trajectory(task, trajectory)`` after the group
+        updates, when the sampler has an ``identifier_filter`` (EnvSched); otherwise they are dropped."""
+        self.task_for(str(task_id))  # unknown ids fail here, in the reward function that sent them
+        self._es_trajectories.append((str(task_id), trajectory))
 
     @property
     def pending_chunks(self) -> list[list[str]]:
@@ -400,6 +409,13 @@ class EnvSchedGRPOMixin:
             self._es_sampler.update(self._es_tasks[key], rewards, costs)
             self.envsched_feedback_log.append({"step": step, "task_id": key, "rewards": rewards, "costs": costs,
                                                "raw_rewards": raw})
+        trajectories = gather_object(self._es_trajectories) if self._es_trajectories or \
+            self.accelerator.num_processes > 1 else []
+        self._es_trajectories = []
+        submit = getattr(self._es_sampler, "submit_trajectory", None)
+        if callable(submit) and getattr(self._es_sampler, "identifier_filter", None) is not None:
+            for key, trajectory in trajectories:
+                submit(self._es_tasks[key], trajectory)
         for name, value in self.envsched_metrics().items():
             if math.isfinite(value):
                 self._metrics["train"][f"envsched/{name}"].append(value)

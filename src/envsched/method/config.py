@@ -41,12 +41,17 @@ Scheduler (``SchedulerConfig``; paper sections 2.3, 2.4, 3.1, B, B.1, C)
 paper symbol / wording                 parameter                                default
 =====================================  =======================================  ==========================
 ``B`` batch of pairs (3.1, D)          ``SchedulerConfig.batch_size``           64
-coverage / exploitation split (3.1)    ``SchedulerConfig.coverage_slots``       32 (exploitation: 32)
+coverage / exploitation split (3.1)    ``SchedulerConfig.coverage_share``       0.5: ``round(0.5 n)`` of a batch
+                                                                                of ``n`` (32 of 64); at least one
+                                                                                exploitation slot
 ``K`` rollouts per pair (B.1, D)       ``SchedulerConfig.rollouts_per_task``    8
 ``C1`` (C)                             ``SchedulerConfig.max_per_env_coverage`` 4 tasks of one env in the
-                                                                                coverage phase of a batch
+                                                                                coverage phase of a batch of
+                                                                                ``batch_size`` (scaled by
+                                                                                ``n / batch_size``)
 ``C3`` (C)                             ``SchedulerConfig.env_quota_per_batch``  11 tasks of one env in a
-                                                                                batch (env quota)
+                                                                                batch (env quota; scaled
+                                                                                like ``C1``)
 ``C_task`` (C)                         ``SchedulerConfig.max_consecutive_``     2 consecutive batches
                                        ``selections``
 long / short half-life (B.1)           ``SchedulerConfig.long_half_life`` /     8 / 2 steps (values not
@@ -76,6 +81,32 @@ ablations (3.4.1)                      ``mode`` (``coverage_only`` /            
                                        ``use_within_edges``, ``use_cross_edges``
 =====================================  =======================================  ==========================
 
+Adaptive mode (not in the paper: "ours"; the default of ``SchedulerConfig()``; ``SchedulerConfig.paper()``
+switches every one of these off, see :data:`PAPER_PRESET`)
+
+=====================================  =======================================  ==========================
+rule                                   parameter                                default (search range in
+                                                                                :data:`ADAPTIVE_TUNING_SPACE`)
+=====================================  =======================================  ==========================
+coverage share sized online from the   ``adaptive_share``; the share is         True; cap 0.5
+phases' realised signal yield          ``y_cov / (y_cov + y_exp)`` clipped to
+                                       [``coverage_share_floor``,
+                                       ``coverage_share``]
+yield smoothing                        ``yield_half_life`` (steps)              8.0
+floor of the coverage share            ``coverage_share_floor``                 0.0625 (4 of 64)
+coverage env by UCB x size, task by    ``adaptive_coverage``                    True
+the posterior's upper quantile
+quantile of both upper bounds          ``ucb_quantile``                         0.9
+env size weight                        ``env_size_power``                       0.5
+exploitation score                     ``exploitation_score``                   ``"signal_probability"``
+                                       (``"variance"`` = the paper's)
+how the posterior is turned into a     ``exploitation_rule`` (``"mean"`` /      ``"mean"``
+score                                  ``"thompson"`` / ``"upper_quantile"``)
+graph prior's weight in rollouts       ``signal_prior_ess``                     4.0
+task cap and exposure discount only    ``caps_on_decline_only``                 True
+for tasks whose signal declines
+=====================================  =======================================  ==========================
+
 The paper gives the view weights and the two neighbour counts; it does not publish the bandwidth rule.
 The rule used here is a per-node Gaussian bandwidth in the spirit of local scaling (Zelnik-Manor &
 Perona, 2004): each node's bandwidth is its distance to a middle-ranked neighbour, so dense and sparse
@@ -90,9 +121,13 @@ from typing import Any
 
 __all__ = [
     "ABSTRACT_VIEWS",
+    "ADAPTIVE_TUNING_SPACE",
     "DEFAULT_ABSTRACT_VIEW_WEIGHTS",
     "DEFAULT_VIEW_WEIGHTS",
+    "EXPLOITATION_RULES",
+    "EXPLOITATION_SCORES",
     "FULL_VIEWS",
+    "PAPER_PRESET",
     "SCHEDULER_MODES",
     "GraphConfig",
     "SchedulerConfig",
@@ -283,6 +318,40 @@ class GraphConfig:
 #: Scheduler modes: the full method and the two component ablations of section 3.4.1.
 SCHEDULER_MODES: tuple[str, ...] = ("full", "coverage_only", "exploitation_only")
 
+#: What exploitation ranks by: the paper's calibrated variance prediction, or the probability that a group has
+#: signal (adaptive mode).
+EXPLOITATION_SCORES: tuple[str, ...] = ("variance", "signal_probability")
+
+#: How the Beta posterior becomes the exploitation score (``exploitation_score="signal_probability"``).
+EXPLOITATION_RULES: tuple[str, ...] = ("mean", "thompson", "upper_quantile")
+
+#: The field values that make :class:`SchedulerConfig` the faithful paper preset (every adaptive rule off, the
+#: 50/50 split). ``SchedulerConfig.paper(**overrides)`` is ``SchedulerConfig(**{**PAPER_PRESET, **overrides})``;
+#: the benchmark's ``envsched-paper`` variants merge this dict into their options.
+PAPER_PRESET: dict[str, Any] = {
+    "coverage_share": 0.5,
+    "adaptive_share": False,
+    "adaptive_coverage": False,
+    "exploitation_score": "variance",
+    "caps_on_decline_only": False,
+}
+
+#: Search space of the adaptive mode's knobs for the symmetric tuning protocol: ``(low, high)`` for a number,
+#: a list for a choice. The defaults (:class:`SchedulerConfig`) are set from first principles, not tuned; see
+#: docs/envsched-sampler.md ("Adaptive mode").
+ADAPTIVE_TUNING_SPACE: dict[str, tuple[float, float] | list[Any]] = {
+    "coverage_share": (0.125, 0.5),
+    "coverage_share_floor": (0.0, 0.5),
+    "yield_half_life": (2.0, 32.0),
+    "ucb_quantile": (0.6, 0.99),
+    "env_size_power": (0.0, 1.0),
+    "signal_prior_ess": (1.0, 16.0),
+    "exploitation_rule": ["mean", "thompson", "upper_quantile"],
+    "caps_on_decline_only": [True, False],
+    "adaptive_share": [True, False],
+    "adaptive_coverage": [True, False],
+}
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -290,10 +359,16 @@ class SchedulerConfig:
     defaults where the paper gives one. The symbol table in this module's docstring maps each paper
     symbol to its field; fields marked "not in the paper" are this implementation's choices.
 
+    ``SchedulerConfig()`` is the **adaptive** mode (the default of :class:`EnvSchedSampler`): the paper's
+    mechanisms plus the adaptive rules below. ``SchedulerConfig.paper()`` is the faithful paper preset.
+
     Attributes:
-        batch_size: ``B``, pairs per batch (64). ``sample(n)`` with another ``n`` scales the split.
-        coverage_slots: slots of a ``batch_size`` batch given to coverage (32; the rest, 32, to
-            exploitation).
+        batch_size: ``B``, pairs per batch (64): the batch the caps ``C1`` / ``C3`` are stated for.
+            ``sample(n)`` with another ``n`` scales them by ``n / batch_size`` (at least 1).
+        coverage_share: share of a batch given to coverage: ``round(coverage_share * n)`` slots of a batch of
+            ``n`` (0.5: 32 of 64, the paper's split). It must leave at least one exploitation slot: a config
+            with ``round(coverage_share * batch_size) >= batch_size`` is refused, and so is a ``sample(n)``
+            with ``round(coverage_share * n) >= n``. In the adaptive mode it is the largest share.
         rollouts_per_task: rollouts per selected pair (8). Informational: the trainer decides; the
             benchmark and ``envsched run`` use it.
         max_per_env_coverage: ``C1`` (4): at most this many tasks of one environment in the coverage
@@ -349,10 +424,56 @@ class SchedulerConfig:
             cross-environment edges" (3.4.1). With both off the prior is the global reference.
         use_progress_filter, use_identifier_filter: switch the two candidate filters off.
         explain_max_neighbors: neighbours listed per relation in an explanation record (``None``: all).
+
+    Adaptive mode (ours; all off in :data:`PAPER_PRESET`):
+        adaptive_share: size coverage online. Each phase's realised yield (signal groups per scored group:
+            at least 2 scored rewards, not all equal) is a Beta(1, 1) posterior over its recency-weighted
+            groups (``yield_half_life``); the share is ``y_cov / (y_cov + y_exp)`` (posterior means), clipped
+            to ``[coverage_share_floor, coverage_share]``. Probability matching: a phase whose picks yield
+            twice the signal gets twice the slots, and neither is abandoned on a few groups' evidence. With
+            no evidence both means are 0.5, so a run starts at the cap (the paper's split). Environments
+            never selected so far raise the coverage slots up to the cap (one slot each), so the floor never
+            stops coverage from reaching them.
+        yield_half_life: half-life, in steps, of the yield counts (8.0 = ``long_half_life``: the share
+            tracks the horizon the task histories use).
+        coverage_share_floor: smallest share (0.0625: 4 slots of 64; a floor above ``coverage_share`` acts as
+            ``coverage_share``). Coverage also feeds the graph
+            prediction with observations of other environments, which its own yield does not measure; a
+            sixteenth keeps each of the default pool's 51 environments visited about every 13 steps.
+        adaptive_coverage: coverage picks its environment by an upper confidence bound on the environment's
+            realised signal rate (Beta(1, 1) posterior of its tasks' recency-weighted groups, upper quantile
+            ``ucb_quantile``) times ``(tasks in env / mean tasks per env) ** env_size_power``; environments
+            never selected come first; the paper's "lower current-step coverage first" still orders before
+            that. Inside the environment the task with the highest optimistic signal probability (the
+            ``ucb_quantile`` upper bound of the graph-propagated Beta posterior, see below) wins, instead
+            of fewest observations.
+        ucb_quantile: the quantile of both upper bounds (0.9: the upper end of an 80 % credible interval, the
+            usual Bayes-UCB level; higher is more optimistic about little-observed environments and tasks).
+        env_size_power: weight of an environment's size in coverage (0.5: the geometric mean of "every
+            environment alike" (0, the paper) and "every task alike" (1, uniform sampling)).
+        exploitation_score: ``"variance"`` (the paper's calibrated variance prediction) or
+            ``"signal_probability"``: the probability that a group of ``rollouts_per_task`` rollouts has
+            signal (not all rewards equal), ``1 - p^G - (1-p)^G`` for a per-rollout mean ``p``, under a
+            Beta posterior per task on its mean reward mapped to [0, 1]. Prior ``Beta(ess * mu, ess *
+            (1 - mu))`` with ``mu`` the graph-propagated prior mean (within and cross relations fused, the
+            paper's prior) and ``ess = signal_prior_ess``; the task's own scored rollouts add their
+            recency-weighted (``long_half_life``) reward sums and complements as counts; ``None`` rewards are
+            ignored. Binary and graded rewards and tasks with few observations go through one rule.
+        exploitation_rule: ``"mean"`` (the posterior predictive probability of a mixed group, exact
+            beta-binomial: what maximises this batch's expected signal groups), ``"thompson"`` (one posterior
+            draw of ``p`` per task) or ``"upper_quantile"`` (the largest group-signal probability over the
+            ``ucb_quantile`` credible interval of ``p``). Default ``"mean"``: exploration is the coverage
+            phase's job, and an optimistic rule would rank every unobserved task of a large pool next to the
+            tasks whose groups were mixed.
+        signal_prior_ess: equivalent sample size of the graph prior, in rollouts (4.0 = ``prior_strength *
+            rollouts_per_task`` at the defaults: the graph prior weighs half a group, as in the paper mode).
+        caps_on_decline_only: apply ``max_consecutive_selections`` and the exposure discount only to tasks
+            whose signal declines (their short-half-life signal rate is below the long-half-life one); a
+            task whose groups keep being mixed may be re-picked every batch. The paper applies both always.
     """
 
     batch_size: int = 64
-    coverage_slots: int = 32
+    coverage_share: float = 0.5
     rollouts_per_task: int = 8
     max_per_env_coverage: int = 4
     env_quota_per_batch: int = 11
@@ -381,6 +502,27 @@ class SchedulerConfig:
     use_progress_filter: bool = True
     use_identifier_filter: bool = True
     explain_max_neighbors: int | None = None
+    adaptive_share: bool = True
+    yield_half_life: float = 8.0
+    coverage_share_floor: float = 0.0625
+    adaptive_coverage: bool = True
+    ucb_quantile: float = 0.9
+    env_size_power: float = 0.5
+    exploitation_score: str = "signal_probability"
+    exploitation_rule: str = "mean"
+    signal_prior_ess: float = 4.0
+    caps_on_decline_only: bool = True
+
+    @classmethod
+    def paper(cls, **overrides: Any) -> SchedulerConfig:
+        """The faithful paper preset (:data:`PAPER_PRESET`: every adaptive rule off, the 50/50 split);
+        ``overrides`` are other fields (``batch_size``, ``mode``, ablation switches...)."""
+        return cls(**{**PAPER_PRESET, **overrides})
+
+    @property
+    def is_paper(self) -> bool:
+        """Whether every adaptive rule is off (the paper's rules; the other fields may differ)."""
+        return all(getattr(self, k) == v for k, v in PAPER_PRESET.items() if k != "coverage_share")
 
     def __post_init__(self) -> None:
         problems = []
@@ -403,12 +545,31 @@ class SchedulerConfig:
                      "max_consecutive_selections", "rollouts_per_task", "cold_start_max_per_env",
                      "min_scored_rollouts"):
             _int(name, 1)
-        _int("coverage_slots", 0)
         _int("progress_min_transitions", 1)
-        if isinstance(self.coverage_slots, int) and isinstance(self.batch_size, int) \
-                and self.coverage_slots > self.batch_size:
-            problems.append(f"coverage_slots ({self.coverage_slots}) must be <= batch_size ({self.batch_size})")
+        _num("coverage_share", 0.0, 1.0)
+        k = round(self.coverage_share * self.batch_size) if not problems else 0
+        if not problems and self.mode == "full" and k >= self.batch_size:
+            problems.append(f"coverage_share={self.coverage_share} leaves no exploitation slot in a batch of "
+                            f"batch_size={self.batch_size} (round(share * B) = {k}); use a share below "
+                            "1 - 0.5 / batch_size, or mode='coverage_only'")
         inf = float("inf")
+        _num("coverage_share_floor", 0.0, 1.0)
+        _num("yield_half_life", 0.0, inf, open_low=True)
+        _num("ucb_quantile", 0.5, 1.0)
+        if self.ucb_quantile == 1.0:
+            problems.append("ucb_quantile must be < 1 (the 1-quantile of a Beta posterior is 1 for every task)")
+        _num("env_size_power", 0.0, 4.0)
+        _num("signal_prior_ess", 0.0, inf, open_low=True)
+        for name in ("adaptive_share", "adaptive_coverage", "caps_on_decline_only", "use_within_edges",
+                     "use_cross_edges", "use_progress_filter", "use_identifier_filter"):
+            if not isinstance(getattr(self, name), bool):
+                problems.append(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.exploitation_score not in EXPLOITATION_SCORES:
+            problems.append(f"exploitation_score must be one of {list(EXPLOITATION_SCORES)}, "
+                            f"got {self.exploitation_score!r}")
+        if self.exploitation_rule not in EXPLOITATION_RULES:
+            problems.append(f"exploitation_rule must be one of {list(EXPLOITATION_RULES)}, "
+                            f"got {self.exploitation_rule!r}")
         _num("long_half_life", 0.0, inf, open_low=True)
         _num("short_half_life", 0.0, inf, open_low=True)
         for name in ("within_fusion_weight", "reconstruction_weight", "similarity_penalty",
@@ -432,14 +593,28 @@ class SchedulerConfig:
         for name in ("variance_clip", "mean_clip", "dispersion_clip"):
             object.__setattr__(self, name, (float(getattr(self, name)[0]), float(getattr(self, name)[1])))
 
-    def coverage_share(self, n: int) -> int:
-        """Coverage slots of a batch of ``n``: ``round(n * coverage_slots / batch_size)``, or all / none in
-        the ``coverage_only`` / ``exploitation_only`` ablations."""
+    def coverage_slots_for(self, n: int) -> int:
+        """Coverage slots of a batch of ``n`` under the configured share: ``round(coverage_share * n)`` (the
+        adaptive share never exceeds it), or all / none in the ``coverage_only`` / ``exploitation_only``
+        ablations. Raises ``ValueError`` when the share would leave the batch no exploitation slot."""
         if self.mode == "coverage_only":
             return n
         if self.mode == "exploitation_only":
             return 0
-        return min(n, round(n * self.coverage_slots / self.batch_size))
+        k = round(self.coverage_share * n)
+        if k >= n:
+            raise ValueError(f"a batch of n={n} with coverage_share={self.coverage_share} would have "
+                             f"{k} coverage slots and no exploitation slot; draw more tasks or lower "
+                             "coverage_share")
+        return k
+
+    def caps_for(self, n: int) -> tuple[int, int]:
+        """``(C1, C3)`` for a batch of ``n``: the configured caps (stated for ``batch_size``) scaled by
+        ``n / batch_size``, rounded, at least 1. Unchanged when ``n == batch_size``."""
+        if n == self.batch_size:
+            return self.max_per_env_coverage, self.env_quota_per_batch
+        f = n / self.batch_size
+        return max(1, round(self.max_per_env_coverage * f)), max(1, round(self.env_quota_per_batch * f))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (saved in the sampler state and run files)."""
@@ -452,10 +627,16 @@ class SchedulerConfig:
     def from_dict(cls, data: dict[str, Any]) -> SchedulerConfig:
         """Inverse of :meth:`to_dict`; unknown keys are an error naming them."""
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - known
+        d = dict(data)
+        if "coverage_slots" in d and "coverage_share" not in d:  # states written before the share existed
+            try:
+                d = {**PAPER_PRESET, **d}  # such a state ran the paper's rules
+                d["coverage_share"] = int(d.pop("coverage_slots")) / int(d.get("batch_size", 64))
+            except (TypeError, ValueError, ZeroDivisionError) as exc:
+                raise ValueError(f"coverage_slots of an old SchedulerConfig: {exc}") from None
+        unknown = set(d) - known
         if unknown:
             raise ValueError(f"unknown SchedulerConfig field(s): {sorted(unknown)}")
-        d = dict(data)
         for name in ("variance_clip", "mean_clip", "dispersion_clip"):
             if name in d and isinstance(d[name], list):
                 d[name] = tuple(d[name])

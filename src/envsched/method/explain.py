@@ -103,6 +103,7 @@ def build_records(step: int, picks: list[Pick], *, graph: DualRelationGraph,
                   identifier_flags: dict[int, str]) -> list[dict[str, Any]]:
     """One record per pick (see the module docstring); ``snapshot`` from :func:`filter_snapshot`."""
     out = []
+    c1, c3 = config.caps_for(len(picks)) if picks else (config.max_per_env_coverage, config.env_quota_per_batch)
     for p in picks:
         i = p.pos
         rec: dict[str, Any] = {
@@ -142,11 +143,10 @@ def build_records(step: int, picks: list[Pick], *, graph: DualRelationGraph,
                            "task_observations_before": p.task_observations_before, "tied_envs": p.tied_envs}
         transitions, res, filtered, run = snapshot[i]
         rec["caps"] = {
-            "max_per_env_coverage": {"paper": "C1", "limit": config.max_per_env_coverage,
-                                     "count": p.env_coverage_count,
-                                     "reached": p.env_coverage_count >= config.max_per_env_coverage},
-            "env_quota_per_batch": {"paper": "C3", "limit": config.env_quota_per_batch, "count": p.env_batch_count,
-                                    "reached": p.env_batch_count >= config.env_quota_per_batch},
+            "max_per_env_coverage": {"paper": "C1", "limit": c1, "count": p.env_coverage_count,
+                                     "reached": p.env_coverage_count >= c1},
+            "env_quota_per_batch": {"paper": "C3", "limit": c3, "count": p.env_batch_count,
+                                    "reached": p.env_batch_count >= c3},
             "max_consecutive_selections": {"paper": "C_task", "limit": config.max_consecutive_selections,
                                            "count": run, "reached": run >= config.max_consecutive_selections},
         }

@@ -26,9 +26,11 @@ import numpy as np
 from envsched.method.config import SchedulerConfig
 from envsched.method.explain import build_records, filter_snapshot, write_records
 from envsched.method.graph.dual_graph import DualRelationGraph
+from envsched.method.history import signal
 from envsched.method.history.prediction import Prediction, predict, relation_operators
 from envsched.method.history.statistics import History
 from envsched.method.scheduling.batch import (
+    AdaptiveInputs,
     Pick,
     SchedulingContext,
     SimilarityIndex,
@@ -39,7 +41,7 @@ from envsched.method.scheduling.identifier_filter import IdentifierFilter, Ident
 from envsched.pool.pool import TaskPool
 from envsched.samplers.base import BaseSampler, GroupResult
 
-__all__ = ["EnvSchedSampler", "make_envsched_sampler"]
+__all__ = ["EnvSchedSampler", "make_envsched_paper_sampler", "make_envsched_sampler"]
 
 
 class EnvSchedSampler(BaseSampler):
@@ -50,8 +52,9 @@ class EnvSchedSampler(BaseSampler):
         tasks: a :class:`~envsched.pool.TaskPool` (or a sequence of task specs with ``id`` and ``env``).
         graph: the dual-relation graph over exactly these tasks, in the same order. ``None`` builds it with
             :func:`envsched.method.graph.build.build_graph` and the default :class:`GraphConfig`.
-        config: scheduler hyperparameters (:class:`~envsched.method.config.SchedulerConfig`; paper
-            defaults).
+        config: scheduler hyperparameters (:class:`~envsched.method.config.SchedulerConfig`). The default,
+            ``SchedulerConfig()``, is the adaptive mode; ``SchedulerConfig.paper()`` is the faithful paper
+            preset.
         seed: seed of the random generator that breaks exact ties (deterministic given the seed).
         identifier_filter: the environment's identifier-filter hook (see
             :mod:`~envsched.method.scheduling.identifier_filter`); trajectories reach it via :meth:`submit_trajectory`.
@@ -94,6 +97,9 @@ class EnvSchedSampler(BaseSampler):
         self._last_prediction: Prediction | None = None
         self._batch_totals = {"batches": 0, "envs": 0, "tools": 0}
         self._last_tools = 0
+        self._last_adaptive: dict[str, float] = {}
+        sizes = np.bincount(self.env_codes, minlength=len(self.envs)).astype(float)
+        self._env_size_weight = np.power(sizes / sizes.mean(), self.config.env_size_power)
 
     # ------------------------------------------------------------------ construction helpers
     def _build_graph(self, tasks: Any) -> DualRelationGraph:
@@ -152,9 +158,10 @@ class EnvSchedSampler(BaseSampler):
 
     def __repr__(self) -> str:
         c = self.config
+        preset = "paper" if c.is_paper else "adaptive"
         return (f"EnvSchedSampler({len(self.tasks)} tasks in {len(self.envs)} environments, seed={self.seed}, "
-                f"mode={c.mode!r}, batch {c.batch_size} = {c.coverage_slots} coverage + "
-                f"{c.batch_size - c.coverage_slots} exploitation)")
+                f"{preset}, mode={c.mode!r}, coverage share {'<= ' if c.adaptive_share else ''}"
+                f"{c.coverage_share:g})")
 
     def get_params(self) -> dict[str, Any]:
         return {"seed": self.seed, "config": self.config.to_dict(), "run_file": str(self.run_file or ""),
@@ -162,16 +169,18 @@ class EnvSchedSampler(BaseSampler):
 
     # ------------------------------------------------------------------ BaseSampler hooks
     def _select(self, n: int) -> list[int]:
+        cap = self.config.coverage_slots_for(n)  # refuses an n that leaves no exploitation slot (no state changed)
         tiebreak = self._rng.random(len(self.tasks))
         env_tiebreak = self._rng.random(len(self.envs))
         prediction = predict(self._history, self.graph, self.config, self._operators)
         flagged = np.zeros(len(self.tasks), dtype=bool)
         if self._flags:
             flagged[list(self._flags)] = True
+        adaptive = self._adaptive_inputs(n, cap, prediction, tiebreak) if prediction is not None else None
         ctx = SchedulingContext(graph=self.graph, history=self._history, prediction=prediction, config=self.config,
                                 env_codes=self.env_codes, num_envs=len(self.envs), tiebreak=tiebreak,
                                 env_tiebreak=env_tiebreak, identifier_flagged=flagged, centrality=self._centrality,
-                                similarity=self._similarity)
+                                similarity=self._similarity, adaptive=adaptive)
         picks = build_batch(ctx, n)
         if len(picks) != n:  # cannot happen for n <= N (fill ignores every cap); guard the invariant
             raise RuntimeError(f"EnvSched built {len(picks)} picks for a batch of {n}")
@@ -198,6 +207,55 @@ class EnvSchedSampler(BaseSampler):
         self._batch_totals["envs"] += int(np.unique(self.env_codes[pos]).size)
         self._batch_totals["tools"] += self._last_tools
         return positions
+
+    def _adaptive_inputs(self, n: int, cap: int, prediction: Prediction,
+                         tiebreak: np.ndarray) -> AdaptiveInputs | None:
+        """The adaptive rules' inputs for a batch of ``n`` (``None`` with every adaptive rule off: the paper).
+
+        Scores get ``1e-12 * tiebreak`` added: tasks with the same posterior (every unobserved task of an
+        environment without history) would otherwise tie exactly, and an exact tie at the shortlist's edge
+        forces exploitation to rescan the whole pool for every pick (the tie goes to the same draw either way).
+        """
+        c = self.config
+        h = self._history
+        if c.is_paper:
+            return None
+        ad = AdaptiveInputs()
+        info: dict[str, float] = {}
+        need_posterior = c.exploitation_score == "signal_probability" or c.adaptive_coverage
+        if need_posterior:
+            alpha, beta = signal.signal_posterior(h, prediction.long.prior[:, 0], c.signal_prior_ess, c.long_half_life)
+            g = c.rollouts_per_task
+        if c.exploitation_score == "signal_probability":
+            if c.exploitation_rule == "mean":
+                score = signal.mixed_probability(alpha, beta, g)
+            elif c.exploitation_rule == "thompson":
+                score = signal.group_signal(self._rng.beta(alpha, beta), g)
+            else:
+                score = signal.optimistic_signal(alpha, beta, g, c.ucb_quantile)
+            ad.exploitation_score = score + 1e-12 * tiebreak
+        if c.adaptive_coverage:
+            # optimistic signal probability; the predictive mean breaks the ties of wide posteriors
+            ad.coverage_score = (signal.optimistic_signal(alpha, beta, g, c.ucb_quantile)
+                                 + 1e-3 * signal.mixed_probability(alpha, beta, g) + 1e-12 * tiebreak)
+            s_e, k_e = signal.env_signal(h, c.long_half_life)
+            ucb = signal.beta_quantile(1.0 + s_e, 1.0 + k_e - s_e, c.ucb_quantile)
+            never = h.env_selection_counts() == 0
+            ad.env_priority = np.where(never, np.inf, ucb * self._env_size_weight)
+        if c.caps_on_decline_only:
+            ad.caps_active = signal.declining(h, c.long_half_life, c.short_half_life)
+        if c.adaptive_share and c.mode == "full":
+            y = signal.phase_yields(h, c.yield_half_life)
+            y_cov = (1.0 + y["coverage"][0]) / (2.0 + y["coverage"][1])
+            y_exp = (1.0 + y["exploitation"][0]) / (2.0 + y["exploitation"][1])
+            share = min(max(y_cov / (y_cov + y_exp), c.coverage_share_floor), c.coverage_share)  # cap wins
+            k = round(share * n)
+            never_selected = int((h.env_selection_counts() == 0).sum())
+            ad.coverage_slots = min(cap, max(k, never_selected))
+            info = {"share": share, "coverage_yield": y_cov, "exploitation_yield": y_exp}
+        self._last_adaptive = {**info, "coverage_slots": float(ad.coverage_slots if ad.coverage_slots is not None
+                                                                else cap)}
+        return ad
 
     def _observe(self, group: GroupResult) -> None:
         low, high = self.reward_range
@@ -309,6 +367,8 @@ class EnvSchedSampler(BaseSampler):
             m[f"last_batch_{ph}"] = float(phases.count(ph))
         m["progress_filtered"] = float(h.progress_filtered().sum())
         m["identifier_flagged"] = float(len(self._flags))
+        for k in ("share", "coverage_yield", "exploitation_yield"):
+            m[f"adaptive_{k}"] = float(self._last_adaptive.get(k, math.nan))
         ref = h.global_reference()
         for j, name in enumerate(("mean", "variance", "dispersion")):
             m[f"global_reference_{name}"] = float(ref[j]) if ref is not None else math.nan
@@ -323,6 +383,7 @@ class EnvSchedSampler(BaseSampler):
             "batch_totals": dict(self._batch_totals),
             "last_tools": self._last_tools,
             "last_phases": [p.phase for p in self._last_picks],
+            "last_adaptive": dict(self._last_adaptive),
         }
 
     def _load_extra_state(self, extra: dict[str, Any]) -> None:
@@ -346,12 +407,14 @@ class EnvSchedSampler(BaseSampler):
             totals = {k: int(extra["batch_totals"][k]) for k in ("batches", "envs", "tools")}
             last_tools = int(extra.get("last_tools", 0))
             phases = [str(p) for p in extra.get("last_phases", [])]
+            last_adaptive = {str(k): float(v) for k, v in dict(extra.get("last_adaptive", {})).items()}
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed EnvSchedSampler state: {exc!r}") from None
         self._history = history
         self._flags = flags
         self._batch_totals = totals
         self._last_tools = last_tools
+        self._last_adaptive = last_adaptive
         self._last_picks = [Pick(pos=-1, phase=p, rank=i + 1, score=math.nan, base_score=math.nan,
                                  max_similarity=math.nan) for i, p in enumerate(phases)]
         self._last_records = []
@@ -359,10 +422,22 @@ class EnvSchedSampler(BaseSampler):
         self._last_prediction = None
 
 
-def make_envsched_sampler(pool: TaskPool, *, seed: int = 0, group_size: int = 8, **options: Any) -> EnvSchedSampler:
+def make_envsched_sampler(pool: TaskPool, *, seed: int = 0, group_size: int = 8, preset: str = "adaptive",
+                          **options: Any) -> EnvSchedSampler:
     """Registry factory (``envsched.samplers.registry``): an :class:`EnvSchedSampler` over ``pool`` with its
-    graph built by ``graph_build.build_graph``. ``options`` are :class:`SchedulerConfig` fields plus
-    ``graph``, ``run_file`` and ``identifier_filter``."""
+    graph built by ``graph_build.build_graph``. ``preset``: ``"adaptive"`` (``SchedulerConfig()``, registry
+    name ``envsched``) or ``"paper"`` (``SchedulerConfig.paper()``, ``envsched-paper``). ``options`` are
+    :class:`SchedulerConfig` fields (they override the preset) plus ``graph``, ``run_file`` and
+    ``identifier_filter``."""
+    if preset not in ("adaptive", "paper"):
+        raise ValueError(f"preset must be 'adaptive' or 'paper', got {preset!r}")
     extra = {k: options.pop(k) for k in ("graph", "run_file", "identifier_filter") if k in options}
-    config = SchedulerConfig(**{"rollouts_per_task": group_size, **options})
+    fields = {"rollouts_per_task": group_size, **options}
+    config = SchedulerConfig.paper(**fields) if preset == "paper" else SchedulerConfig(**fields)
     return EnvSchedSampler(pool, extra.pop("graph", None), config, seed, **extra)
+
+
+def make_envsched_paper_sampler(pool: TaskPool, *, seed: int = 0, group_size: int = 8,
+                                **options: Any) -> EnvSchedSampler:
+    """Registry factory of ``envsched-paper``: :func:`make_envsched_sampler` with ``preset="paper"``."""
+    return make_envsched_sampler(pool, seed=seed, group_size=group_size, preset="paper", **options)

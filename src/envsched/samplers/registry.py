@@ -21,8 +21,11 @@ SamplerFactory = Callable[..., BaseSampler]
 SAMPLERS: dict[str, tuple[str, str]] = {
     "uniform": ("uniform without replacement per epoch (the baseline)", "envsched.samplers.registry:_uniform"),
     "curriculum": ("RFC 013 signal-only curriculum keyed by difficulty", "envsched.samplers.registry:_curriculum"),
-    "envsched": ("EnvSched: dual-relation graph, variance prediction, coverage-aware batches",
+    "envsched": ("EnvSched, adaptive default: the paper's graph and batches plus an online coverage share, "
+                 "signal-probability exploitation and caps on decline",
                  "envsched.method.sampler:make_envsched_sampler"),
+    "envsched-paper": ("EnvSched, the paper preset: variance prediction, 50/50 coverage-aware batches",
+                       "envsched.method.sampler:make_envsched_paper_sampler"),
     "mopps": ("MoPPS: Beta posterior per task, Thompson sampling toward p = 0.5", "envsched.samplers.registry:_mopps"),
     "greso": ("GRESO: skip tasks with a run of zero-variance groups, exploration floor",
               "envsched.samplers.registry:_greso"),

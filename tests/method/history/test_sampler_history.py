@@ -21,8 +21,9 @@ def _pool(n_envs: int, per_env: int) -> tuple[list[dict], list[str]]:
 
 
 def _sampler(tasks, envs, within, cross, config=None, **kw) -> EnvSchedSampler:
+    """A paper-preset sampler (these tests pin the paper's rules) over a hand-made graph."""
     g = graph_from_arrays([t["id"] for t in tasks], envs, within, cross)
-    return EnvSchedSampler(tasks, g, config=config, require_dispatch=False, **kw)
+    return EnvSchedSampler(tasks, g, config=config or SchedulerConfig.paper(), require_dispatch=False, **kw)
 
 
 def _var_rewards(v: float, mean: float = 0.5) -> list[float]:
@@ -68,7 +69,7 @@ def test_reward_scale_is_mapped_to_unit_interval():
 
 def test_reference_initialised_by_first_observed_batch_then_step_level():
     tasks, envs = _pool(2, 4)
-    s = _sampler(tasks, envs, [[]] * 8, [[]] * 8, SchedulerConfig(reference_min_fraction=1.0))
+    s = _sampler(tasks, envs, [[]] * 8, [[]] * 8, SchedulerConfig.paper(batch_size=4, reference_min_fraction=1.0))
     b0 = s.sample(4)
     s.update(b0[0], [0.0, 0.0, 0.0, 1.0])  # 1 of 4 groups of step 0: no step-level reference yet
     assert s.history.global_reference()[0] == 0.25
@@ -84,7 +85,7 @@ def test_reference_initialised_by_first_observed_batch_then_step_level():
 
 def test_centering_shifts_old_observations_to_the_current_level_and_clips():
     tasks, envs = _pool(1, 4)
-    s = _sampler(tasks, envs, [[]] * 4, [[]] * 4, SchedulerConfig(reference_min_fraction=1.0))
+    s = _sampler(tasks, envs, [[]] * 4, [[]] * 4, SchedulerConfig.paper(reference_min_fraction=1.0))
     b0 = s.sample(2)
     for t in b0:
         s.update(t, [0.0, 0.0, 0.0, 1.0])  # step 0: mean 0.25
@@ -98,7 +99,7 @@ def test_centering_shifts_old_observations_to_the_current_level_and_clips():
     assert np.allclose(vals[old, 0], 0.75)  # 0.25 observed when the level was 0.25 -> today's 0.75
     assert np.allclose(vals[~old, 0], 0.75)
     # clipping: a big upward shift of a variance stays within [0, 0.25]
-    s2 = _sampler(tasks, envs, [[]] * 4, [[]] * 4, SchedulerConfig(reference_min_fraction=1.0))
+    s2 = _sampler(tasks, envs, [[]] * 4, [[]] * 4, SchedulerConfig.paper(reference_min_fraction=1.0))
     s2.update("e0t0", _var_rewards(0.24))
     s2.update("e0t1", [1.0, 1.0])
     ref2 = s2.history.global_reference()
@@ -109,7 +110,7 @@ def test_centering_shifts_old_observations_to_the_current_level_and_clips():
 def test_half_life_weights_recent_observations_more():
     tasks, envs = _pool(1, 2)
     s = _sampler(tasks, envs, [[1], [0]], [[], []],
-                 SchedulerConfig(long_half_life=4.0, short_half_life=1.0, reference_min_fraction=1.0))
+                 SchedulerConfig.paper(long_half_life=4.0, short_half_life=1.0, reference_min_fraction=1.0))
     s.update("e0t0", [0.0, 0.0])  # no dispatch yet: dated step 0
     for _ in range(2):
         s.sample(2)  # steps 0 and 1 both dispatch both tasks
@@ -136,17 +137,17 @@ def _fusion_setup(config: SchedulerConfig):
 
 
 def test_equal_weight_fusion_as_in_case_study_f1_and_edge_ablations():
-    _s, pred = _fusion_setup(SchedulerConfig())
+    _s, pred = _fusion_setup(SchedulerConfig.paper())
     hl = pred.long
     assert hl.within[0, 1] == pytest.approx(0.05) and hl.cross[0, 1] == pytest.approx(0.02)
     assert hl.prior[0, 1] == pytest.approx(0.035)  # F.1: 0.05 within, 0.02 cross -> 0.04 (rounded)
     assert hl.posterior[0, 1] == pytest.approx(0.035)  # no own history
     # task 3's only neighbours (within 2, cross 1) are observed too; task 0 has both relations
-    _, p_nw = _fusion_setup(SchedulerConfig(use_within_edges=False))
+    _, p_nw = _fusion_setup(SchedulerConfig.paper(use_within_edges=False))
     assert p_nw.long.prior[0, 1] == pytest.approx(0.02)
-    _, p_nc = _fusion_setup(SchedulerConfig(use_cross_edges=False))
+    _, p_nc = _fusion_setup(SchedulerConfig.paper(use_cross_edges=False))
     assert p_nc.long.prior[0, 1] == pytest.approx(0.05)
-    _, p_none = _fusion_setup(SchedulerConfig(use_within_edges=False, use_cross_edges=False))
+    _, p_none = _fusion_setup(SchedulerConfig.paper(use_within_edges=False, use_cross_edges=False))
     assert np.allclose(p_none.long.prior, p_none.reference)
 
 
@@ -171,7 +172,7 @@ def test_no_observed_neighbour_uses_global_reference_and_own_history_fuses():
     # e0t0's within neighbour e0t1 and cross neighbour e1t1 stay unobserved
     within = [[1], [0], [0], [4], [3], [3]]
     cross = [[4], [3], [5], [0], [1], [2]]
-    s = _sampler(tasks, envs, within, cross, SchedulerConfig(prior_strength=1.0))
+    s = _sampler(tasks, envs, within, cross, SchedulerConfig.paper(prior_strength=1.0))
     s.update("e0t2", _var_rewards(0.16))
     s.update("e1t2", _var_rewards(0.04))
     pred = s.predict()
@@ -209,7 +210,7 @@ def test_calibration_ranks_average_ties_and_quantile_mapping():
 
 def test_recent_decline_lowers_priority():
     tasks, envs = _pool(2, 2)
-    cfg = SchedulerConfig(long_half_life=8.0, short_half_life=1.0)
+    cfg = SchedulerConfig.paper(long_half_life=8.0, short_half_life=1.0)
 
     def run(config):
         s = _sampler(tasks, envs, [[1], [0], [3], [2]], [[2], [3], [0], [1]], config)
@@ -222,7 +223,7 @@ def test_recent_decline_lowers_priority():
         return s.predict()
 
     with_penalty = run(cfg)
-    without = run(SchedulerConfig(long_half_life=8.0, short_half_life=1.0, decline_penalty=0.0))
+    without = run(SchedulerConfig.paper(long_half_life=8.0, short_half_life=1.0, decline_penalty=0.0))
     assert with_penalty.decline[0] > 0  # short-term score below long-term: a recent decline
     assert with_penalty.informativeness[0] < without.informativeness[0]
     assert with_penalty.decline[2] == 0  # rising task: no decline, no penalty
@@ -234,14 +235,15 @@ def test_predict_is_none_before_history_and_config_validation():
     s = _sampler(tasks, envs, [[1], [0]], [[], []])
     assert s.predict() is None
     with pytest.raises(ValueError, match="max_per_env_coverage"):
-        SchedulerConfig(max_per_env_coverage=0)
+        SchedulerConfig.paper(max_per_env_coverage=0)
     with pytest.raises(ValueError, match="mode"):
-        SchedulerConfig(mode="greedy")
+        SchedulerConfig.paper(mode="greedy")
     with pytest.raises(ValueError, match="variance_clip"):
-        SchedulerConfig(variance_clip=(0.0, 0.5))
+        SchedulerConfig.paper(variance_clip=(0.0, 0.5))
     with pytest.raises(ValueError, match="unknown SchedulerConfig"):
         SchedulerConfig.from_dict({"nope": 1})
-    c = SchedulerConfig()
+    c = SchedulerConfig.paper()
     assert SchedulerConfig.from_dict(c.to_dict()) == c
-    assert (c.batch_size, c.coverage_slots, c.max_per_env_coverage, c.env_quota_per_batch,
-            c.max_consecutive_selections) == (64, 32, 4, 11, 2)
+    assert (c.batch_size, c.coverage_share, c.max_per_env_coverage, c.env_quota_per_batch,
+            c.max_consecutive_selections) == (64, 0.5, 4, 11, 2)
+    assert c.coverage_slots_for(64) == 32 and c.is_paper and not SchedulerConfig().is_paper

@@ -91,9 +91,39 @@ def test_bfcl_ground_truth_with_an_unseen_receiver_id_is_flagged_and_leaves_expl
     # through the sampler: the flagged task leaves exploitation
     tasks = [task, clean, specs["bfcl/multi_turn_base_1"]]
     g = graph_from_arrays([t["id"] for t in tasks], [t["env"] for t in tasks], [[], [], []], [[1], [0], [0]])
-    s = EnvSchedSampler(tasks, g, config=SchedulerConfig(mode="exploitation_only"), identifier_filter=f,
+    s = EnvSchedSampler(tasks, g, config=SchedulerConfig.paper(mode="exploitation_only"), identifier_filter=f,
                         require_dispatch=False)
     s.update(task["id"], [0.0, 1.0])
     assert s.submit_trajectory(task["id"], Trajectory(ground_truth_calls(task), 1.0)).flagged
     assert task["id"] not in [t["id"] for t in s.sample(2)]
     assert "USR002" in s.identifier_flags()[task["id"]]
+
+
+def test_a_real_bfcl_episode_yields_its_trajectory_and_the_sampler_flags_it():
+    """The wiring: BFCLEnvironment.trajectory() of a finished episode goes straight to submit_trajectory."""
+    from envsched.envs.bfcl import BFCLEnvironment, build_bfcl_pool, ground_truth_calls, replay_reward
+    from envsched.method.graph.synthetic import graph_from_arrays
+    from envsched.method.sampler import EnvSchedSampler
+
+    specs = {s["id"]: s for s in build_bfcl_pool(["multi_turn_base"])}
+    task, clean = specs["bfcl/multi_turn_base_62"], specs["bfcl/multi_turn_base_0"]
+    tasks = [task, clean]
+    g = graph_from_arrays([t["id"] for t in tasks], [t["env"] for t in tasks], [[], []], [[1], [0]])
+    s = EnvSchedSampler(tasks, g, identifier_filter=BfclIdentifierFilter(), require_dispatch=False)
+    for spec in tasks:
+        env = BFCLEnvironment()
+        env.reset(spec)
+        with pytest.raises(RuntimeError, match="finished episode"):
+            env.trajectory()
+        result = None
+        for calls in ground_truth_calls(spec):
+            if calls:
+                env.step(calls)
+            result = env.step([])  # end of turn
+        assert result is not None and result.done and result.reward == 1.0
+        traj = env.trajectory()
+        assert traj.reward == 1.0 and traj.calls_per_turn == [list(c) for c in ground_truth_calls(spec)]
+        assert replay_reward(spec, traj.calls_per_turn) == 1.0  # the filter's replays see the same episode
+        verdict = s.submit_trajectory(spec, traj)
+        assert verdict is not None and verdict.flagged == (spec is task)
+    assert list(s.identifier_flags()) == [task["id"]]

@@ -120,7 +120,7 @@ def _loop(s: EnvSchedSampler, n: int, steps: int, reward_of, record=None):
 
 def test_coverage_prefers_unselected_environments_then_unobserved_tasks():
     tasks, envs = _pool(2, 4)
-    s = EnvSchedSampler(tasks, _ring_graph(tasks, envs), config=SchedulerConfig(mode="coverage_only"), seed=0)
+    s = EnvSchedSampler(tasks, _ring_graph(tasks, envs), config=SchedulerConfig.paper(mode="coverage_only"), seed=0)
     batches = _loop(s, 1, 8, lambda _id: [0.0, 1.0])
     assert batches[0][0][:2] != batches[1][0][:2]  # step 1 goes to the environment step 0 did not cover
     assert sorted(b[0] for b in batches) == sorted(t["id"] for t in tasks)  # each task once before any twice
@@ -128,7 +128,7 @@ def test_coverage_prefers_unselected_environments_then_unobserved_tasks():
 
 def test_coverage_and_quota_caps_in_the_full_scheduler():
     tasks, envs = _pool(3, 10)
-    cfg = SchedulerConfig(batch_size=12, coverage_slots=6, max_per_env_coverage=1, env_quota_per_batch=4)
+    cfg = SchedulerConfig.paper(batch_size=12, coverage_share=0.5, max_per_env_coverage=1, env_quota_per_batch=4)
     s = EnvSchedSampler(tasks, _ring_graph(tasks, envs), config=cfg, seed=0)
     phases: list[list[str]] = []
     batches = _loop(s, 12, 4, lambda _id: [0.0, 1.0, 1.0], phases)
@@ -151,8 +151,9 @@ def test_consecutive_selection_cap():
 
     def streak(cap):
         s = EnvSchedSampler(tasks, _ring_graph(tasks, envs), seed=0,
-                            config=SchedulerConfig(mode="exploitation_only", max_consecutive_selections=cap,
-                                                   use_progress_filter=False, exposure_power=0.0))
+                            config=SchedulerConfig.paper(batch_size=3, mode="exploitation_only",
+                                                         max_consecutive_selections=cap,
+                                                         use_progress_filter=False, exposure_power=0.0))
         batches = _loop(s, 3, 10, reward)
         picked = [star in b for b in batches]
         first = picked.index(True)
@@ -171,7 +172,7 @@ def test_consecutive_selection_cap():
 def test_progress_filter_out_of_exploitation_still_in_coverage_and_back():
     tasks, envs = _pool(2, 3)
     g = _ring_graph(tasks, envs)
-    cfg = SchedulerConfig(mode="exploitation_only")
+    cfg = SchedulerConfig.paper(batch_size=6, mode="exploitation_only")
     s = EnvSchedSampler(tasks, g, config=cfg, require_dispatch=False)
     for v in (0.2, 0.1, 0.05, 0.0):
         s.update("e0t0", _var_rewards(v))
@@ -182,7 +183,8 @@ def test_progress_filter_out_of_exploitation_still_in_coverage_and_back():
     assert "e0t0" not in [t["id"] for t in batch] and set(s.last_phases()) == {"exploitation"}
     rec = s.explanations()
     assert all(not r["filters"]["progress"]["filtered"] for r in rec)
-    cov = EnvSchedSampler(tasks, g, config=SchedulerConfig(mode="coverage_only"), require_dispatch=False)
+    cov = EnvSchedSampler(tasks, g, config=SchedulerConfig.paper(batch_size=6, mode="coverage_only"),
+                          require_dispatch=False)
     for v in (0.2, 0.1, 0.05, 0.0):
         cov.update("e0t0", _var_rewards(v))
     cov.sample(6)
@@ -217,7 +219,8 @@ class _FlagEverything:
 def test_identifier_filter_hook_removes_flagged_tasks_from_exploitation():
     tasks, envs = _pool(2, 3)
     hook = _FlagEverything()
-    s = EnvSchedSampler(tasks, _ring_graph(tasks, envs), config=SchedulerConfig(mode="exploitation_only"),
+    s = EnvSchedSampler(tasks, _ring_graph(tasks, envs),
+                        config=SchedulerConfig.paper(batch_size=6, mode="exploitation_only"),
                         identifier_filter=hook, require_dispatch=False)
     s.update("e0t1", [0.0, 1.0])
     assert s.submit_trajectory("e0t1", Trajectory([["f(1)"]], reward=0.5)) is None  # not a high reward
@@ -244,7 +247,7 @@ def test_mode_ablations_change_the_split():
     p = rng.random(120)
 
     def phases(mode):
-        s = EnvSchedSampler(tasks, g, config=SchedulerConfig(mode=mode), seed=0)
+        s = EnvSchedSampler(tasks, g, config=SchedulerConfig.paper(batch_size=16, mode=mode), seed=0)
         rec: list[list[str]] = []
         _loop(s, 16, 4, lambda i: (rng.random(8) < p[int(i[1:])]).astype(float).tolist(), rec)
         return rec[1:], s
@@ -310,7 +313,7 @@ def test_exploitation_shortlist_gives_the_same_batches_as_a_full_scan(monkeypatc
 def test_caps_hold_unless_a_fill_pick_says_it_relaxed_them(n_envs, per_env, n, c1, c3, ctask, mode, seed):
     tasks, envs = _pool(n_envs, per_env)
     n = min(n, len(tasks))
-    cfg = SchedulerConfig(batch_size=max(n, 2), coverage_slots=max(n, 2) // 2, max_per_env_coverage=c1,
+    cfg = SchedulerConfig.paper(batch_size=max(n, 2), coverage_share=0.5, max_per_env_coverage=c1,
                           env_quota_per_batch=c3, max_consecutive_selections=ctask, mode=mode)
     s = EnvSchedSampler(tasks, _ring_graph(tasks, envs), config=cfg, seed=seed)
     rng = np.random.default_rng(seed)

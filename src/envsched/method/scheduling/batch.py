@@ -9,7 +9,7 @@ novelty (``1 -`` largest similarity to any picked task, ``S_full`` within an env
 across) and within-environment novelty (``1 -`` largest ``S_full`` to picked tasks of the same
 environment), at most ``cold_start_max_per_env`` (2) tasks per environment.
 
-**coverage** (``coverage_slots`` of ``batch_size``, 32 of 64): candidates are ordered by lower
+**coverage** (``round(coverage_share * n)`` slots, 32 of 64): candidates are ordered by lower
 current-step coverage of their environment (tasks of it already in this batch), then fewer cumulative
 selections of the environment, then fewer observations of the task, and finally by informativeness with
 the batch-similarity penalty. Caps: ``max_per_env_coverage`` (``C1`` = 4) tasks of one environment in
@@ -30,6 +30,14 @@ penalty only lowers a score), similarities are computed in small blocks against 
 (:class:`BatchSimilarity`, the same definition as :meth:`DualRelationGraph.pair_similarity`), and the walk
 stops as soon as no remaining candidate can beat the best penalised one. One batch costs ``O(N B)`` numpy
 work plus ``O(N log N)`` for the orderings.
+
+**Adaptive mode** (ours; :class:`AdaptiveInputs`, computed by the sampler from
+:mod:`envsched.method.history.signal`): the coverage slots come from the adaptive share; coverage orders
+environments by lower current-step coverage, then never-selected first, then an upper confidence bound on the
+environment's signal rate weighted by its size, and picks the task with the highest optimistic signal
+probability; exploitation ranks by the probability that a group has signal; the consecutive cap and the
+exposure discount apply only to tasks whose signal declines. Caps ``C1`` / ``C3`` are stated for
+``batch_size`` and scaled by ``n / batch_size`` (:meth:`SchedulerConfig.caps_for`), in both modes.
 """
 
 from __future__ import annotations
@@ -44,7 +52,8 @@ from envsched.method.graph.dual_graph import DualRelationGraph
 from envsched.method.history.prediction import Prediction
 from envsched.method.history.statistics import History
 
-__all__ = ["BatchSimilarity", "Pick", "SchedulingContext", "SimilarityIndex", "build_batch", "representative_scores"]
+__all__ = ["AdaptiveInputs", "BatchSimilarity", "Pick", "SchedulingContext", "SimilarityIndex", "build_batch",
+           "representative_scores"]
 
 
 class SimilarityIndex:
@@ -197,6 +206,27 @@ class Pick:
 
 
 @dataclass
+class AdaptiveInputs:
+    """What the adaptive rules add to a batch (``None`` fields: the paper's rule for that part).
+
+    Attributes:
+        coverage_slots: coverage slots of this batch (the adaptive share), else ``round(coverage_share * n)``.
+        env_priority: ``(E,)`` coverage order of environments after the current-step coverage level
+            (``inf`` for never-selected ones); replaces "fewer cumulative selections".
+        coverage_score: ``(N,)`` task score inside the chosen environment; replaces "fewer observations, then
+            informativeness".
+        exploitation_score: ``(N,)`` replaces informativeness in exploitation and fill.
+        caps_active: ``(N,)`` bool, where the consecutive cap and the exposure discount apply.
+    """
+
+    coverage_slots: int | None = None
+    env_priority: np.ndarray | None = None
+    coverage_score: np.ndarray | None = None
+    exploitation_score: np.ndarray | None = None
+    caps_active: np.ndarray | None = None
+
+
+@dataclass
 class SchedulingContext:
     """Everything one batch is built from."""
 
@@ -211,6 +241,7 @@ class SchedulingContext:
     identifier_flagged: np.ndarray  # (N,) bool
     centrality: np.ndarray  # (N,) representative scores for cold start
     similarity: SimilarityIndex  # static similarity structures of the graph
+    adaptive: AdaptiveInputs | None = None  # the adaptive mode's inputs (None: the paper's rules)
 
 
 def representative_scores(graph: DualRelationGraph) -> np.ndarray:
@@ -246,7 +277,11 @@ class _Batch:
         self.env_cov = np.zeros(ctx.num_envs, dtype=np.int64)
         self.picks: list[Pick] = []
         self.sim = BatchSimilarity(ctx.similarity)
+        self.c1, self.c3 = ctx.config.caps_for(self.n)
         self.blocked = ctx.history.consecutive_blocked()
+        ad = ctx.adaptive
+        if ad is not None and ad.caps_active is not None:
+            self.blocked &= ad.caps_active
         self.env_cum = ctx.history.env_selection_counts()
         self.task_obs = ctx.history.task_observation_counts()
 
@@ -321,21 +356,28 @@ def _cold_start(b: _Batch, n: int) -> None:
 
 
 def _coverage(b: _Batch, n_slots: int, info: np.ndarray) -> None:
-    ctx, cfg = b.ctx, b.ctx.config
+    ctx = b.ctx
     env = ctx.env_codes
     target = len(b.picks) + n_slots
     ok = ~b.in_batch & ~b.blocked  # maintained per pick below
     avail = np.bincount(env[ok], minlength=ctx.num_envs)
     env_sel = np.zeros(ctx.num_envs, dtype=bool)
+    ad = ctx.adaptive
+    env_priority = ad.env_priority if ad is not None else None
+    task_score = ad.coverage_score if ad is not None and ad.coverage_score is not None else None
     while len(b.picks) < target:
-        env_ok = (avail > 0) & (b.env_cov < cfg.max_per_env_coverage) & (b.env_batch < cfg.env_quota_per_batch)
+        env_ok = (avail > 0) & (b.env_cov < b.c1) & (b.env_batch < b.c3)
         if not env_ok.any():
             return
         e_idx = np.flatnonzero(env_ok)
         lvl = b.env_batch[e_idx]  # lower current-step coverage first
         e_idx = e_idx[lvl == lvl.min()]
-        cum = b.env_cum[e_idx]  # then fewer cumulative selections of the environment
-        e_idx = e_idx[cum == cum.min()]
+        if env_priority is None:
+            cum = b.env_cum[e_idx]  # then fewer cumulative selections of the environment
+            e_idx = e_idx[cum == cum.min()]
+        else:  # adaptive: never-selected first, then the size-weighted upper bound on the signal rate
+            pr = env_priority[e_idx]
+            e_idx = e_idx[pr == pr.max()]
         idx = ctx.similarity
         sizes = idx.starts[e_idx + 1] - idx.starts[e_idx]
         total = int(sizes.sum())
@@ -347,10 +389,15 @@ def _coverage(b: _Batch, n_slots: int, info: np.ndarray) -> None:
             env_sel[:] = False
             env_sel[e_idx] = True
             cands = np.flatnonzero(ok & env_sel[env])
-        obs = b.task_obs[cands]  # then fewer observations of the task
-        cands = cands[obs == obs.min()]
-        p, score, ms = _best(cands, info, b)  # then penalised informativeness
-        b.add(Pick(pos=p, phase="coverage", rank=0, score=score, base_score=float(info[p]), max_similarity=ms,
+        if task_score is None:
+            obs = b.task_obs[cands]  # then fewer observations of the task
+            cands = cands[obs == obs.min()]
+            p, score, ms = _best(cands, info, b)  # then penalised informativeness
+            base = float(info[p])
+        else:  # adaptive: penalised optimistic signal probability
+            p, score, ms = _best(cands, task_score, b)
+            base = float(task_score[p])
+        b.add(Pick(pos=p, phase="coverage", rank=0, score=score, base_score=base, max_similarity=ms,
                    tied_envs=int(e_idx.size)))
         ok[p] = False
         avail[env[p]] -= 1
@@ -379,10 +426,10 @@ def _exploitation(b: _Batch, n_slots: int, base: np.ndarray, exposure: np.ndarra
         top, rest_max = pool, -np.inf
     target = len(b.picks) + n_slots
     while len(b.picks) < target:
-        v = top[~b.in_batch[top] & (b.env_batch[env[top]] < cfg.env_quota_per_batch)]
+        v = top[~b.in_batch[top] & (b.env_batch[env[top]] < b.c3)]
         best = _best(v, base, b)
         if best is None or not best[1] > rest_max:  # not provably the best of the pool: scan it all
-            ok = ~b.in_batch & ~excluded & (b.env_batch[env] < cfg.env_quota_per_batch)
+            ok = ~b.in_batch & ~excluded & (b.env_batch[env] < b.c3)
             best = _best(np.flatnonzero(ok), base, b)
             if best is None:
                 return
@@ -403,9 +450,9 @@ def _fill(b: _Batch, n: int, info: np.ndarray) -> None:
         relaxed = []
         if b.blocked[p]:
             relaxed.append("max_consecutive_selections")
-        if b.env_batch[e] >= cfg.env_quota_per_batch:
+        if b.env_batch[e] >= b.c3:
             relaxed.append("env_quota_per_batch")
-        if cfg.mode == "coverage_only" and b.env_cov[e] >= cfg.max_per_env_coverage:
+        if cfg.mode == "coverage_only" and b.env_cov[e] >= b.c1:
             relaxed.append("max_per_env_coverage")
         if cfg.use_progress_filter and filtered[p]:
             relaxed.append("progress_filter")
@@ -423,17 +470,21 @@ def build_batch(ctx: SchedulingContext, n: int) -> list[Pick]:
         _cold_start(b, n)
         return b.picks
     info = ctx.prediction.informativeness
-    n_cov = cfg.coverage_share(n)
+    ad = ctx.adaptive
+    n_cov = ad.coverage_slots if ad is not None and ad.coverage_slots is not None else cfg.coverage_slots_for(n)
     if n_cov:
         _coverage(b, n_cov, info)
     n_exp = n - len(b.picks)
+    score = ad.exploitation_score if ad is not None and ad.exploitation_score is not None else info
     if n_exp and cfg.mode != "coverage_only":
         exposure = ctx.history.exposure(cfg.long_half_life)
         discount = np.power(1.0 + exposure, -cfg.exposure_power)
-        _exploitation(b, n_exp, info * discount, exposure, discount)
+        if ad is not None and ad.caps_active is not None:
+            discount = np.where(ad.caps_active, discount, 1.0)
+        _exploitation(b, n_exp, score * discount, exposure, discount)
     if len(b.picks) < n:
         # exploitation ran out of candidates (filters, quotas): the rest goes to the coverage rules
         _coverage(b, n - len(b.picks), info)
     if len(b.picks) < n:
-        _fill(b, n, info)
+        _fill(b, n, score)
     return b.picks
