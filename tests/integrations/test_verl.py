@@ -338,7 +338,9 @@ def test_v1_replay_buffer_draws_from_envsched_and_reports_every_finished_group(v
     assert sampler.task_sampler.outstanding_groups == BATCH
     assert sorted(buffer._uid_key.values()) == sorted(sampler._unreported[0])  # the keys envsched drew
 
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    owner = not ray.is_initialized()  # share a cluster another test module left running
+    if owner:  # TransferQueue's controller and storage actors each hold a CPU slot
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
         # uid 0 finished with rewards 100.0 and NaN; uid 1 failed with one session lost; uids 2, 3 finished
@@ -369,7 +371,8 @@ def test_v1_replay_buffer_draws_from_envsched_and_reports_every_finished_group(v
         trainer._save_checkpoint()
     finally:
         tq.close()
-        ray.shutdown()
+        if owner:
+            ray.shutdown()
     resumed = _v1_trainer(root, **{"trainer.resume_mode": "resume_path",
                                    "trainer.resume_from_path": str(root / "v1ckpt" / "global_step_1")})
     resumed._init_dataloader()

@@ -4,8 +4,10 @@
   (extra ``trl``).
 - :mod:`envsched.integrations.prime_rl`: ``PrimeRLTaskSampler``, prime-rl's curriculum ``TaskSampler`` shape over
   verifiers tasks (extra ``prime-rl``).
-- :mod:`envsched.integrations.verl`: ``EnvSchedVerlSampler``, verl's ``train_sampler`` with ``update(batch)``
-  (extra ``verl``).
+- :mod:`envsched.integrations.verl`: verl 0.9.1's v0 ``EnvSchedRayPPOTrainer`` (with ``EnvSchedVerlSampler`` as
+  ``train_sampler``) and v1 ``EnvSchedReplayBuffer`` (extra ``verl``).
+
+Every integration accepts rewards of any scale (:class:`envsched.integrations._rewards.RewardScale`).
 
 See ``docs/trainers.md``.
 """
