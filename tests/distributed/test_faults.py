@@ -154,7 +154,8 @@ def test_shared_sampler_under_faults(ray_cluster: Any, relay_store: tuple[Relay,
         acked: list[str] = []
         for r in range(rounds):
             tasks = sampler.sample(2)
-            leases = [sampler.held_leases()[t["id"]][-1] for t in tasks]
+            held = sampler.held_leases()  # the sampler may draw a task twice in one batch: oldest lease first
+            leases = [held[t["id"]].pop(0) for t in tasks]
             if hold_s:
                 time.sleep(hold_s)
             results = sampler.update_many([(t, [float((seed + r + i) % 2), 1.0]) for i, t in enumerate(tasks)])

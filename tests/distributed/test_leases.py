@@ -233,3 +233,41 @@ def test_update_and_sample_is_one_round_trip_and_one_transaction(tmp_path: Path,
     with pytest.raises(ValueError, match="n must be a positive integer"):
         worker.update_and_sample([(t, [0.0, 0.0]) for t in drawn], 0)  # a bad draw: the updates still count
     assert host.metrics()["groups"] == 5 and worker.held_leases() == {}
+
+
+def test_concurrent_callers_are_committed_together_and_counted_once(tmp_path: Path) -> None:
+    import threading
+
+    path, pool = tmp_path / "h.sqlite", _pool(40)
+    host = SamplerHost(lambda: _durable(path, pool), lease_timeout_s=60, group_size=2)
+    commits = []
+    original = host.sampler.run_batch
+
+    def counting(requests: Any) -> Any:
+        commits.append(len(requests))
+        return original(requests)
+
+    host.sampler.run_batch = counting  # count the transactions the group commit makes
+    errors: list[BaseException] = []
+
+    def worker(w: int) -> None:
+        client = host.client(f"w{w}")
+        try:
+            tasks = client.sample(2)
+            for _ in range(5):
+                tasks = client.update_and_sample([(t, [1.0, 0.0]) for t in tasks], 2)
+            client.update_many([(t, [0.0, 1.0]) for t in tasks])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    m = host.metrics()
+    assert m["groups"] == 8 * 12 and m["dispatched_groups"] == 8 * 12 and m["outstanding_groups"] == 0
+    assert m["leases"] == 0 and sum(commits) == 8 * 7 and len(commits) <= 8 * 7  # every call, in <= 56 commits
+    assert len(_update_events(path)) == 8 * 12
+    assert DurableSampler.resume(path, use_snapshots=False).metrics()["groups"] == 8 * 12

@@ -78,6 +78,18 @@ class UpdateBatchError(ValueError):
         self.results = results
 
 
+class _Request:
+    """One queued call of the group commit: its updates, its draw, and (when done) its answer."""
+
+    __slots__ = ("done", "error", "items", "n", "result", "worker")
+
+    def __init__(self, items: list[Any], n: int | None, worker: str | None) -> None:
+        self.items, self.n, self.worker = items, n, worker
+        self.done = False
+        self.error: BaseException | None = None
+        self.result: Any = None
+
+
 @dataclass
 class Lease:
     """One dispatched group: its id, task key, the worker it went to, and when it expires (host clock).
@@ -159,6 +171,8 @@ class SamplerHost:
         self._closed: OrderedDict[str, tuple[str, str]] = OrderedDict()  # non-durable: lease -> (key, outcome)
         self._reclaimed_groups = 0
         self._needs_sync = False
+        self._queue: list[_Request] = []
+        self._qlock = threading.Lock()
         self._adopt_outstanding()
 
     def _build(self, factory: Callable[[], Any]) -> Any:
@@ -352,8 +366,61 @@ class SamplerHost:
                                 f"{action} is refused")
 
     # ------------------------------------------------------------------ the protocol, serialised
+    # ------------------------------------------------------------------ group commit (durable samplers)
+    def _combined(self, items: list[Any], n: int | None, worker: str | None) -> tuple[list[Any], Any]:
+        """Queue this call and let whoever holds the lock run every queued call in one store transaction:
+        with many workers calling at once (a threaded actor), one commit serves them all."""
+        req = _Request(items, n, worker)
+        with self._qlock:
+            self._queue.append(req)
+        with self._lock:
+            if not req.done:
+                self._drain()
+        if req.error is not None:
+            raise req.error
+        return req.result
+
+    def _drain(self) -> None:
+        with self._qlock:
+            reqs, self._queue = self._queue, []
+        try:
+            self.reclaim_expired()
+            prepared = []
+            for req in reqs:
+                results, todo = self._prepare_updates(req.items, True)
+                valid_n = isinstance(req.n, int) and not isinstance(req.n, bool) and 0 < req.n <= 1_000_000
+                ids = self._new_ids(req.n) if valid_n else []  # type: ignore[arg-type]
+                prepared.append((req, results, todo, ids))
+            try:
+                out = self.sampler.run_batch([([x[2] for x in todo], req.n, ids or None)
+                                              for req, _, todo, ids in prepared])
+            except StoreError:
+                self._needs_sync = True  # some of it may have committed: the store, read next, will say
+                raise
+            now = self._clock()
+            for (req, results, todo, ids), (done, drawn) in zip(prepared, out, strict=True):
+                req.result = (self._finish_updates(results, todo, done, True), None)
+                if isinstance(drawn, BaseException):
+                    req.error = drawn
+                elif drawn is not None:
+                    pairs = []
+                    for lid, t in zip(ids, drawn, strict=True):
+                        self._leases[lid] = Lease(lid, task_key(t), req.worker, now, now + self.lease_timeout_s)
+                        pairs.append((lid, t))
+                    req.result = (req.result[0], pairs)
+        except BaseException as exc:
+            for req in reqs:
+                if not req.done and req.error is None:
+                    req.error = exc
+            raise
+        finally:
+            for req in reqs:
+                req.done = True
+
     def sample(self, n: int, worker: str | None = None) -> list[tuple[str, Any]]:
         """Draw ``n`` tasks; returns ``(lease_id, task)`` pairs."""
+        if self.durable and hasattr(self.sampler, "run_batch"):
+            return self._combined([], n, worker)[1]
         with self._lock:
             self.reclaim_expired()
             ids = self._new_ids(n) if isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 1_000_000 else []
@@ -386,6 +453,8 @@ class SamplerHost:
         item: ``"applied"``, ``"already_applied"``, or the exception that refused it (nothing changed for it)."""
         if not isinstance(items, list | tuple):
             raise TypeError(f"items must be a list of (task, rewards, costs, lease) tuples, got {type(items).__name__}")
+        if self.durable and hasattr(self.sampler, "run_batch"):
+            return self._combined(list(items), None, None)[0]
         return self._update_items(list(items), batch=True)
 
     def _update_items(self, items: list[Any], *, batch: bool) -> list[Any]:
@@ -409,6 +478,8 @@ class SamplerHost:
         updates were applied."""
         if not isinstance(items, list | tuple):
             raise TypeError(f"items must be a list of (task, rewards, costs, lease) tuples, got {type(items).__name__}")
+        if self.durable and hasattr(self.sampler, "run_batch"):
+            return self._combined(list(items), n, worker)
         with self._lock:
             self.reclaim_expired()
             results, todo = self._prepare_updates(list(items), True)
@@ -593,7 +664,9 @@ def launch_sampler(sampler_factory: Callable[[], Any], *, lease_timeout_s: float
     handle (or pass ``detached=True``): Ray ends a non-detached actor when its creator's handles are gone.
     """
     ray = _ray()
-    options: dict[str, Any] = {"num_cpus": 0, "max_restarts": max_restarts, "max_concurrency": 1}
+    # calls run in up to 32 threads; the host serialises them, and a durable sampler commits the calls that
+    # queued up meanwhile in one transaction (group commit)
+    options: dict[str, Any] = {"num_cpus": 0, "max_restarts": max_restarts, "max_concurrency": 32}
     if name is not None:
         options["name"] = name
     if namespace is not None:

@@ -732,6 +732,29 @@ class DurableSampler:
                                            and isinstance(x[3], str)])
         return results[:-1], results[-1]
 
+    def run_batch(self, requests: Sequence[tuple[Sequence[tuple[Any, ...]], int | None, list[str] | None]]
+                  ) -> list[tuple[list[Any], Any]]:
+        """Several callers' work in one transaction (a sampler host's group commit): each request is
+        ``(update items, n, leases)`` -- updates as :meth:`update_many`, then, when ``n`` is not ``None``, a
+        draw of ``n`` groups under ``leases``. Returns ``(update results, drawn tasks or the exception that
+        refused the draw, or None)`` per request, in order."""
+        ops: list[Any] = []
+        spans: list[tuple[int, int, bool]] = []
+        prefetch: list[str] = []
+        for items, n, leases in requests:
+            start = len(ops)
+            ops += self._update_ops(items)
+            prefetch += [x[3] for x in items if isinstance(x, tuple | list) and len(x) == 4 and isinstance(x[3], str)]
+            if n is not None:
+                ops.append(self._sample_op(n, leases))
+            spans.append((start, len(ops), n is not None))
+        results = self._run_many(ops, batch=True, prefetch=prefetch)
+        out: list[tuple[list[Any], Any]] = []
+        for start, end, drew in spans:
+            part = results[start:end]
+            out.append((part[:-1], part[-1]) if drew else (part, None))
+        return out
+
     def discard(self, task: Any, *, reason: str | None = None, lease: str | None = None,
                 reclaimed: bool = False) -> None:
         """Release one outstanding dispatch of ``task`` without rewards (logged with ``reason``).
