@@ -3,7 +3,8 @@
 Distributed trainers run rollouts on many workers (and machines) but need *one* scheduler: its statistics
 must see every group. ``launch_sampler`` starts a Ray actor that owns the sampler; every worker holds a
 :class:`RemoteSampler` (a :class:`~envsched.samplers.base.TaskSampler`) that forwards ``sample`` and
-``update`` to it. The actor runs one call at a time, so concurrent calls are serialised.
+``update`` to it. The actor takes calls in up to 32 threads and the host serialises them; a durable host
+commits the calls that queued up while it was busy in one store transaction (group commit).
 
 **Leases.** Each dispatched group gets a lease: a random 128-bit id (unguessable, so it cannot be made up)
 issued by the host. Every ``update`` and ``discard`` must name one, and a lease is consumed exactly once:
