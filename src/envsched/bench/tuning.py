@@ -30,7 +30,8 @@ import numpy as np
 
 from envsched.pool.pool import TaskPool
 
-__all__ = ["TUNED_FILE", "TUNING_SEEDS", "TUNING_SPACES", "load_tuned", "tune", "tuning_pool", "tuning_space"]
+__all__ = ["ABLATIONS", "TUNED_FILE", "TUNING_SEEDS", "TUNING_SPACES", "load_tuned", "tune", "tuning_pool",
+           "tuning_space", "with_ablations"]
 
 #: Tuning seeds, disjoint from every reported seed (0-4).
 TUNING_SEEDS = (1000, 1001)
@@ -113,6 +114,20 @@ def tuning_pool(cache: bool = True) -> TaskPool:
         tmp.write_text("".join(json.dumps(t) + "\n" for t in pool))
         os.replace(tmp, path)
     return pool
+
+
+#: EnvSched's ablations: the default configuration with one mechanism removed, so they take its tuned values.
+ABLATIONS = ("envsched-coverage-only", "envsched-exploitation-only", "envsched-no-within", "envsched-no-cross")
+
+
+def with_ablations(tuned: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``tuned`` plus, for each EnvSched ablation without values of its own, the tuned values of ``envsched``
+    (an ablation is the default with one mechanism removed, not the untuned default)."""
+    out = {k: dict(v) for k, v in tuned.items()}
+    if "envsched" in out:
+        for name in ABLATIONS:
+            out.setdefault(name, dict(out["envsched"]))
+    return out
 
 
 def load_tuned(path: str | os.PathLike[str] | None = None) -> dict[str, dict[str, Any]]:

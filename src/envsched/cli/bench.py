@@ -136,7 +136,9 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
         tuned = {} if untuned else load_tuned(tuned_file)
     except (FileNotFoundError, ValueError) as exc:
         raise click.BadParameter(str(exc), param_hint="--tuned-file") from None
-    for sname, params in tuned.items():
+    from envsched.bench.tuning import with_ablations
+
+    for sname, params in with_ablations(tuned).items():
         per_sampler[sname] = {**params, **per_sampler.get(sname, {})}
     if matrix:
         _run_matrix(console, matrix, names if samplers else None, per_sampler, out_dir, workers, data_dirs,
