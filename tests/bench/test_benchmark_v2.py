@@ -248,3 +248,22 @@ def test_tuning_gives_every_sampler_the_same_budget(tmp_path):
     bad.write_text("[1, 2]")
     with pytest.raises(ValueError, match="not a tuned-parameters file"):
         load_tuned(bad)
+
+
+def test_parallel_workers_run_real_bfcl_replays(tmp_path, monkeypatch):
+    # BFCL replays run their calls in a worker process of their own: the benchmark's workers must be allowed
+    # to start one (multiprocessing.Pool's daemonic workers are not).
+    pytest.importorskip("bfcl_eval")
+    import envsched.bench.learner as learner
+    from envsched.envs.builders import build_corpus
+
+    monkeypatch.setattr(learner, "_BFCL_MEMO", {})  # nothing memoised in this process either
+    pool = TaskPool(build_corpus("bfcl", categories=["base"], limit=16))
+    cfg = BenchConfig(samplers=["uniform", "plr"], seeds=[0, 1], steps=2, batch_size=4, group_size=2,
+                      coldstart_runs=0, score_steps=[2], target_step=2, split={"heldout_env_share": 0.0})
+    # parallel first, on an empty BFCL memo, so the workers really execute the calls
+    parallel = run_benchmark(cfg, tmp_path / "parallel", pool=pool, workers=2, plots=False)
+    serial = run_benchmark(cfg, tmp_path / "serial", pool=pool, workers=1, plots=False)
+    assert serial["samplers"]["plr"]["heldout_score@2"] == parallel["samplers"]["plr"]["heldout_score@2"]
+    assert sorted((tmp_path / "serial" / "metrics.jsonl").read_text().splitlines()) == \
+        sorted((tmp_path / "parallel" / "metrics.jsonl").read_text().splitlines())

@@ -563,22 +563,23 @@ def run_benchmark(config: BenchConfig, run_dir: str | os.PathLike[str], *, pool:
                         progress(done_units, total)
                 finish(job, _execute(pool, job, tick))
         else:
+            # Not multiprocessing.Pool: its workers are daemonic and may not start processes, and a BFCL replay
+            # runs its calls in a worker process of its own (envsched.envs.bfcl).
+            from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
             ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
             queue = ctx.Queue()
-            with ctx.Pool(processes=workers, initializer=_init_worker, initargs=(pool, queue)) as mpool:
-                pending = mpool.imap_unordered(_job, todo)
-                remaining = len(todo)
-                while remaining:
-                    try:
-                        job, recs = pending.next(timeout=0.2)
-                    except mp.TimeoutError:
-                        job = None
+            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
+                                     initargs=(pool, queue)) as executor:
+                futures = {executor.submit(_job, job) for job in todo}
+                while futures:
+                    done, futures = wait(futures, timeout=0.2, return_when=FIRST_COMPLETED)
                     while not queue.empty():
                         queue.get_nowait()
                         done_units += 1
-                    if job is not None:
+                    for fut in done:
+                        job, recs = fut.result()
                         finish(job, recs)
-                        remaining -= 1
                     if progress:
                         progress(min(done_units, total), total)
     from envsched.bench.report import write_report

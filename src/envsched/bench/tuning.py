@@ -184,9 +184,11 @@ def tune(samplers: Sequence[str], *, pool: TaskPool | None = None, trials: int =
 
         if any(j[0].startswith("envsched") for j in jobs):
             envsched_graph(bench_split(pool, TUNING_SPLIT).train)
+        from concurrent.futures import ProcessPoolExecutor  # non-daemonic workers: BFCL replays start processes
+
         _TUNE_WORKER["run"] = run
-        with ctx.Pool(processes=workers) as mpool:
-            for job, value in zip(jobs, mpool.imap(_tune_job, jobs), strict=True):
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as executor:
+            for job, value in zip(jobs, executor.map(_tune_job, jobs), strict=True):
                 results.setdefault((job[0], job[1]), []).append(value)
                 done += steps
                 if progress:
