@@ -43,14 +43,15 @@ HOSTILE = {
     "negative index": ("task", {"split": "test", "index": -1}, 400, "Invalid task index"),
     "index past the end": ("task", {"split": "test", "index": 5}, 400, "Invalid task index"),
     "30-digit index": ("task", {"split": "test", "index": 10**30}, 400, "Invalid task index"),
-    "fractional index": ("task", {"split": "test", "index": 1.5}, 422, "valid integer"),
-    "split a number": ("task", {"split": 5, "index": 0}, 422, "valid string"),
-    "split missing": ("task", {"index": 0}, 422, "Field required"),
-    "body null": ("task", None, 422, "valid dictionary"),
-    "body a list": ("task", [1, 2], 422, "valid dictionary"),
-    "range start a string": ("task_range", {"split": "test", "start": "a"}, 422, "valid integer"),
-    "split a list": ("tasks", {"split": ["test"]}, 422, "valid string"),
-    "num_tasks split an object": ("num_tasks", {"split": {"a": 1}}, 422, "valid string"),
+    # the hardened server (openenv_server.harden_app) names the field and the kind of mistake, never the input
+    "fractional index": ("task", {"split": "test", "index": 1.5}, 422, "index (int_from_float)"),
+    "split a number": ("task", {"split": 5, "index": 0}, 422, "split (string_type)"),
+    "split missing": ("task", {"index": 0}, 422, "split (missing)"),
+    "body null": ("task", None, 422, "body (model_attributes_type)"),
+    "body a list": ("task", [1, 2], 422, "body (model_attributes_type)"),
+    "range start a string": ("task_range", {"split": "test", "start": "a"}, 422, "start (int_parsing)"),
+    "split a list": ("tasks", {"split": ["test"]}, 422, "split (string_type)"),
+    "num_tasks split an object": ("num_tasks", {"split": {"a": 1}}, 422, "split (string_type)"),
 }
 
 
@@ -67,17 +68,19 @@ def test_hostile_request_gets_a_4xx_naming_the_problem(server: str, case: str) -
 @pytest.mark.parametrize("raw", [b"{not json", b"\xff\xfe", b'{"split": "test", "index": 1', b""])
 def test_body_that_is_not_json(server: str, raw: bytes) -> None:
     code, answer = _post(server, "task", raw)
-    assert code == 422 and ("JSON" in json.dumps(answer) or "required" in json.dumps(answer)), answer
+    assert code == 422 and ("json_invalid" in json.dumps(answer) or "missing" in json.dumps(answer)), answer
+    assert "not json" not in json.dumps(answer)  # the input is not echoed
 
 
-def test_huge_range_is_clipped_not_allocated(server: str) -> None:
+def test_huge_range_is_refused_not_allocated(server: str) -> None:
     code, answer = _post(server, "task_range", json.dumps({"split": "test", "start": -10**30,
                                                            "stop": 10**30}).encode())
+    assert code == 400, answer
+    assert str(10**30) not in json.dumps(answer)  # refused with a short message, the input not echoed
+    code, answer = _post(server, "task_range", json.dumps({"split": "test", "start": 0, "stop": 5}).encode())
     assert code == 200 and [t["id"] for t in answer["tasks"]] == [f"t{i}" for i in range(5)]
 
 
-@pytest.mark.xfail(strict=True, reason="known gap, left to the OpenEnv server's owner: an unknown split raises "
-                                       "KeyError in openenv_server.TaskProvider._split, which becomes HTTP 500")
 def test_unknown_split_is_a_4xx(server: str) -> None:
-    code, _ = _post(server, "num_tasks", b'{"split": "nope"}')
-    assert 400 <= code < 500
+    code, answer = _post(server, "num_tasks", b'{"split": "nope"}')
+    assert 400 <= code < 500, answer

@@ -121,32 +121,16 @@ ENVSCHED_CLASS = "envsched.method.sampler:EnvSchedSampler"
 
 
 def _rebuild(st: Any, *, use_snapshots: bool) -> Any:
-    """The store's sampler rebuilt from the store alone (``DurableSampler.resume``); an EnvSchedSampler is
-    constructed here over the default graph of the recorded tasks (cached as `envsched run` caches it)."""
+    """The store's sampler rebuilt from the store alone (``DurableSampler.resume``). An EnvSchedSampler gets
+    its recorded configuration and its graph from the recorded graph file, or rebuilt from the recorded
+    ``GraphConfig``; a graph whose fingerprint differs from the recorded one is refused."""
     from envsched.store import DurableSampler, StoreError
 
     header = st.header()
-    if header is None or header.get("sampler_class") != ENVSCHED_CLASS:
-        return DurableSampler.resume(st, use_snapshots=use_snapshots)
-    from envsched.bench.runner import envsched_graph
-    from envsched.method.config import SchedulerConfig
-    from envsched.method.sampler import EnvSchedSampler
-    from envsched.pool import TaskPool
-
-    params = dict(header["sampler_params"])
-    tasks = st.tasks()
-    if tasks is None:
-        raise StoreError(f"store {st.where} does not hold its task list: cannot rebuild its EnvSchedSampler")
-    if params.get("run_file"):
-        raise StoreError(f"store {st.where}: its EnvSchedSampler wrote explanations to {params['run_file']}; "
-                         "rebuilding it here would append to that file, so construct it yourself and wrap it: "
-                         "DurableSampler(sampler, store)")
-    try:
-        pool = TaskPool(tasks)
-        sampler = EnvSchedSampler(pool, envsched_graph(pool), SchedulerConfig.from_dict(params["config"]),
-                                  params["seed"], reward_range=tuple(params["reward_range"]),
-                                  require_dispatch=params["require_dispatch"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StoreError(f"store {st.where}: cannot construct its EnvSchedSampler from the recorded "
-                         f"configuration ({exc})") from None
-    return DurableSampler(sampler, st, group_size=header.get("group_size"), use_snapshots=use_snapshots)
+    if header is not None and header.get("sampler_class") == ENVSCHED_CLASS:
+        params = dict(header.get("sampler_params") or {})
+        if params.get("run_file"):
+            raise StoreError(f"store {st.where}: its EnvSchedSampler wrote explanations to {params['run_file']}; "
+                             "rebuilding it here would append to that file, so construct it yourself and wrap "
+                             "it: DurableSampler(sampler, store)")
+    return DurableSampler.resume(st, use_snapshots=use_snapshots)
