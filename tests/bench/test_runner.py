@@ -136,3 +136,19 @@ def test_cli_bench(tmp_path):
     assert missing.exit_code != 0 and "none.json" in missing.output
     bad = CliRunner().invoke(cli, ["bench", "--pool", str(pool_file), "--samplers", "nope", "--out", str(out)])
     assert bad.exit_code != 0 and "nope" in bad.output
+
+
+def test_cli_bench_names_the_missing_extra_in_one_line(tmp_path, monkeypatch):
+    from envsched.bench import report
+    from envsched.cli.main import cli
+
+    monkeypatch.setattr(report, "has_module", lambda name: False)
+    pool_file = tmp_path / "pool.jsonl"
+    _pool().to_jsonl(pool_file)
+    args = ["bench", "--pool", str(pool_file), "--samplers", "uniform", "--seeds", "1", "--steps", "2",
+            "--batch-size", "4", "--group-size", "4", "--coldstart-runs", "0", "--workers", "1", "--untuned",
+            "--out", str(tmp_path / "run")]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert "pip install 'envsched[bench]'" in res.output
+    assert not (tmp_path / "run" / "metrics.parquet").exists() and (tmp_path / "run" / "summary.json").exists()

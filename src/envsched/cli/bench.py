@@ -108,7 +108,8 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
     if tune and matrix:
         raise click.UsageError("--tune and --matrix are separate jobs: run one, then the other")
     if not (has_module("pyarrow") and has_module("matplotlib")) and not tune:
-        Console(stderr=True).print(f"[yellow]{BENCH_EXTRA_HINT}; the summary is written without them.[/yellow]")
+        Console(stderr=True).print(f"{BENCH_EXTRA_HINT}; the summary is written without them.", style="yellow",
+                                   markup=False, soft_wrap=True)  # one line; "[bench]" is not markup
     names = [s.strip() for s in samplers.split(",") if s.strip()] if samplers else \
         (list(QUICK["samplers"]) if quick else list(DEFAULT_SAMPLERS))
     avail = available_samplers()
