@@ -242,8 +242,9 @@ def matrix_heatmap(doc: Mapping[str, Any], path: Path) -> None:
     for i, c in enumerate(doc["cells"]):
         for j, s in enumerate(names):
             v = c["verdict"].get(s, "")
-            ax.text(j, i, {"win": "W", "tie": "T", "loss": "L"}.get(v, ""), ha="center", va="center", fontsize=8,
-                    color="black")
+            dark = np.isfinite(vals[i, j]) and abs(vals[i, j]) > 0.6 * lim  # white on the darkest cells
+            ax.text(j, i, {"win": "W", "tie": "T", "loss": "L"}.get(v, ""), ha="center", va="center", fontsize=9,
+                    color="white" if dark else "black", fontweight="bold")
     cb = fig.colorbar(im, ax=ax)
     cb.set_label("held-out score minus best other sampler (points)")
     ax.set_title(f"Sensitivity matrix ({doc['matrix']}, {doc['seeds']} seeds x {doc['steps']} steps): "
