@@ -12,17 +12,18 @@ separate run that is not counted (model load, first-call compilation). Goal: und
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig
 
 from envsched.envs.reasoning_gym import build_reasoning_gym_pool
@@ -31,24 +32,14 @@ from envsched.integrations.trl import EnvSchedGRPOTrainer
 ENVS = ["chain_sum", "basic_arithmetic", "leg_counting"]
 
 
-def tiny_model(pool: list, out: str) -> tuple[str, PreTrainedTokenizerFast]:
-    """The test suite's CPU model: random 2-layer Llama and a locally trained byte-level BPE tokenizer."""
-    lines = [t["instruction"] for t in pool] + [" ".join(str(i) for i in range(k, k + 20)) for k in range(50)]
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "</s>", "<unk>"],
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok.decoder = decoders.ByteLevel()
-    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
-                                     padding_side="left")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(hf_tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      pad_token_id=hf_tok.pad_token_id, eos_token_id=hf_tok.eos_token_id,
-                      bos_token_id=hf_tok.eos_token_id)
-    LlamaForCausalLM(cfg).save_pretrained(out)
-    hf_tok.save_pretrained(out)
-    return out, hf_tok
+def tiny_model(pool: list, out: str) -> tuple[str, Any]:
+    """The test suite's CPU model (``tests/_tiny_llm.py``): random 2-layer Llama, locally trained BPE tokenizer."""
+    spec = importlib.util.spec_from_file_location("envsched_tests_tiny_llm",
+                                                  Path(__file__).resolve().parents[1] / "tests" / "_tiny_llm.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return out, module.build_tiny_llm(pool, out)
 
 
 def make_sampler(name: str, pool: list, group_size: int):

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 _HERE = Path(__file__).resolve().parent
 _state: dict[str, Any] = {"tried": False, "server": None, "reason": ""}
 
@@ -69,3 +71,14 @@ def pytest_unconfigure(config: Any) -> None:
     if server is not None:
         server.stop()
         _state["server"] = None
+
+
+@pytest.fixture(scope="session")
+def tiny_llm() -> Any:
+    """``build_tiny_llm(pool, out, **sizes)`` from ``tests/_tiny_llm.py`` (imports torch and transformers only
+    when a test asks for it)."""
+    spec = importlib.util.spec_from_file_location("envsched_tests_tiny_llm", _HERE / "_tiny_llm.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build_tiny_llm

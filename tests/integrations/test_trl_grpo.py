@@ -20,8 +20,6 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
 from envsched.envs.reasoning_gym import build_reasoning_gym_pool, score_task_answer  # noqa: E402
@@ -75,26 +73,11 @@ def _make_sampler(pool):
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, tiny_llm):
     root = tmp_path_factory.mktemp("grpo")
     pool = build_reasoning_gym_pool(ENVS, tasks_per_dataset=4, num_tiers=2, seed=0)
-    lines = [t["instruction"] for t in pool] + [" ".join(str(i) for i in range(k, k + 20)) for k in range(50)]
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "</s>", "<unk>"],
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    from tokenizers import decoders
-    tok.decoder = decoders.ByteLevel()
-    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
-                                     padding_side="left")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(hf_tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      pad_token_id=hf_tok.pad_token_id, eos_token_id=hf_tok.eos_token_id,
-                      bos_token_id=hf_tok.eos_token_id)
     model_dir = root / "model"
-    LlamaForCausalLM(cfg).save_pretrained(model_dir)
-    hf_tok.save_pretrained(model_dir)
+    hf_tok = tiny_llm(pool, model_dir)
     return root, pool, str(model_dir), hf_tok
 
 

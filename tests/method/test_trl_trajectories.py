@@ -14,8 +14,6 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
 from envsched.envs.reasoning_gym import build_reasoning_gym_pool  # noqa: E402
@@ -40,24 +38,10 @@ class _FlagHard:
         return IdentifierVerdict(flagged, trajectory.reward, [], "difficulty 1" if flagged else None)
 
 
-def test_reward_function_trajectories_reach_the_identifier_filter(tmp_path):
+def test_reward_function_trajectories_reach_the_identifier_filter(tmp_path, tiny_llm):
     pool = build_reasoning_gym_pool(["chain_sum", "leg_counting"], tasks_per_dataset=4, num_tiers=2, seed=0)
-    lines = [t["instruction"] for t in pool] + [" ".join(str(i) for i in range(k, k + 20)) for k in range(30)]
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "</s>", "<unk>"],
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok.decoder = decoders.ByteLevel()
-    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
-                                     padding_side="left")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(hf_tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
-                      pad_token_id=hf_tok.pad_token_id, eos_token_id=hf_tok.eos_token_id,
-                      bos_token_id=hf_tok.eos_token_id)
     model_dir = tmp_path / "model"
-    LlamaForCausalLM(cfg).save_pretrained(model_dir)
-    hf_tok.save_pretrained(model_dir)
+    hf_tok = tiny_llm(pool, model_dir, filler_lines=30, hidden_size=16, layers=1, heads=2, kv_heads=1)
 
     hook = _FlagHard()
     ids, envs = [t["id"] for t in pool], [t["env"] for t in pool]
