@@ -96,6 +96,9 @@ _ENVSCHED_VARIANTS: dict[str, dict[str, Any]] = {
     "envsched-no-cross": {"use_cross_edges": False},
 }
 
+#: EnvSched's ablations: the default configuration with one mechanism switched off.
+ENVSCHED_ABLATIONS = tuple(name for name, overrides in _ENVSCHED_VARIANTS.items() if overrides)
+
 _GRAPH_CACHE: dict[str, Any] = {}
 
 
@@ -440,34 +443,32 @@ def _job(job: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         if queue is not None:
             queue.put(1)
 
-    return job, _execute(pool, job, tick, _WORKER.get("structure"))
+    return job, _execute(pool, job, tick)
 
 
-def _execute(pool: TaskPool, job: Mapping[str, Any], tick: Callable[[int], None] | None,
-             structure: _Structure | None = None) -> list[dict[str, Any]]:
+def _execute(pool: TaskPool, job: Mapping[str, Any], tick: Callable[[int], None] | None) -> list[dict[str, Any]]:
     from envsched.bench.learner import load_bfcl_memo, save_bfcl_memo
 
     memo = _memo_path(pool)
     with contextlib.suppress(OSError):
         load_bfcl_memo(memo)
     try:
-        return _execute_job(pool, job, tick, structure)
+        return _execute_job(pool, job, tick)
     finally:
         with contextlib.suppress(OSError):
             save_bfcl_memo(memo)
 
 
-def _execute_job(pool: TaskPool, job: Mapping[str, Any], tick: Callable[[int], None] | None,
-                 structure: _Structure | None = None) -> list[dict[str, Any]]:
+def _execute_job(pool: TaskPool, job: Mapping[str, Any], tick: Callable[[int], None] | None) -> list[dict[str, Any]]:
     cfg = job["config"]
     opts = cfg["sampler_options"].get(job["sampler"], {})
     if job["kind"] == "run":
         return run_one(pool, job["sampler"], job["seed"], steps=cfg["steps"], batch_size=cfg["batch_size"],
                        group_size=cfg["group_size"], learner=cfg["learner"], sampler_options=opts, on_step=tick,
-                       structure=structure, split=cfg.get("split"), eval_rollouts=cfg.get("eval_rollouts", 0))
+                       split=cfg.get("split"), eval_rollouts=cfg.get("eval_rollouts", 0))
     return run_coldstart(pool, job["sampler"], cfg["coldstart_runs"], cfg["coldstart_steps"],
                          batch_size=cfg["batch_size"], group_size=cfg["group_size"], learner=cfg["learner"],
-                         sampler_options=opts, on_step=tick, structure=structure, split=cfg.get("split"))
+                         sampler_options=opts, on_step=tick, split=cfg.get("split"))
 
 
 def _job_file(run_dir: Path, job: Mapping[str, Any]) -> Path:

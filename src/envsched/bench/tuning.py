@@ -30,7 +30,7 @@ import numpy as np
 
 from envsched.pool.pool import TaskPool
 
-__all__ = ["ABLATIONS", "TUNED_FILE", "TUNING_SEEDS", "TUNING_SPACES", "load_tuned", "tune", "tuning_pool",
+__all__ = ["TUNED_FILE", "TUNING_SEEDS", "TUNING_SPACES", "load_tuned", "tune", "tuning_pool",
            "tuning_space", "with_ablations"]
 
 #: Tuning seeds, disjoint from every reported seed (0-4).
@@ -70,15 +70,12 @@ def tuning_space(sampler: str) -> dict[str, tuple[Any, ...]]:
             from envsched.method.config import ADAPTIVE_TUNING_SPACE  # type: ignore[attr-defined]
         except ImportError:
             return space
-        for name, spec in ADAPTIVE_TUNING_SPACE.items():
-            if isinstance(spec, list | tuple) and spec and spec[0] in ("float", "choice"):
-                space[name] = tuple(spec)
-            elif isinstance(spec, list):
+        for name, spec in ADAPTIVE_TUNING_SPACE.items():  # a list of choices, or a (low, high) range
+            if isinstance(spec, list):
                 space[name] = ("choice", list(spec))
-            elif isinstance(spec, tuple) and len(spec) == 2:
+            else:
                 lo, hi = spec
-                log = bool(lo > 0 and hi / lo >= 10)
-                space[name] = ("float", float(lo), float(hi), log)
+                space[name] = ("float", float(lo), float(hi), bool(lo > 0 and hi / lo >= 10))
         return space
     return dict(TUNING_SPACES.get(sampler, {}))
 
@@ -116,16 +113,14 @@ def tuning_pool(cache: bool = True) -> TaskPool:
     return pool
 
 
-#: EnvSched's ablations: the default configuration with one mechanism removed, so they take its tuned values.
-ABLATIONS = ("envsched-coverage-only", "envsched-exploitation-only", "envsched-no-within", "envsched-no-cross")
-
-
 def with_ablations(tuned: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """``tuned`` plus, for each EnvSched ablation without values of its own, the tuned values of ``envsched``
     (an ablation is the default with one mechanism removed, not the untuned default)."""
+    from envsched.bench.runner import ENVSCHED_ABLATIONS
+
     out = {k: dict(v) for k, v in tuned.items()}
     if "envsched" in out:
-        for name in ABLATIONS:
+        for name in ENVSCHED_ABLATIONS:
             out.setdefault(name, dict(out["envsched"]))
     return out
 

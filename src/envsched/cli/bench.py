@@ -127,9 +127,9 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
             raise click.BadParameter(f"--sampler-option keys are SAMPLER.KEY, got {key!r}")
         per_sampler.setdefault(sname, {})[opt] = value
     if tune:
-        _run_tuning(console, names if samplers else [n for n in DEFAULT_SAMPLERS if n in avail
-                                                     and n in ("curriculum", "mopps", "greso", "plr", "envsched",
-                                                               "envsched-paper")],
+        from envsched.bench.tuning import tuning_space
+
+        _run_tuning(console, names if samplers else [n for n in DEFAULT_SAMPLERS if n in avail and tuning_space(n)],
                     trials, steps, batch_size, group_size, _parse_kv(learner_opts, "--learner"), tuned_file, workers,
                     as_json)
         return
