@@ -260,8 +260,10 @@ def _goals(per: dict[str, Any], t4: dict[str, Any], config: Any) -> dict[str, An
                 rel = ds["mean"] / us["mean"] - 1
                 g["final_score_vs_uniform"] = _goal(rel, 0.0, rel >= 0, f"EnvSched's held-out score at step "
                                                     f"{config.steps} is {rel:+.1%} relative to uniform's.")
+            from envsched.bench.runner import ENVSCHED_ABLATIONS
+
             # EnvSched's own ablations are variants of it, not alternatives a user would pick instead
-            rivals = [s for s in per if s == "envsched" or not s.startswith("envsched-") or s == "envsched-paper"]
+            rivals = [s for s in per if s not in ENVSCHED_ABLATIONS]
             best = max(rivals, key=lambda s: per[s]["signal_per_episode"]["mean"])
             best_all = max(per, key=lambda s: per[s]["signal_per_episode"]["mean"])
             also = "" if best_all in rivals else (f"; its ablation {best_all} has "
