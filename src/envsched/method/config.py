@@ -107,6 +107,16 @@ task cap and exposure discount only    ``caps_on_decline_only``                 
 for tasks whose signal declines
 =====================================  =======================================  ==========================
 
+Long runs (not in the paper; both presets)
+
+=====================================  =======================================  ==========================
+rule                                   parameter                                default
+=====================================  =======================================  ==========================
+bounded history: observations whose    ``history_tolerance``; the horizon is    1e-9 (268 steps at the
+weight is below this share of their    ``SchedulerConfig.history_horizon``      default half-lives)
+task's newest are folded into counters
+=====================================  =======================================  ==========================
+
 The paper gives the view weights and the two neighbour counts; it does not publish the bandwidth rule.
 The rule used here is a per-node Gaussian bandwidth in the spirit of local scaling (Zelnik-Manor &
 Perona, 2004): each node's bandwidth is its distance to a middle-ranked neighbour, so dense and sparse
@@ -116,6 +126,7 @@ regions of the pool both get informative weights.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -471,6 +482,13 @@ class SchedulerConfig:
         caps_on_decline_only: apply ``max_consecutive_selections`` and the exposure discount only to tasks
             whose signal declines (their short-half-life signal rate is below the long-half-life one); a
             task whose groups keep being mixed may be re-picked every batch. The paper applies both always.
+
+    Long runs (ours; both presets):
+        history_tolerance: how much of a recency-weighted estimate the history may drop to stay bounded
+            (1e-9). Observations more than :attr:`history_horizon` steps older than their task's newest one
+            together weigh less than this share of it, so they are folded into exact counters (see
+            :mod:`envsched.method.history.statistics`); 0 keeps every observation (memory and step time
+            then grow with the run).
     """
 
     batch_size: int = 64
@@ -513,6 +531,7 @@ class SchedulerConfig:
     exploitation_rule: str = "mean"
     signal_prior_ess: float = 4.0
     caps_on_decline_only: bool = True
+    history_tolerance: float = 1e-9
 
     @classmethod
     def paper(cls, **overrides: Any) -> SchedulerConfig:
@@ -561,6 +580,7 @@ class SchedulerConfig:
             problems.append("ucb_quantile must be < 1 (the 1-quantile of a Beta posterior is 1 for every task)")
         _num("env_size_power", 0.0, 4.0)
         _num("signal_prior_ess", 0.0, inf, open_low=True)
+        _num("history_tolerance", 0.0, 0.5)
         for name in ("adaptive_share", "adaptive_coverage", "caps_on_decline_only", "use_within_edges",
                      "use_cross_edges", "use_progress_filter", "use_identifier_filter"):
             if not isinstance(getattr(self, name), bool):
@@ -593,6 +613,18 @@ class SchedulerConfig:
             raise ValueError("invalid SchedulerConfig: " + "; ".join(problems))
         for name in ("variance_clip", "mean_clip", "dispersion_clip"):
             object.__setattr__(self, name, (float(getattr(self, name)[0]), float(getattr(self, name)[1])))
+
+    @property
+    def history_horizon(self) -> int | None:
+        """``H``, in steps: the smallest horizon whose tail ``sum_{k >= H} 0.5 ** (k / h)`` is at most
+        ``history_tolerance`` for the longest half-life the scheduler reads (``long_half_life``,
+        ``short_half_life``, and ``yield_half_life`` when ``adaptive_share`` is on); ``None`` when the
+        tolerance is 0 (nothing is folded). 268 steps at the defaults."""
+        if self.history_tolerance == 0:
+            return None
+        halves = [self.long_half_life, self.short_half_life] + ([self.yield_half_life] if self.adaptive_share else [])
+        h = max(halves)
+        return max(1, math.ceil(h * math.log2(1.0 / (self.history_tolerance * (1.0 - 2.0 ** (-1.0 / h))))))
 
     def coverage_slots_for(self, n: int) -> int:
         """Coverage slots of a batch of ``n`` under the configured share: ``round(coverage_share * n)`` (the

@@ -376,7 +376,7 @@ class EnvSchedSampler(BaseSampler):
     # ------------------------------------------------------------------ metrics and state
     def _extra_metrics(self) -> dict[str, float]:
         h = self._history
-        m: dict[str, float] = {"steps": float(h.step), "observed_groups": float(len(h.obs))}
+        m: dict[str, float] = {"steps": float(h.step), "observed_groups": float(h.num_observations)}
         latest = h.latest_observed_step()
         if latest is not None:
             s = h.step_summary(latest)

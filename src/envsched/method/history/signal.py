@@ -38,11 +38,6 @@ _EQUAL = 1e-12
 _EPS = 1e-6
 
 
-def _weights(history: History, steps: np.ndarray, half_life: float) -> np.ndarray:
-    age = np.maximum(0, (history.step - 1) - steps).astype(float)
-    return np.power(0.5, age / half_life)
-
-
 def _scorable(history: History) -> tuple[np.ndarray, np.ndarray]:
     """Rows of the observation log that can show signal (>= 2 scored rewards), and which of them did."""
     o = history.obs
@@ -54,7 +49,7 @@ def phase_yields(history: History, half_life: float) -> dict[str, tuple[float, f
     """Recency-weighted ``(signal groups, scorable groups)`` of the coverage and the exploitation picks."""
     o = history.obs
     ok, sig = _scorable(history)
-    w = _weights(history, o.col("step"), half_life)
+    w = history.obs_weights(half_life)
     phase = o.col("phase")
     out = {}
     for name, code in (("coverage", _COVERAGE), ("exploitation", _EXPLOITATION)):
@@ -67,7 +62,7 @@ def env_signal(history: History, half_life: float) -> tuple[np.ndarray, np.ndarr
     """Recency-weighted ``(signal groups (E,), scorable groups (E,))`` per environment, all phases."""
     o = history.obs
     ok, sig = _scorable(history)
-    w = _weights(history, o.col("step"), half_life)
+    w = history.obs_weights(half_life)
     env = history.env_codes[o.col("pos")]
     e = history.num_envs
     return (np.bincount(env[sig], weights=w[sig], minlength=e), np.bincount(env[ok], weights=w[ok], minlength=e))
@@ -76,7 +71,7 @@ def env_signal(history: History, half_life: float) -> tuple[np.ndarray, np.ndarr
 def _task_rate(history: History, half_life: float) -> tuple[np.ndarray, np.ndarray]:
     o = history.obs
     ok, sig = _scorable(history)
-    w = _weights(history, o.col("step"), half_life)
+    w = history.obs_weights(half_life)
     pos = o.col("pos")
     return (np.bincount(pos[sig], weights=w[sig], minlength=history.n),
             np.bincount(pos[ok], weights=w[ok], minlength=history.n))
@@ -87,9 +82,7 @@ def declining(history: History, long_half_life: float, short_half_life: float) -
     signal groups is below the long-half-life share (``(N,)`` bool)."""
     s_long, k_long = _task_rate(history, long_half_life)
     s_short, k_short = _task_rate(history, short_half_life)
-    o = history.obs
-    ok, _ = _scorable(history)
-    groups = np.bincount(o.col("pos")[ok], minlength=history.n)
+    groups = history.scorable_counts()
     rate_long = np.divide(s_long, k_long, out=np.zeros(history.n), where=k_long > 0)
     rate_short = np.divide(s_short, k_short, out=np.zeros(history.n), where=k_short > 0)
     return (groups >= 2) & (rate_short < rate_long - 1e-9)
@@ -101,7 +94,7 @@ def signal_counts(history: History, half_life: float) -> tuple[np.ndarray, np.nd
     o = history.obs
     n_sc = o.col("n_scored").astype(float)
     ok = n_sc > 0
-    w = _weights(history, o.col("step"), half_life)[ok]
+    w = history.obs_weights(half_life)[ok]
     succ = o.col("m")[ok] * n_sc[ok]
     pos = o.col("pos")[ok]
     s = np.bincount(pos, weights=w * succ, minlength=history.n)

@@ -25,10 +25,34 @@ from them, with ``numpy.bincount`` over the logs, everything the prediction need
 
 Asynchronous trainers: an update is matched to the oldest outstanding dispatch of its task (FIFO), so a
 late group is dated by the step it was drawn in, whatever order the updates arrive in.
+
+**Bounded history** (ours, not in the paper). Every recency weight is ``0.5 ** (age / h)``, so an
+observation ``H`` steps older than its task's newest one weighs less than ``2 ** (-H / h)`` of it. With
+``H = SchedulerConfig.history_horizon`` (from ``history_tolerance``, 1e-9 by default) the total weight of
+all such observations is below ``tolerance`` times the newest one's, for the longest half-life in use
+(``long_half_life``, ``short_half_life``, ``yield_half_life``; one observation per task and step). Every
+``H // 4`` steps the history is *folded*:
+
+* each step older than ``H`` has its step-level reference frozen into its observations (and into its
+  dispatches still outstanding), so centering no longer needs the step tables of old steps;
+* observations more than ``H`` steps older than their task's newest scored observation, and dispatches
+  older than ``H`` steps that are no longer outstanding, are dropped from the logs after being added to
+  per-task and per-environment counters (observations, scored and scorable groups, environment
+  selections, exploitation hits), which stay exact;
+* the progress filter keeps only the points it reads (the last ``progress_min_transitions + 1``) and a
+  count.
+
+What changes: every recency-weighted sum loses at most ``tolerance`` (relative to the task's newest
+observation for the task histories' means, absolute for the weights ``W``, exposure, signal counts,
+yields), and a step's reference no longer moves once the step is ``H`` steps old (a group arriving later
+than that is centered with the frozen reference). Memory, checkpoints and the cost of a step then depend
+on ``N``, ``B`` and ``H``, not on the length of the run. ``history_tolerance=0`` keeps every observation
+(today's exact, unbounded history).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -92,13 +116,26 @@ class _Log:
     def set(self, name: str, row: int, value: Any) -> None:
         self._data[name][row] = value
 
+    def keep(self, mask: np.ndarray) -> None:
+        """Drop the rows where ``mask`` is False (order kept); the capacity shrinks with the table."""
+        n = int(mask.sum())
+        cap = max(256, 2 * n)
+        for k, arr in self._data.items():
+            new = np.zeros(cap, dtype=arr.dtype)
+            new[:n] = arr[: self._n][mask]
+            self._data[k] = new
+        self._n, self._cap = n, cap
+
     def to_lists(self) -> dict[str, list]:
         return {k: self.col(k).tolist() for k in self._data}
 
     @classmethod
-    def from_lists(cls, columns: dict[str, Any], data: dict[str, list]) -> _Log:
+    def from_lists(cls, columns: dict[str, Any], data: dict[str, list],
+                   defaults: dict[str, Any] | None = None) -> _Log:
+        """Rebuild a log from :meth:`to_lists`; ``defaults`` fill columns that older states did not have."""
         log = cls(columns)
         n = len(next(iter(data.values()))) if data else 0
+        data = {**{k: [v] * n for k, v in (defaults or {}).items() if k not in data}, **data}
         if any(len(v) != n for v in data.values()) or set(data) != set(columns):
             raise ValueError(f"log columns must be {sorted(columns)} of equal length")
         log._cap = max(256, n)
@@ -110,9 +147,16 @@ class _Log:
         return log
 
 
-_DISPATCH_COLUMNS = {"pos": np.int64, "step": np.int64, "phase": np.int8, "status": np.int8}
+#: ``frozen``: 0 while the row's step is inside the horizon (its reference comes from the step table), 1 once
+#: the step's reference is frozen into ``ref_m/ref_v/ref_d``, 2 when the step had no step-level reference
+#: (such rows are never shifted).
+_LIVE, _FROZEN, _FROZEN_NO_REFERENCE = 0, 1, 2
+_REF_COLUMNS = {"ref_m": np.float64, "ref_v": np.float64, "ref_d": np.float64, "frozen": np.int8}
+_DISPATCH_COLUMNS = {"pos": np.int64, "step": np.int64, "phase": np.int8, "status": np.int8, **_REF_COLUMNS}
 _OBS_COLUMNS = {"pos": np.int64, "step": np.int64, "phase": np.int8, "n_scored": np.int32, "n_rollouts": np.int32,
-                "m": np.float64, "v": np.float64, "d": np.float64, "raw_var": np.float64}
+                "m": np.float64, "v": np.float64, "d": np.float64, "raw_var": np.float64,
+                **_REF_COLUMNS}
+_REF_DEFAULTS = {"ref_m": 0.0, "ref_v": 0.0, "ref_d": 0.0, "frozen": _LIVE}
 
 
 @dataclass
@@ -136,7 +180,14 @@ class History:
         num_tasks: ``N``.
         env_codes: environment index of each task (``int (N,)``).
         num_envs: number of environments.
-        config: the scheduler configuration (clip ranges, reference rule, progress filter).
+        config: the scheduler configuration (clip ranges, reference rule, progress filter, the history
+            horizon :attr:`SchedulerConfig.history_horizon`).
+
+    Attributes:
+        step: batches dispatched so far.
+        live_start: the first step whose reference is still computed from its observations (steps before
+            it are folded, see the module docstring); 0 until the first fold.
+        horizon: ``H`` in steps, or ``None`` when nothing is ever folded.
     """
 
     def __init__(self, num_tasks: int, env_codes: np.ndarray, num_envs: int, config: SchedulerConfig) -> None:
@@ -144,20 +195,36 @@ class History:
         self.env_codes = np.asarray(env_codes, dtype=np.int64)
         self.num_envs = int(num_envs)
         self.config = config
+        self.horizon: int | None = config.history_horizon
         self.step = 0  # number of batches dispatched so far
+        self.live_start = 0
         self.dispatch = _Log(_DISPATCH_COLUMNS)
         self.obs = _Log(_OBS_COLUMNS)
         self._fifo: dict[int, list[int]] = {}
         self.last_selected = np.full(self.n, -10, dtype=np.int64)
         self.run_length = np.zeros(self.n, dtype=np.int64)
+        # progress filter: the last progress_min_transitions + 1 points (step, sequence, v) and the count
         self._progress: dict[int, list[tuple[int, int, float]]] = {}
+        self._progress_points = np.zeros(self.n, dtype=np.int64)
         self.transitions = np.zeros(self.n, dtype=np.int64)
         self.residual = np.full(self.n, np.inf)
-        self._batch_sizes: list[int] = []
+        self._batch_sizes: list[int] = []  # sizes of the steps from live_start on
+        self._num_observations = 0
+        self._latest_observed_step = -1
+        # what folding removed from the logs, kept as exact counters
+        self._folded_obs = np.zeros(self.n, dtype=np.int64)
+        self._folded_scored = np.zeros(self.n, dtype=np.int64)
+        self._folded_scorable = np.zeros(self.n, dtype=np.int64)
+        self._folded_env_selections = np.zeros(self.num_envs, dtype=np.int64)
+        self._folded_exploitation = np.zeros(2, dtype=np.int64)  # scored exploitation groups, hits among them
+        self._folded_reference: np.ndarray | None = None  # the latest step-level reference of a folded step
+        self._first_reference: np.ndarray | None = None  # the first observed step's reference, once folded
+        self._cache: dict[Any, Any] = {}
 
     # ------------------------------------------------------------------ recording
     def record_batch(self, positions: list[int], phases: list[str]) -> int:
-        """Log one dispatched batch (all positions distinct); returns its step index."""
+        """Log one dispatched batch (all positions distinct); returns its step index. Folds the history
+        every ``horizon // 4`` steps once it is ``horizon`` steps long."""
         s = self.step
         for p, ph in zip(positions, phases, strict=True):
             row = self.dispatch.append(pos=p, step=s, phase=_PHASE_CODE[ph], status=_OUTSTANDING)
@@ -169,6 +236,9 @@ class History:
             self.last_selected[p] = s
         self._batch_sizes.append(len(positions))
         self.step += 1
+        self._cache.clear()
+        if self.horizon is not None and self.step - self.live_start >= self.horizon + max(1, self.horizon // 4):
+            self.fold(self.step - self.horizon)
         return s
 
     def _pop_dispatch(self, pos: int, status: int) -> int | None:
@@ -179,6 +249,7 @@ class History:
         if not rows:
             del self._fifo[pos]
         self.dispatch.set("status", row, status)
+        self._cache.clear()
         return row
 
     def record_discard(self, pos: int) -> None:
@@ -188,22 +259,32 @@ class History:
     def record_observation(self, pos: int, scored01: np.ndarray, n_rollouts: int, raw_var: float) -> dict[str, Any]:
         """Log one reported group. ``scored01``: its scored rewards mapped to [0, 1]. Returns what was logged."""
         row = self._pop_dispatch(pos, _OBSERVED)
+        ref = dict(_REF_DEFAULTS)
         if row is None:  # an update without a dispatch (require_dispatch=False): dated by the last batch
             step, phase = max(self.step - 1, 0), _PHASE_CODE["external"]
         else:
-            step, phase = int(self.dispatch.col("step")[row]), int(self.dispatch.col("phase")[row])
+            d = self.dispatch
+            step, phase = int(d.col("step")[row]), int(d.col("phase")[row])
+            ref = {k: d.col(k)[row] for k in _REF_COLUMNS}  # a dispatch of a folded step: its frozen reference
         stats = observation_statistics(scored01)
         m, v, d = stats if stats is not None else (math.nan, math.nan, math.nan)
-        seq = self.obs.append(pos=pos, step=step, phase=phase, n_scored=int(scored01.size), n_rollouts=n_rollouts,
-                              m=m, v=v, d=d, raw_var=raw_var)
+        self.obs.append(pos=pos, step=step, phase=phase, n_scored=int(scored01.size), n_rollouts=n_rollouts,
+                        m=m, v=v, d=d, raw_var=raw_var, **ref)
+        seq = self._num_observations
+        self._num_observations += 1
+        self._latest_observed_step = max(self._latest_observed_step, step)
+        self._cache.clear()
         if stats is not None and scored01.size >= self.config.min_scored_rollouts:
             self._add_progress_point(pos, step, seq, v)
         return {"step": step, "phase": PHASES[phase], "m": m, "v": v, "d": d, "n_scored": int(scored01.size)}
 
     def _add_progress_point(self, pos: int, step: int, seq: int, v: float) -> None:
         pts = self._progress.setdefault(pos, [])
-        pts.append((step, seq, v))
-        pts.sort()
+        bisect.insort(pts, (step, seq, v))
+        keep = self.config.progress_min_transitions + 1  # all the filter reads; older points only count
+        if len(pts) > keep:
+            del pts[:-keep]
+        self._progress_points[pos] += 1
         self._update_residual(pos)
 
     def _update_residual(self, pos: int) -> None:
@@ -216,7 +297,7 @@ class History:
         its variance is falling to zero; a new observation with variance brings it back above 0.
         """
         pts = self._progress.get(pos, [])
-        t = max(0, len(pts) - 1)
+        t = max(0, int(self._progress_points[pos]) - 1)
         self.transitions[pos] = t
         if t == 0:
             self.residual[pos] = np.inf
@@ -225,28 +306,107 @@ class History:
         window = [p[2] for p in pts[-(k + 1):]]
         self.residual[pos] = window[-1] + (window[-1] - window[0]) / k
 
+    # ------------------------------------------------------------------ folding
+    def fold(self, new_live_start: int) -> None:
+        """Freeze the references of the steps before ``new_live_start`` and drop what no estimate needs
+        beyond the tolerance (see the module docstring). Called by :meth:`record_batch`; idempotent."""
+        ls = self.live_start
+        new_ls = min(int(new_live_start), self.step)
+        if new_ls <= ls:
+            return
+        k = new_ls - ls
+        refs, has = self.step_references()
+        old_has = np.flatnonzero(has[:k])
+        if old_has.size:
+            self._folded_reference = refs[old_has[-1]].copy()
+        if self._first_reference is None and self._folded_reference is None:
+            seen = np.flatnonzero(~np.isnan(refs[:k, 0]))
+            if seen.size:
+                self._first_reference = refs[seen[0]].copy()
+        for log in (self.obs, self.dispatch):
+            st = log.col("step")
+            rows = np.flatnonzero((log.col("frozen") == _LIVE) & (st < new_ls))
+            idx = st[rows] - ls
+            for j, name in enumerate(("ref_m", "ref_v", "ref_d")):
+                log.col(name)[rows] = np.nan_to_num(refs[idx, j])
+            log.col("frozen")[rows] = np.where(has[idx], _FROZEN, _FROZEN_NO_REFERENCE)
+        d = self.dispatch
+        status = d.col("status")
+        drop = (d.col("step") < new_ls) & (status != _OUTSTANDING)
+        sel = drop & (status == _OBSERVED)
+        self._folded_env_selections += np.bincount(self.env_codes[d.col("pos")[sel]], minlength=self.num_envs)
+        d.keep(~drop)
+        self._fifo = {}
+        for row in np.flatnonzero(d.col("status") == _OUTSTANDING):
+            self._fifo.setdefault(int(d.col("pos")[row]), []).append(int(row))
+        o = self.obs
+        st, pos, n_scored = o.col("step"), o.col("pos"), o.col("n_scored")
+        scored = n_scored > 0
+        newest = np.full(self.n, -1, dtype=np.int64)
+        np.maximum.at(newest, pos[scored], st[scored])
+        drop = (st < new_ls) & (~scored | (st < newest[pos] - self._fold_horizon()))
+        n = self.n
+        self._folded_obs += np.bincount(pos[drop], minlength=n)
+        self._folded_scored += np.bincount(pos[drop & scored], minlength=n)
+        self._folded_scorable += np.bincount(pos[drop & (n_scored >= 2)], minlength=n)
+        expl = drop & scored & (o.col("phase") == _PHASE_CODE["exploitation"])
+        self._folded_exploitation += (int(expl.sum()), int((o.col("v")[expl] > 0).sum()))
+        o.keep(~drop)
+        self._batch_sizes = self._batch_sizes[k:]
+        self.live_start = new_ls
+        self._cache.clear()
+
+    def _fold_horizon(self) -> int:
+        return self.horizon if self.horizon is not None else np.iinfo(np.int64).max // 4
+
     # ------------------------------------------------------------------ derived statistics
     def has_observations(self) -> bool:
-        return bool(np.any(self.obs.col("n_scored") > 0))
+        return bool(self._folded_scored.any() or np.any(self.obs.col("n_scored") > 0))
+
+    @property
+    def num_observations(self) -> int:
+        """Groups reported so far (folded ones included)."""
+        return self._num_observations
 
     def _scored_mask(self) -> np.ndarray:
-        return self.obs.col("n_scored") > 0
+        if "scored" not in self._cache:
+            self._cache["scored"] = self.obs.col("n_scored") > 0
+        return self._cache["scored"]
+
+    def obs_weights(self, half_life: float) -> np.ndarray:
+        """Recency weight ``0.5 ** (age / half_life)`` of every logged observation, 0 for the observations
+        of folded steps (kept only for their task's mean: their weights together are below the tolerance);
+        cached until the history changes. The absolute recency-weighted sums (signal counts, yields) use it."""
+        key = ("weights", float(half_life))
+        if key not in self._cache:
+            steps = self.obs.col("step")
+            live = steps >= self.live_start
+            w = np.zeros(steps.size)
+            w[live] = np.power(0.5, np.maximum(0, (self.step - 1) - steps[live]) / half_life)
+            self._cache[key] = w
+        return self._cache[key]
 
     def step_references(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per dispatch step: mean ``(m, v, d)`` of its observed scored groups ``(S, 3)``, and whether the step
-        has a step-level reference (enough of its groups observed) ``(S,)``.
+        """Per live dispatch step (index ``step - live_start``): mean ``(m, v, d)`` of its observed scored
+        groups ``(S, 3)``, and whether the step has a step-level reference (enough of its groups observed)
+        ``(S,)``.
 
         Exploitation groups are chosen *for* high predicted variance, so they would bias a reference meant to
         track the policy's overall level: a step's reference uses its other groups (cold start, coverage,
         fill, external), and only a step that has none of those (the exploitation-only ablation) uses its
         exploitation groups.
         """
-        steps = max(self.step, 1)
+        if "refs" in self._cache:
+            return self._cache["refs"]
+        ls = self.live_start
+        steps = max(self.step, 1) - ls
         expl = _PHASE_CODE["exploitation"]
-        mask = self._scored_mask()
-        st_all = self.obs.col("step")[mask]
-        not_expl = self.obs.col("phase")[mask] != expl
-        d_step, d_phase = self.dispatch.col("step"), self.dispatch.col("phase")
+        o = self.obs
+        mask = self._scored_mask() & (o.col("step") >= ls)
+        st_all = o.col("step")[mask] - ls
+        not_expl = o.col("phase")[mask] != expl
+        d_live = self.dispatch.col("step") >= ls
+        d_step, d_phase = self.dispatch.col("step")[d_live] - ls, self.dispatch.col("phase")[d_live]
         disp_other = np.bincount(d_step[d_phase != expl], minlength=steps)[:steps]
         disp_all = np.zeros(steps)
         disp_all[: len(self._batch_sizes)] = self._batch_sizes
@@ -257,11 +417,12 @@ class History:
         cnt = np.bincount(st, minlength=steps).astype(float)
         refs = np.zeros((steps, 3))
         for j, name in enumerate(("m", "v", "d")):
-            sums = np.bincount(st, weights=self.obs.col(name)[mask][sel], minlength=steps)
+            sums = np.bincount(st, weights=o.col(name)[mask][sel], minlength=steps)
             refs[:, j] = np.divide(sums, cnt, out=np.full(steps, np.nan), where=cnt > 0)
         dispatched = np.where(use_other, disp_other, disp_all)
         need = np.maximum(1.0, np.ceil(self.config.reference_min_fraction * dispatched))
         has = (cnt >= need) & (cnt > 0)
+        self._cache["refs"] = (refs, has)
         return refs, has
 
     def global_reference(self) -> np.ndarray | None:
@@ -272,17 +433,37 @@ class History:
         refs, has = self.step_references()
         if has.any():
             return refs[np.flatnonzero(has)[-1]].copy()
-        first = int(np.flatnonzero(~np.isnan(refs[:, 0]))[0])
-        return refs[first].copy()
+        for frozen in (self._folded_reference, self._first_reference):
+            if frozen is not None:
+                return frozen.copy()
+        seen = np.flatnonzero(~np.isnan(refs[:, 0]))
+        if seen.size:
+            return refs[seen[0]].copy()
+        # only groups of folded steps that arrived after their step was folded: their earliest step
+        o, mask = self.obs, self._scored_mask()
+        st = o.col("step")[mask]
+        first = st == st.min()
+        return np.array([o.col(c)[mask][first].mean() for c in ("m", "v", "d")])
 
     def centered_observations(self, reference: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Scored observations centered against ``reference`` and clipped: ``(pos, step, values (L, 3))``."""
+        o = self.obs
         mask = self._scored_mask()
-        pos, step = self.obs.col("pos")[mask], self.obs.col("step")[mask]
-        vals = np.stack([self.obs.col("m")[mask], self.obs.col("v")[mask], self.obs.col("d")[mask]], axis=1)
+        pos, step = o.col("pos")[mask], o.col("step")[mask]
+        vals = np.stack([o.col("m")[mask], o.col("v")[mask], o.col("d")[mask]], axis=1)
         refs, has = self.step_references()
-        shift = np.where(has[:, None], reference[None, :] - refs, 0.0)
-        vals = vals + shift[step]
+        frozen = o.col("frozen")[mask]
+        live = frozen == _LIVE
+        if live.all():
+            shift = np.where(has[:, None], reference[None, :] - refs, 0.0)[step - self.live_start]
+        else:
+            shift = np.zeros_like(vals)
+            idx = step[live] - self.live_start
+            shift[live] = np.where(has[idx][:, None], reference[None, :] - refs[idx], 0.0)
+            fz = frozen == _FROZEN
+            shift[fz] = reference[None, :] - np.stack([o.col(c)[mask][fz] for c in ("ref_m", "ref_v", "ref_d")],
+                                                      axis=1)
+        vals = vals + shift
         c = self.config
         lo = np.array([c.mean_clip[0], c.variance_clip[0], c.dispersion_clip[0]])
         hi = np.array([c.mean_clip[1], c.variance_clip[1], c.dispersion_clip[1]])
@@ -295,7 +476,7 @@ class History:
         age = np.maximum(0, (self.step - 1) - step).astype(float)
         w = np.power(0.5, age / half_life)
         weight = np.bincount(pos, weights=w, minlength=self.n)
-        groups = np.bincount(pos, minlength=self.n)
+        groups = np.bincount(pos, minlength=self.n) + self._folded_scored
         values = np.empty((self.n, 3))
         for j in range(3):
             sums = np.bincount(pos, weights=w * vals[:, j], minlength=self.n)
@@ -310,13 +491,18 @@ class History:
     def task_observation_counts(self) -> np.ndarray:
         """Observed groups plus outstanding dispatches per task (a group in flight counts as observed, so an
         asynchronous trainer does not get the same under-observed task twice)."""
-        return np.bincount(self.obs.col("pos"), minlength=self.n) + self.outstanding_counts()
+        return np.bincount(self.obs.col("pos"), minlength=self.n) + self._folded_obs + self.outstanding_counts()
+
+    def scorable_counts(self) -> np.ndarray:
+        """Groups with at least two scored rewards per task (the groups that can show signal)."""
+        ok = self.obs.col("n_scored") >= 2
+        return np.bincount(self.obs.col("pos")[ok], minlength=self.n) + self._folded_scorable
 
     def env_selection_counts(self) -> np.ndarray:
         """Cumulative selections per environment (dispatches not discarded)."""
         st = self.dispatch.col("status")
         pos = self.dispatch.col("pos")[st != _DISCARDED]
-        return np.bincount(self.env_codes[pos], minlength=self.num_envs)
+        return np.bincount(self.env_codes[pos], minlength=self.num_envs) + self._folded_env_selections
 
     def exposure(self, half_life: float) -> np.ndarray:
         """Recency-weighted number of past selections of each task (exposure discounting)."""
@@ -333,11 +519,13 @@ class History:
             (self.residual <= self.config.progress_residual_threshold)
 
     def batch_sizes(self) -> list[int]:
+        """Sizes of the batches from :attr:`live_start` on (earlier ones are folded)."""
         return list(self._batch_sizes)
 
     # ------------------------------------------------------------------ per-step statistics (metrics)
     def step_summary(self, step: int) -> dict[str, float]:
-        """Observed groups of one dispatch step: count, mean raw variance, exploitation hits."""
+        """Observed groups of one dispatch step: count, mean raw variance, exploitation hits (a step inside
+        the horizon; a folded step's groups are partly counters only)."""
         o = self.obs
         sel = o.col("step") == step
         scored = sel & (o.col("n_scored") > 0)
@@ -351,69 +539,137 @@ class History:
         }
 
     def latest_observed_step(self) -> int | None:
-        if len(self.obs) == 0:
-            return None
-        return int(self.obs.col("step").max())
+        return None if self._num_observations == 0 else self._latest_observed_step
 
     def cumulative_hit_rate(self) -> float:
         o = self.obs
         expl = (o.col("n_scored") > 0) & (o.col("phase") == _PHASE_CODE["exploitation"])
-        return float((o.col("v")[expl] > 0).mean()) if expl.any() else math.nan
+        groups = int(expl.sum()) + int(self._folded_exploitation[0])
+        hits = int((o.col("v")[expl] > 0).sum()) + int(self._folded_exploitation[1])
+        return hits / groups if groups else math.nan
 
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
         sel = np.flatnonzero(self.last_selected >= 0)
+        progress = sorted(self._progress.items())
+        folded = np.flatnonzero(self._folded_obs | self._folded_scored | self._folded_scorable)
+
+        def ref(x: np.ndarray | None) -> list[float] | None:
+            return None if x is None else [float(v) for v in x]
+
         return {
             "step": self.step,
+            "live_start": self.live_start,
             "batch_sizes": list(self._batch_sizes),
             "dispatch": self.dispatch.to_lists(),
             "obs": self.obs.to_lists(),
             "last_selected": {"pos": sel.tolist(), "step": self.last_selected[sel].tolist(),
                               "run": self.run_length[sel].tolist()},
+            "progress": {"pos": [p for p, _ in progress],
+                         "count": [int(self._progress_points[p]) for p, _ in progress],
+                         "points": [[list(x) for x in pts] for _, pts in progress]},
+            "observations": self._num_observations,
+            "latest_observed_step": self._latest_observed_step,
+            "folded": {"pos": folded.tolist(), "observations": self._folded_obs[folded].tolist(),
+                       "scored": self._folded_scored[folded].tolist(),
+                       "scorable": self._folded_scorable[folded].tolist(),
+                       "env_selections": self._folded_env_selections.tolist(),
+                       "exploitation": self._folded_exploitation.tolist(),
+                       "reference": ref(self._folded_reference), "first_reference": ref(self._first_reference)},
         }
 
     @classmethod
     def from_state(cls, state: dict[str, Any], num_tasks: int, env_codes: np.ndarray, num_envs: int,
                    config: SchedulerConfig) -> History:
-        """Rebuild a :class:`History` from :meth:`state` (validated; raises ``ValueError``)."""
+        """Rebuild a :class:`History` from :meth:`state` (validated; raises ``ValueError``). States written
+        before folding existed (no ``live_start``) load as an unfolded history."""
         h = cls(num_tasks, env_codes, num_envs, config)
         try:
             h.step = int(state["step"])
+            h.live_start = int(state.get("live_start", 0))
             h._batch_sizes = [int(x) for x in state["batch_sizes"]]
-            h.dispatch = _Log.from_lists(_DISPATCH_COLUMNS, state["dispatch"])
-            h.obs = _Log.from_lists(_OBS_COLUMNS, state["obs"])
+            h.dispatch = _Log.from_lists(_DISPATCH_COLUMNS, state["dispatch"], _REF_DEFAULTS)
+            h.obs = _Log.from_lists(_OBS_COLUMNS, state["obs"], _REF_DEFAULTS)
             ls = state["last_selected"]
             p = np.asarray(ls["pos"], dtype=np.int64)
             if p.size and (p.min() < 0 or p.max() >= num_tasks):
                 raise ValueError("last_selected position out of range")
             h.last_selected[p] = np.asarray(ls["step"], dtype=np.int64)
             h.run_length[p] = np.asarray(ls["run"], dtype=np.int64)
+            h._num_observations = int(state.get("observations", len(h.obs)))
+            latest = h.obs.col("step").max() if len(h.obs) else -1
+            h._latest_observed_step = int(state.get("latest_observed_step", latest))
+            if "folded" in state:
+                h._load_folded(state["folded"])
+            progress = state.get("progress")
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed history state: {exc!r}") from None
         for log in (h.dispatch, h.obs):
             pos = log.col("pos")
             if pos.size and (pos.min() < 0 or pos.max() >= num_tasks):
                 raise ValueError("malformed history state: a logged task position is out of range")
-        if h.step < 0 or len(h._batch_sizes) != h.step:
-            raise ValueError("malformed history state: step and batch sizes disagree")
+            frozen = log.col("frozen")
+            if frozen.size and (frozen.min() < _LIVE or frozen.max() > _FROZEN_NO_REFERENCE
+                                or np.any((frozen == _LIVE) & (log.col("step") < h.live_start))):
+                raise ValueError("malformed history state: a row's frozen reference disagrees with live_start")
+        if not 0 <= h.live_start <= h.step or len(h._batch_sizes) != h.step - h.live_start:
+            raise ValueError("malformed history state: step, live_start and batch sizes disagree")
         dsteps = h.dispatch.col("step")
         if dsteps.size and (dsteps.min() < 0 or dsteps.max() >= max(h.step, 1)):
             raise ValueError("malformed history state: a dispatch step is out of range")
         osteps = h.obs.col("step")
         if osteps.size and (osteps.min() < 0 or osteps.max() >= max(h.step, 1)):
             raise ValueError("malformed history state: an observation step is out of range")
+        if h._num_observations < len(h.obs):
+            raise ValueError("malformed history state: fewer observations than logged groups")
         status = h.dispatch.col("status")
         for row in np.flatnonzero(status == _OUTSTANDING):
             h._fifo.setdefault(int(h.dispatch.col("pos")[row]), []).append(int(row))
-        o = h.obs
-        ok = (o.col("n_scored") >= config.min_scored_rollouts)
-        for seq in np.flatnonzero(ok):
-            pos = int(o.col("pos")[seq])
-            h._progress.setdefault(pos, []).append((int(o.col("step")[seq]), int(seq), float(o.col("v")[seq])))
-        for pos in h._progress:
-            h._progress[pos].sort()
-            h._update_residual(pos)
+        if progress is None:  # a state from before folding: the progress points are the log's
+            o = h.obs
+            for seq in np.flatnonzero(o.col("n_scored") >= config.min_scored_rollouts):
+                h._add_progress_point(int(o.col("pos")[seq]), int(o.col("step")[seq]), int(seq),
+                                      float(o.col("v")[seq]))
+        else:
+            h._load_progress(progress)
         return h
+
+    def _load_folded(self, f: dict[str, Any]) -> None:
+        pos = np.asarray(f["pos"], dtype=np.int64)
+        if pos.size and (pos.min() < 0 or pos.max() >= self.n or np.unique(pos).size != pos.size):
+            raise ValueError("malformed history state: folded counters name a task out of range or twice")
+        for name, arr in (("observations", self._folded_obs), ("scored", self._folded_scored),
+                          ("scorable", self._folded_scorable)):
+            vals = np.asarray(f[name], dtype=np.int64)
+            if vals.shape != pos.shape or (vals.size and vals.min() < 0):
+                raise ValueError(f"malformed history state: folded {name} counts")
+            arr[pos] = vals
+        env = np.asarray(f["env_selections"], dtype=np.int64)
+        expl = np.asarray(f["exploitation"], dtype=np.int64)
+        if env.shape != (self.num_envs,) or expl.shape != (2,) or env.min(initial=0) < 0 or expl.min() < 0:
+            raise ValueError("malformed history state: folded environment or exploitation counts")
+        self._folded_env_selections[:] = env
+        self._folded_exploitation[:] = expl
+        for name, attr in (("reference", "_folded_reference"), ("first_reference", "_first_reference")):
+            if f.get(name) is not None:
+                r = np.asarray(f[name], dtype=float)
+                if r.shape != (3,) or not np.all(np.isfinite(r)):
+                    raise ValueError(f"malformed history state: folded {name}")
+                setattr(self, attr, r)
+
+    def _load_progress(self, progress: dict[str, Any]) -> None:
+        try:
+            entries = list(zip(progress["pos"], progress["count"], progress["points"], strict=True))
+            for p, count, pts in entries:
+                p, count = int(p), int(count)
+                points = sorted((int(s), int(q), float(v)) for s, q, v in pts)
+                if not 0 <= p < self.n or count < len(points) or len(points) > self.config.progress_min_transitions + 1:
+                    raise ValueError("a progress entry is out of range")
+                self._progress[p] = points
+                self._progress_points[p] = count
+                self._update_residual(p)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed history state: progress: {exc}") from None
 
     def outstanding_fifo(self) -> dict[int, list[int]]:
         """Outstanding dispatch rows per task, oldest first (for tests and explanations)."""

@@ -1,0 +1,208 @@
+"""Bounded history: folding old observations keeps every estimate within ``history_tolerance`` of the full
+history's, keeps the counters exact, bounds the logs, and survives a checkpoint round trip."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+
+import numpy as np
+import pytest
+
+from envsched.method.config import SchedulerConfig
+from envsched.method.graph.synthetic import synthetic_graph, synthetic_tasks
+from envsched.method.sampler import EnvSchedSampler
+
+G = synthetic_graph(120, 6, seed=11)
+TASKS = synthetic_tasks(G)
+P0 = np.random.default_rng(3).beta(0.6, 0.6, size=120)
+BATCH = 8
+
+
+def _config(preset: str, **kw) -> SchedulerConfig:
+    return (SchedulerConfig.paper if preset == "paper" else SchedulerConfig)(batch_size=BATCH, **kw)
+
+
+class _Trainer:
+    """A small asynchronous trainer: most groups come back at once, some a few steps late, some are
+    dropped, some never come back; success rates drift so the global reference keeps moving."""
+
+    def __init__(self, seed: int, max_delay: int = 4) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.max_delay = max_delay
+        self.pending: deque[tuple[int, str, object]] = deque()
+
+    def rewards(self, pos: int, step: int) -> list[float | None]:
+        p = float(np.clip(P0[pos] + 0.35 * math.sin(step / 40 + pos), 0.0, 1.0))
+        r: list[float | None] = (self.rng.random(BATCH) < p).astype(float).tolist()
+        if self.rng.random() < 0.05:
+            r[:3] = [None, None, None]
+        return r
+
+    def step(self, samplers: list[EnvSchedSampler], step: int) -> list[str]:
+        batches = [s.sample(BATCH) for s in samplers]
+        ids = [t["id"] for t in batches[0]]
+        for b in batches[1:]:
+            assert [t["id"] for t in b] == ids, f"the samplers' choices differ at step {step}"
+        for t in ids:
+            u = self.rng.random()
+            if u < 0.02:
+                for s in samplers:
+                    s.discard(t)
+            elif u < 0.03:
+                continue  # never comes back: stays outstanding
+            else:
+                delay = int(self.rng.integers(1, self.max_delay + 1)) if u < 0.2 else 0
+                self.pending.append((step + delay, t, self.rewards(int(t[1:]), step)))
+        due = [x for x in self.pending if x[0] <= step]
+        self.pending = deque(x for x in self.pending if x[0] > step)
+        for _, t, r in sorted(due, key=lambda x: -x[0]):  # out of order
+            for s in samplers:
+                s.update(t, r)
+        return ids
+
+
+def _compare(folded: EnvSchedSampler, full: EnvSchedSampler, tol: float) -> float:
+    a, b = folded.history, full.history
+    assert np.array_equal(a.task_observation_counts(), b.task_observation_counts())
+    assert np.array_equal(a.env_selection_counts(), b.env_selection_counts())
+    assert np.array_equal(a.scorable_counts(), b.scorable_counts())
+    assert np.array_equal(a.transitions, b.transitions)
+    assert np.array_equal(a.residual, b.residual)
+    assert np.array_equal(a.outstanding_counts(), b.outstanding_counts())
+    pa, pb = folded.predict(), full.predict()
+    diffs = [np.abs(pa.reference - pb.reference).max(), np.abs(pa.informativeness - pb.informativeness).max()]
+    for x, y in ((pa.long, pb.long), (pa.short, pb.short)):
+        diffs += [np.abs(x.posterior - y.posterior).max(), np.abs(x.history.weight - y.history.weight).max(),
+                  np.abs(x.history.values - y.history.values).max()]
+        assert np.array_equal(x.history.groups, y.history.groups)
+        assert np.array_equal(x.history.observed, y.history.observed)
+    ma, mb = folded.metrics(), full.metrics()
+    for key in ("observed_groups", "exploitation_hit_rate_cumulative", "mean_batch_envs", "progress_filtered",
+                "outstanding_groups", "batch_reward_variance"):
+        assert ma[key] == pytest.approx(mb[key], nan_ok=True, rel=0, abs=1e-12), key
+    worst = float(max(diffs))
+    assert worst <= tol, f"folded estimates differ by {worst:.3g} > {tol}"
+    return worst
+
+
+@pytest.mark.parametrize("preset", ["adaptive", "paper"])
+def test_folded_history_matches_the_full_history_on_a_long_asynchronous_run(preset):
+    folded = EnvSchedSampler(TASKS, G, _config(preset), seed=5)
+    full = EnvSchedSampler(TASKS, G, _config(preset, history_tolerance=0.0), seed=5)
+    horizon = folded.config.history_horizon
+    assert horizon == 268 and full.config.history_horizon is None
+    trainer = _Trainer(seed=1)
+    worst = 0.0
+    for step in range(430):  # folds at steps 335 and 402
+        trainer.step([folded, full], step)  # asserts identical choices every step
+        if step in (200, 340, 429):
+            worst = max(worst, _compare(folded, full, tol=SchedulerConfig().history_tolerance))
+    h = folded.history
+    assert h.live_start == 402 - horizon and full.history.live_start == 0
+    assert len(h.obs) < len(full.history.obs) and len(h.dispatch) < len(full.history.dispatch)
+    assert worst > 0.0 or preset == "paper"  # something was actually dropped and the comparison can see it
+
+
+def test_folding_keeps_only_what_the_tolerance_needs():
+    s = EnvSchedSampler(TASKS, G, _config("adaptive", history_tolerance=1e-3), seed=2)
+    H = s.config.history_horizon
+    assert H == 109
+    trainer = _Trainer(seed=4, max_delay=2)
+    sizes = []
+    for step in range(900):
+        trainer.step([s], step)
+        sizes.append((len(s.history.obs), len(s.history.dispatch)))
+    h = s.history
+    assert H <= h.step - h.live_start < H + H // 4  # folded every H // 4 steps
+    h.fold(h.step - H)  # what a fold keeps, checked right after one
+    assert h.live_start == h.step - H
+    o = h.obs
+    st, pos, scored = o.col("step"), o.col("pos"), o.col("n_scored") > 0
+    newest = np.full(h.n, -1)
+    np.maximum.at(newest, pos[scored], st[scored])
+    old = st < h.live_start
+    assert np.all(scored[old]) and np.all(st[old] >= newest[pos[old]] - H)  # only what a task's mean needs
+    assert np.all(o.col("frozen")[old] > 0) and np.all(o.col("frozen")[~old] == 0)
+    d = h.dispatch
+    assert np.all((d.col("step") >= h.live_start) | (d.col("status") == 0))  # old dispatches: outstanding only
+    assert all(len(p) <= s.config.progress_min_transitions + 1 for p in h._progress.values())
+    assert h.num_observations > len(o)
+    assert len(o) < 0.6 * h.num_observations  # most of the run's groups are counters now
+    assert max(x[1] for x in sizes[300:]) <= BATCH * (H + H // 4 + 1) + h.outstanding_counts().sum()
+
+
+@pytest.mark.parametrize("preset", ["adaptive", "paper"])
+def test_checkpoint_round_trip_after_folding_continues_the_same_draws(preset):
+    config = _config(preset, history_tolerance=1e-4)
+    s = EnvSchedSampler(TASKS, G, config, seed=9)
+    trainer = _Trainer(seed=6)
+    for step in range(260):
+        trainer.step([s], step)
+    assert s.history.live_start > 0
+    state = json.loads(json.dumps(s.state_dict()))
+    r = EnvSchedSampler(TASKS, G, config, seed=0)
+    r.load_state_dict(state)
+    assert r.history.live_start == s.history.live_start
+    assert r.metrics() == pytest.approx(s.metrics(), nan_ok=True)
+    pa, pr = s.predict(), r.predict()
+    assert np.array_equal(pa.informativeness, pr.informativeness)
+    for step in range(260, 330):  # both get the same stream, pending groups included
+        trainer.step([s, r], step)
+    assert json.dumps(r.state_dict()) == json.dumps(s.state_dict())
+
+
+def test_a_state_written_before_folding_existed_still_loads():
+    config = _config("adaptive")
+    s = EnvSchedSampler(TASKS, G, config, seed=1)
+    trainer = _Trainer(seed=8)
+    for step in range(30):
+        trainer.step([s], step)
+    state = json.loads(json.dumps(s.state_dict()))
+    hist = state["extra"]["history"]
+    for key in ("live_start", "progress", "folded", "observations", "latest_observed_step"):
+        del hist[key]
+    for log in ("obs", "dispatch"):
+        for col in ("ref_m", "ref_v", "ref_d", "frozen"):
+            del hist[log][col]
+    r = EnvSchedSampler(TASKS, G, config, seed=0)
+    r.load_state_dict(state)
+    assert np.array_equal(r.history.transitions, s.history.transitions)
+    assert np.array_equal(r.history.residual, s.history.residual)
+    for step in range(30, 40):
+        trainer.step([s, r], step)
+
+
+def test_malformed_folded_state_is_refused_and_changes_nothing():
+    s = EnvSchedSampler(TASKS, G, _config("adaptive", history_tolerance=1e-3), seed=1)
+    trainer = _Trainer(seed=2)
+    for step in range(150):
+        trainer.step([s], step)
+    good = json.loads(json.dumps(s.state_dict()))
+    before = json.dumps(s.state_dict())
+    for mutate, words in (
+        (lambda h: h.update(live_start=h["step"] + 1), "live_start"),
+        (lambda h: h["folded"].update(scored=[-1] * len(h["folded"]["pos"])), "folded scored"),
+        (lambda h: h["folded"].update(reference=[0.1, 0.2]), "folded reference"),
+        (lambda h: h["progress"]["count"].__setitem__(0, 0), "progress"),
+        (lambda h: h["obs"]["frozen"].__setitem__(-1, 1) or h["obs"]["frozen"].__setitem__(0, 0), "frozen"),
+    ):
+        bad = json.loads(json.dumps(good))
+        mutate(bad["extra"]["history"])
+        with pytest.raises(ValueError, match=words.split()[0]):
+            s.load_state_dict(bad)
+        assert json.dumps(s.state_dict()) == before
+
+
+def test_history_horizon_is_the_smallest_with_a_tail_below_the_tolerance():
+    for tol, h in ((1e-9, 8.0), (1e-3, 8.0), (1e-6, 32.0)):
+        c = SchedulerConfig(history_tolerance=tol, long_half_life=h, yield_half_life=h)
+        H = c.history_horizon
+        tail = 2.0 ** (-H / h) / (1.0 - 2.0 ** (-1.0 / h))
+        assert tail <= tol < 2.0 ** (-(H - 1) / h) / (1.0 - 2.0 ** (-1.0 / h))
+    assert SchedulerConfig.paper(yield_half_life=64.0).history_horizon == SchedulerConfig.paper().history_horizon
+    assert SchedulerConfig(history_tolerance=0).history_horizon is None
+    for bad in (-1e-3, 0.7, float("nan"), "1e-9"):
+        with pytest.raises(ValueError, match="history_tolerance"):
+            SchedulerConfig(history_tolerance=bad)
