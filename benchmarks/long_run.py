@@ -66,7 +66,8 @@ def _rss_mib() -> tuple[float | None, float]:
     try:
         with open("/proc/self/statm") as fh:
             resident = int(fh.read().split()[1])
-        return resident * os.sysconf("SC_PAGE_SIZE") / 2**20, peak
+        current = resident * os.sysconf("SC_PAGE_SIZE") / 2**20
+        return current, max(peak, current)  # the kernel updates its high-water mark lazily
     except (OSError, ValueError, IndexError):
         return None, peak
 
