@@ -3,23 +3,16 @@ reports what it says it does: a row per checkpoint step and per state, medians o
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import runpy
 from pathlib import Path
+from types import SimpleNamespace
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("long_run", ROOT / "benchmarks" / "long_run.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "long_run.py"
 
 
 def test_quick_run_at_a_tiny_size(tmp_path, capsys):
-    lr = _module()
+    lr = SimpleNamespace(**runpy.run_path(str(SCRIPT), run_name="long_run"))
     out = tmp_path / "lr.json"
     assert lr.main(["--quick", "--sizes", "100", "--at", "3", "6", "--window", "4", "--scale-sizes", "100",
                     "--steady-steps", "8", "--steps", "2", "--warmup", "1", "--in-process", "--json", str(out)]) == 0

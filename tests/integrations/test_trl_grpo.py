@@ -44,19 +44,16 @@ def _sampler_class():
 def _make_sampler(pool):
     cls = _sampler_class()
     if cls is not None:
-        base = cls
+        return _recording(cls(pool, seed=3))
+    return _recording(CurriculumSampler(pool, group_size=G, key="group", success_threshold=0.3, seed=3))
 
-        def build():
-            return base(pool, seed=3)
-    else:
-        base = CurriculumSampler
 
-        def build():
-            return base(pool, group_size=G, key="group", success_threshold=0.3, seed=3)
+def _recording(sampler):
+    """``sampler``, logging every draw (``sampler.draws``) and every update (``sampler.updates``) the trainer
+    makes."""
+    base = type(sampler)
 
     class Recording(base):  # type: ignore[misc, valid-type]
-        """Logs every draw and every update the trainer makes."""
-
         def sample(self, n):
             out = super().sample(n)
             self.draws.append([t["id"] for t in out])
@@ -66,7 +63,6 @@ def _make_sampler(pool):
             super().update(task, rewards, costs)
             self.updates.append((task["id"], list(rewards), list(costs)))
 
-    sampler = build()
     sampler.__class__ = Recording
     sampler.draws, sampler.updates = [], []
     return sampler
@@ -313,18 +309,7 @@ def test_feedback_and_draw_logs_keep_the_newest_log_size_entries(setup, tmp_path
     entries, in order, and counts every entry it ever took."""
     _, pool, model_dir, tok = setup
 
-    class Recording(UniformSampler):
-        def sample(self, n):
-            out = super().sample(n)
-            self.draws.append([t["id"] for t in out])
-            return out
-
-        def update(self, task, rewards, costs=None):
-            super().update(task, rewards, costs)
-            self.updates.append((task["id"], list(rewards), list(costs)))
-
-    sampler = Recording(pool, seed=1)
-    sampler.draws, sampler.updates = [], []
+    sampler = _recording(UniformSampler(pool, seed=1))
 
     def digits(completions, **kw):
         return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
