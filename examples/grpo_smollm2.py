@@ -154,7 +154,8 @@ def train_one(name: str, base: Path, pool: list[dict], heldout: list[dict], args
                      per_device_train_batch_size=args.num_generations * args.tasks_per_step,
                      max_completion_length=args.max_completion_length, temperature=1.0, disable_tqdm=True)
     trainer = EnvSchedGRPOTrainer(model=str(base), reward_funcs=[correctness], args=cfg, processing_class=tok,
-                                  task_sampler=sampler, task_to_row=task_to_row)
+                                  task_sampler=sampler, task_to_row=task_to_row,
+                                  log_size=args.steps * args.tasks_per_step)  # every group: read below
     holder["trainer"] = trainer
     t0 = time.perf_counter()
     trainer.train()

@@ -139,10 +139,26 @@ def test_eval_schedule_logs_sampler_counters(tmp_path, stub_llm, rg_tasks):
     assert stored["training"]["step"] == 2 and stored["scores"]["success_rate"] == 1.0
     with pytest.raises(ValueError):
         EvalSchedule(harness, None, 0)
+    with pytest.raises(ValueError, match="history_size"):
+        EvalSchedule(harness, None, 2, history_size=-1)
     with pytest.raises(TypeError, match="config is None"):
         EvalSchedule(harness, 2, 3)  # a pre-RFC call: the config slot got a number
     with pytest.raises(ValueError):
         sched.due(-1)
+
+
+def test_eval_schedule_history_keeps_the_newest_history_size_results(stub_llm, rg_tasks):
+    answers = _answers(rg_tasks)
+    stub_llm.respond = lambda q, n: answers[q]
+    harness = EvalHarness(ReasoningGymEnvironment, ChatCompletionsPolicy(stub_llm.url, "m"), rg_tasks, limit=1,
+                          check_reproducibility=False)
+    seen = []
+    sched = EvalSchedule(harness, None, 1, lambda step, r: seen.append((step, r)), history_size=2)
+    for step in range(5):
+        sched.maybe_run(step)
+    assert sched.evaluations == 5 and len(seen) == 5
+    assert sched.history == seen[-2:]  # the two newest, oldest first; on_result got every one
+    assert EvalSchedule(harness, None, 1, history_size=0).maybe_run(0) is not None
 
 
 def test_bad_configuration_is_refused(stub_llm, rg_tasks):

@@ -44,19 +44,16 @@ def _sampler_class():
 def _make_sampler(pool):
     cls = _sampler_class()
     if cls is not None:
-        base = cls
+        return _recording(cls(pool, seed=3))
+    return _recording(CurriculumSampler(pool, group_size=G, key="group", success_threshold=0.3, seed=3))
 
-        def build():
-            return base(pool, seed=3)
-    else:
-        base = CurriculumSampler
 
-        def build():
-            return base(pool, group_size=G, key="group", success_threshold=0.3, seed=3)
+def _recording(sampler):
+    """``sampler``, logging every draw (``sampler.draws``) and every update (``sampler.updates``) the trainer
+    makes."""
+    base = type(sampler)
 
     class Recording(base):  # type: ignore[misc, valid-type]
-        """Logs every draw and every update the trainer makes."""
-
         def sample(self, n):
             out = super().sample(n)
             self.draws.append([t["id"] for t in out])
@@ -66,7 +63,6 @@ def _make_sampler(pool):
             super().update(task, rewards, costs)
             self.updates.append((task["id"], list(rewards), list(costs)))
 
-    sampler = build()
     sampler.__class__ = Recording
     sampler.draws, sampler.updates = [], []
     return sampler
@@ -306,3 +302,30 @@ def test_rewards_of_any_scale_never_raise_mid_training(setup, tmp_path):
     assert m["rewards_rescaled"] == 3 and m["reward_range_low"] == -1.0 and m["reward_range_high"] == 100.0
     with pytest.raises(ValueError, match="outside the declared reward range"):
         sampler.update(pool[0], [1.5], None)  # the sampler itself still refuses raw out-of-range input
+
+
+def test_feedback_and_draw_logs_keep_the_newest_log_size_entries(setup, tmp_path):
+    """10 groups in 5 chunks fed back (6 drawn, one prefetched) with log_size=3: each log holds the 3 newest
+    entries, in order, and counts every entry it ever took."""
+    _, pool, model_dir, tok = setup
+
+    sampler = _recording(UniformSampler(pool, seed=1))
+
+    def digits(completions, **kw):
+        return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, beta=0.0, report_to="none", seed=0,
+                      max_steps=5, save_strategy="no", logging_steps=1, num_generations=G,
+                      per_device_train_batch_size=G * TASKS_PER_CHUNK, max_completion_length=4, disable_tqdm=True)
+    with pytest.raises(ValueError, match="log_size"):
+        EnvSchedGRPOTrainer(model=model_dir, reward_funcs=[digits], args=args, processing_class=tok,
+                            task_sampler=sampler, log_size=-1)
+    trainer = EnvSchedGRPOTrainer(model=model_dir, reward_funcs=[digits], args=args, processing_class=tok,
+                                  task_sampler=sampler, log_size=3)
+    trainer.train()
+    assert len(sampler.updates) == 5 * TASKS_PER_CHUNK and len(sampler.draws) == 6
+    log = trainer.envsched_feedback_log
+    assert len(log) == 3 and trainer.envsched_feedback_logged == 5 * TASKS_PER_CHUNK
+    assert [(e["task_id"], e["rewards"], e["costs"]) for e in log] == sampler.updates[-3:]
+    assert [e["step"] for e in log] == [3, 4, 4]
+    assert trainer.envsched_draw_log == sampler.draws[-3:] and trainer.envsched_draws_logged == 6

@@ -298,6 +298,30 @@ def test_bad_state_is_refused_and_state_round_trips(verl_env):
         EnvSchedVerlSampler(ds, task_sampler=UniformSampler([{"id": "nope", "env": "x"}]))
 
 
+def test_unreported_groups_stay_bounded_when_batches_come_back_partly_and_out_of_order(verl_env):
+    """Each batch's last group is reported with the next batch, groups in reverse order: after 40 batches the
+    sampler still holds only the one group in flight, and its checkpoint discards exactly that dispatch."""
+    ds = verl_env[1]
+    inner = UniformSampler(_pool(), seed=0)
+    s = EnvSchedVerlSampler(ds, task_sampler=inner, batch_size=BATCH)
+    ids = [t["id"] for t in _pool()]
+    held = None
+    for _ in range(40):
+        it = iter(s)
+        keys = [ids[next(it)] for _ in range(BATCH)]
+        now = [(k, [1.0, 0.0], None) for k in keys[:-1]] + ([held] if held else [])
+        s.report_groups(now[::-1])
+        held = (keys[-1], [0.0, 1.0], None)
+        assert s.unreported == {keys[-1]: 1} and inner.outstanding() == {keys[-1]: 1}
+    state = json.loads(json.dumps(s.state_dict()))
+    assert state["unreported"] == [[held[0]]]
+    fresh = EnvSchedVerlSampler(ds, task_sampler=UniformSampler(_pool(), seed=0), batch_size=BATCH)
+    fresh.load_state_dict(state)
+    assert fresh.task_sampler.groups == inner.groups == 40 * BATCH - 1
+    assert fresh.task_sampler.outstanding_groups == 0 and fresh.unreported == {}
+    assert fresh.task_sampler.state_dict()["rng"] == inner.state_dict()["rng"]
+
+
 def _v1_trainer(root, **overrides):
     import verl.trainer.config as verl_config
     from verl.trainer.ppo.v1 import get_trainer_cls
@@ -336,7 +360,8 @@ def test_v1_replay_buffer_draws_from_envsched_and_reports_every_finished_group(v
     uids = [str(u) for u in batch["uid"]]
     assert len(uids) == BATCH and set(buffer._uid_key) == set(uids)
     assert sampler.task_sampler.outstanding_groups == BATCH
-    assert sorted(buffer._uid_key.values()) == sorted(sampler._unreported[0])  # the keys envsched drew
+    drawn = sorted(k for k, c in sampler.unreported.items() for _ in range(c))
+    assert sorted(buffer._uid_key.values()) == drawn  # the keys envsched drew
 
     owner = not ray.is_initialized()  # share a cluster another test module left running
     if owner:  # TransferQueue's controller and storage actors each hold a CPU slot
@@ -366,6 +391,7 @@ def test_v1_replay_buffer_draws_from_envsched_and_reports_every_finished_group(v
         assert m["envsched/rewards_nonfinite"] == 1 and m["envsched/reward_range_high"] == 100.0
         buffer.envsched_report("train")  # a later poll does not report them again
         assert inner.groups == BATCH
+        assert buffer._uid_key == {} and sampler.unreported == {}  # reported prompts are forgotten
         trainer.actor_rollout_wg = WorkerGroup(sampler)
         trainer.global_steps = 1
         trainer._save_checkpoint()

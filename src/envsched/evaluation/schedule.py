@@ -10,7 +10,10 @@ from typing import Any
 
 from envsched.evaluation.harness import EvalHarness
 
-__all__ = ["EvalSchedule"]
+__all__ = ["DEFAULT_HISTORY_SIZE", "EvalSchedule"]
+
+#: Evaluations :attr:`EvalSchedule.history` keeps by default (the newest).
+DEFAULT_HISTORY_SIZE = 64
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +40,17 @@ class EvalSchedule:
             read against the episodes and cost spent to reach them.
         output_dir: (keyword) each evaluation writes to ``output_dir/step-NNNNNNNN``; ``None``: the
             harness's own choice (in memory, or the ``EnvEvalHarness``'s ``output_dir``).
+        history_size: (keyword) how many of the newest ``(step, result)`` pairs :attr:`history` keeps
+            (default :data:`DEFAULT_HISTORY_SIZE`; 0 keeps none). A result holds every evaluated task's
+            scores, so an unbounded list would grow by that much per evaluation for the whole run; older
+            results are dropped (oldest first) from memory only -- ``on_result`` received each, and with
+            ``output_dir`` each stays on disk as ``step-NNNNNNNN/result.json``.
     """
 
     def __init__(self, harness: Any, config: Any, every_n_steps: int,
                  on_result: Callable[[int, Any], None] | None = None, *, sampler: Any = None,
-                 output_dir: str | os.PathLike[str] | None = None) -> None:
+                 output_dir: str | os.PathLike[str] | None = None,
+                 history_size: int = DEFAULT_HISTORY_SIZE) -> None:
         self.rfc_form = _is_openenv_harness(harness)
         if self.rfc_form:
             config = _eval_config(harness, config)
@@ -53,6 +62,8 @@ class EvalSchedule:
             raise TypeError(f"harness must be an EnvEvalHarness or an EvalHarness, got {type(harness).__name__}")
         if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
             raise ValueError(f"every_n_steps must be a positive integer, got {every_n_steps!r}")
+        if isinstance(history_size, bool) or not isinstance(history_size, int) or history_size < 0:
+            raise ValueError(f"history_size must be an integer >= 0 (evaluations kept), got {history_size!r}")
         if on_result is not None and not callable(on_result):
             raise TypeError("on_result must be callable as on_result(step, result)")
         self.harness = harness
@@ -61,7 +72,11 @@ class EvalSchedule:
         self.on_result = on_result
         self.sampler = sampler
         self.output_dir = Path(output_dir) if output_dir is not None else None
+        #: The newest ``history_size`` evaluations as ``(step, result)``, oldest first.
         self.history: list[tuple[int, Any]] = []
+        self.history_size = history_size
+        #: Evaluations run so far (kept in :attr:`history` or dropped from it).
+        self.evaluations = 0
         self._last_step: int | None = None
 
     def due(self, step: int) -> bool:
@@ -98,6 +113,8 @@ class EvalSchedule:
                 result.save(out / "result.json")
         self._last_step = step
         self.history.append((step, result))
+        del self.history[:len(self.history) - self.history_size]
+        self.evaluations += 1
         s = result.scores
         log.info("eval at step %d: success_rate=%.4f±%.4f mean_reward=%.4f error_rate=%.4f "
                  "(sampler: %s episodes, cost %s)", step, s.get("success_rate", float("nan")),

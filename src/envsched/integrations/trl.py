@@ -18,6 +18,13 @@ Targets TRL 1.16.0 (transformers 5.24.0). The two RFC 013 hooks are wired where 
 Draws run ahead of feedback (accelerate prefetches one batch, so after step *k* the sampler has produced
 *k + 1* chunks and received *k*): drawn chunks wait in a FIFO until their rewards arrive.
 
+Logs: the trainer keeps the newest ``log_size`` (default :data:`DEFAULT_LOG_SIZE`) fed-back groups in
+:attr:`EnvSchedGRPOMixin.envsched_feedback_log` and the newest ``log_size`` drawn chunks in
+:attr:`EnvSchedGRPOMixin.envsched_draw_log`; older entries are dropped (oldest first) and only counted
+(``envsched_feedback_logged`` / ``envsched_draws_logged``), so a run of any length holds at most
+``log_size`` entries each. Neither log is read by the hooks or written to checkpoints: the sampler's own
+counters (``groups``, ``episodes``, ``cost``, ...) cover the whole run.
+
 Checkpoints: :meth:`EnvSchedGRPOMixin._save_checkpoint` writes ``envsched_sampler.json`` (the sampler's
 ``state_dict`` plus the chunks drawn but not yet trained on) into every ``checkpoint-N`` folder, and
 ``train(resume_from_checkpoint=...)`` restores it and replays those chunks first, so a resumed run makes
@@ -73,6 +80,7 @@ from envsched.pool.spec import task_key
 from envsched.samplers.base import TaskSampler
 
 __all__ = [
+    "DEFAULT_LOG_SIZE",
     "SAMPLER_STATE_FILE",
     "SUPPORTED_VERSIONS",
     "EnvSchedGRPOMixin",
@@ -87,6 +95,9 @@ logger = logging.getLogger(__name__)
 #: File written into every TRL ``checkpoint-N`` folder.
 SAMPLER_STATE_FILE = "envsched_sampler.json"
 _STATE_FORMAT = "envsched.trl/1"
+
+#: Entries each of the trainer's logs keeps by default (the newest; about 1 MiB for the feedback log).
+DEFAULT_LOG_SIZE = 1024
 
 #: The TRL / transformers releases this module is tested against (CI pins them).
 SUPPORTED_VERSIONS = {"trl": "1.16.0", "transformers": "5.24.0"}
@@ -237,12 +248,18 @@ class EnvSchedGRPOMixin:
             learned from the rewards, see :class:`~envsched.integrations._rewards.RewardScale`).
         chunks_per_epoch: generation batches per DataLoader pass (default: enough to cover the tasks
             once). Only TRL's epoch bookkeeping; set ``max_steps`` to bound training.
+        log_size: how many of the newest entries :attr:`envsched_feedback_log` (groups) and
+            :attr:`envsched_draw_log` (chunks) keep (default :data:`DEFAULT_LOG_SIZE`; 0 keeps none).
+            Older entries are dropped, oldest first, and only counted.
     """
 
     def __init__(self, *args: Any, task_sampler: TaskSampler, tasks: Sequence[Any] | None = None,
                  task_to_row: Callable[[Any], dict[str, Any]] | None = None,
                  sampler_reward_funcs: Sequence[str] | None = None, chunks_per_epoch: int | None = None,
-                 reward_range: Sequence[float] | None = None, **kwargs: Any) -> None:
+                 reward_range: Sequence[float] | None = None, log_size: int = DEFAULT_LOG_SIZE,
+                 **kwargs: Any) -> None:
+        if isinstance(log_size, bool) or not isinstance(log_size, int) or log_size < 0:
+            raise ValueError(f"log_size must be an integer >= 0 (entries each log keeps), got {log_size!r}")
         mro = type(self).__mro__
         check_trl_hooks(mro[mro.index(EnvSchedGRPOMixin) + 1])
         for m in ("sample", "update", "state_dict", "load_state_dict"):
@@ -289,10 +306,11 @@ class EnvSchedGRPOMixin:
         self._es_replay: deque[list[int]] = deque()
         self._es_torch_sampler: TaskRepeatSampler | None = None
         self._es_chunks_per_epoch = chunks_per_epoch
-        #: Every fed-back group: ``{"step", "task_id", "rewards", "costs"}`` (for logs and tests).
-        self.envsched_feedback_log: list[dict[str, Any]] = []
-        #: Every drawn chunk (task ids), in draw order, including replays after a resume.
-        self.envsched_draw_log: list[list[str]] = []
+        self._es_feedback_log: deque[dict[str, Any]] = deque(maxlen=log_size)
+        self._es_draw_log: deque[list[str]] = deque(maxlen=log_size)
+        #: Groups ever appended to the feedback log / chunks ever appended to the draw log (kept or dropped).
+        self.envsched_feedback_logged = 0
+        self.envsched_draws_logged = 0
         self._es_steps_trained_in_epoch = 0
         self._es_trajectories: list[tuple[str, Any]] = []
         super().__init__(*args, train_dataset=train_dataset, **kwargs)
@@ -333,6 +351,19 @@ class EnvSchedGRPOMixin:
         self._es_trajectories.append((str(task_id), trajectory))
 
     @property
+    def envsched_feedback_log(self) -> list[dict[str, Any]]:
+        """The newest ``log_size`` fed-back groups, oldest first: ``{"step", "task_id", "rewards", "costs",
+        "raw_rewards"}`` (``rewards`` as the sampler got them, ``raw_rewards`` before the reward scale). Older
+        groups are dropped; ``envsched_feedback_logged - len(envsched_feedback_log)`` of them so far."""
+        return list(self._es_feedback_log)
+
+    @property
+    def envsched_draw_log(self) -> list[list[str]]:
+        """The newest ``log_size`` drawn chunks (task ids), in draw order, including replays after a resume.
+        Older chunks are dropped; ``envsched_draws_logged - len(envsched_draw_log)`` of them so far."""
+        return [list(c) for c in self._es_draw_log]
+
+    @property
     def pending_chunks(self) -> list[list[str]]:
         """Chunks drawn whose rewards have not come back yet (oldest first)."""
         return [list(c) for c in self._es_pending]
@@ -360,7 +391,11 @@ class EnvSchedGRPOMixin:
     def _es_on_draw(self, rows: list[int]) -> None:
         keys = [self._es_row_keys[r] for r in rows]
         self._es_pending.append(keys)
-        self.envsched_draw_log.append(list(keys))
+        self._es_log_draw(keys)
+
+    def _es_log_draw(self, keys: list[str]) -> None:
+        self._es_draw_log.append(list(keys))
+        self.envsched_draws_logged += 1
 
     # ------------------------------------------------------------------ feedback hook
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # type: ignore[override]
@@ -407,8 +442,9 @@ class EnvSchedGRPOMixin:
             raw, costs = combined[span], [float(c) for c in lengths[span]]
             rewards = self._es_scale.map(raw)
             self._es_sampler.update(self._es_tasks[key], rewards, costs)
-            self.envsched_feedback_log.append({"step": step, "task_id": key, "rewards": rewards, "costs": costs,
-                                               "raw_rewards": raw})
+            self._es_feedback_log.append({"step": step, "task_id": key, "rewards": rewards, "costs": costs,
+                                          "raw_rewards": raw})
+            self.envsched_feedback_logged += 1
         trajectories = gather_object(self._es_trajectories) if self._es_trajectories or \
             self.accelerator.num_processes > 1 else []
         self._es_trajectories = []
@@ -487,7 +523,8 @@ class EnvSchedGRPOMixin:
             # batches the Trainer fast-forwards past in the resumed epoch: whole chunks, not drawn again
             self._es_torch_sampler.skip_chunks = self._es_steps_trained_in_epoch // self._es_torch_sampler.repeat_count
         # replayed chunks are draws of the uninterrupted run: log them as draws of this run too
-        self.envsched_draw_log.extend(list(c) for c in pending)
+        for chunk in pending:
+            self._es_log_draw(list(chunk))
 
 
 class EnvSchedGRPOTrainer(EnvSchedGRPOMixin, GRPOTrainer):

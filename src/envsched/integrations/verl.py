@@ -295,7 +295,8 @@ class EnvSchedVerlSampler(_Base):
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         self.batch_size = batch_size
         self._queue: deque[int] = deque()
-        self._unreported: deque[list[str]] = deque()  # drawn batches whose update() has not come
+        # drawn groups whose feedback has not come: task key -> count (at most one entry per task)
+        self._unreported: dict[str, int] = {}
         self._loaded_nonce: str | None = None  # the state last loaded, while nothing changed since
         self.reported_groups = 0
 
@@ -318,9 +319,17 @@ class EnvSchedVerlSampler(_Base):
                     raise KeyError(f"the sampler drew task {k!r}, which has no dataset row")
                 self._spec_of.setdefault(k, t)
             self._queue.extend(self._row_of[k] for k in keys)
-            self._unreported.append(keys)
+            for k in keys:
+                self._unreported[k] = self._unreported.get(k, 0) + 1
             self._loaded_nonce = None
         return self._queue.popleft()
+
+    @property
+    def unreported(self) -> dict[str, int]:
+        """Groups drawn whose feedback has not come yet, per task key (a copy). Kept as counts per task, so it
+        never holds more entries than there are tasks, however many batches are reported partly or out of
+        order; a checkpoint stores it and a resume discards those dispatches in the task sampler."""
+        return dict(self._unreported)
 
     def row_of(self, key: str) -> int:
         """The dataset row of task ``key``."""
@@ -334,12 +343,14 @@ class EnvSchedVerlSampler(_Base):
             if key not in self._spec_of and key not in self._row_of:
                 raise KeyError(f"the batch reports task {key!r}, unknown to this sampler")
         for key, rewards, costs in groups:
+            self._loaded_nonce = None
             self.task_sampler.update(self._spec_of.get(key, key), self.reward_scale.map(rewards), costs)
             self.reported_groups += 1
-        self._loaded_nonce = None
-        reported = [k for k, _, _ in groups]
-        while self._unreported and set(self._unreported[0]) <= set(reported):
-            self._unreported.popleft()
+            c = self._unreported.get(key, 0)
+            if c > 1:
+                self._unreported[key] = c - 1
+            elif c == 1:
+                del self._unreported[key]
 
     def update(self, batch: Any, score_key: str = "token_level_scores") -> None:
         """Report every prompt group of a finished step's ``DataProto`` (see :func:`groups_from_batch`)."""
@@ -356,7 +367,8 @@ class EnvSchedVerlSampler(_Base):
     def state_dict(self) -> dict[str, Any]:
         return {"format": VERL_STATE_FORMAT, "nonce": uuid.uuid4().hex, "sampler": self.task_sampler.state_dict(),
                 "reward_scale": self.reward_scale.state_dict(), "queue": list(self._queue),
-                "unreported": [list(b) for b in self._unreported], "reported_groups": self.reported_groups}
+                "unreported": [[k for k, c in self._unreported.items() for _ in range(c)]],
+                "reported_groups": self.reported_groups}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output, then release the dispatches of batches whose feedback never came.
@@ -380,7 +392,7 @@ class EnvSchedVerlSampler(_Base):
                 if callable(discard):
                     with contextlib.suppress(KeyError, ValueError):
                         discard(self._spec_of.get(k, k))
-        self._unreported = deque()
+        self._unreported = {}
         self.reported_groups = int(state_dict.get("reported_groups", 0))
         self._loaded_nonce = state_dict.get("nonce")
 
@@ -500,8 +512,8 @@ def _make_replay_buffer_class() -> type:
             check_verl_config(trainer.config)
             self.trainer = trainer
             self.envsched_sampler: EnvSchedVerlSampler | None = None
+            # prompt uid -> task key, for prompts fetched and not yet reported (removed when reported)
             self._uid_key: dict[str, str] = {}
-            self._reported: set[str] = set()
             _patch_v1_trainer(trainer, self)
 
         def _sync_metadata_from_transfer_queue(self) -> None:
@@ -514,8 +526,8 @@ def _make_replay_buffer_class() -> type:
 
             if self.envsched_sampler is None:
                 return
-            terminal = (self.finished_keys[partition_id] | self.failure_keys[partition_id]) - self._reported
-            terminal = {u for u in terminal if u in self._uid_key}
+            terminal = self.finished_keys[partition_id] | self.failure_keys[partition_id]
+            terminal = {u for u in terminal if u in self._uid_key}  # reported uids have left _uid_key
             if not terminal:
                 return
             traj = sorted(k for k in self.partitions[partition_id] if k.split("_")[0] in terminal)
@@ -534,7 +546,8 @@ def _make_replay_buffer_class() -> type:
                 costs += [0.0] * max(0, n - len(costs))
                 groups.append((self._uid_key[uid], rewards, costs))  # type: ignore[arg-type]
             self.envsched_sampler.report_groups(groups)
-            self._reported |= terminal
+            for uid in terminal:
+                del self._uid_key[uid]
 
         def metrics(self) -> dict[str, float]:
             return self.envsched_sampler.metrics() if self.envsched_sampler is not None else {}

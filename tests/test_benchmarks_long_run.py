@@ -1,0 +1,32 @@
+"""benchmarks/long_run.py runs end to end at a tiny size (both parts, every sampler, in this process) and
+reports what it says it does: a row per checkpoint step and per state, medians over the stated windows."""
+
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+from types import SimpleNamespace
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "long_run.py"
+
+
+def test_quick_run_at_a_tiny_size(tmp_path, capsys):
+    lr = SimpleNamespace(**runpy.run_path(str(SCRIPT), run_name="long_run"))
+    out = tmp_path / "lr.json"
+    assert lr.main(["--quick", "--sizes", "100", "--at", "3", "6", "--window", "4", "--scale-sizes", "100",
+                    "--steady-steps", "8", "--steps", "2", "--warmup", "1", "--in-process", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    longs = [r for r in data["rows"] if r["part"] == "long"]
+    assert [(r["sampler"], r["step"], r["window"]) for r in longs] == [
+        ("envsched-default", 3, 3), ("envsched-default", 6, 4), ("envsched-paper", 3, 3), ("envsched-paper", 6, 4)]
+    for r in longs:
+        assert r["min_step_s"] <= r["median_step_s"] <= r["max_step_s"]
+        assert r["state_json_bytes"] > 0 and r["rss_peak_mib"] > 0 and 0 < r["observed_fraction"] <= 1
+    scales = [r for r in data["rows"] if r["part"] == "scale"]
+    assert [(r["sampler"], r["state"], r["steps_before"]) for r in scales] == [
+        (name, state, before) for name in ("envsched-default", "envsched-paper", "uniform", "mopps", "plr")
+        for state, before in (("benchmark", 1), ("steady", 8))]
+    assert all(r["steps_timed"] == 2 for r in scales)
+    assert "median step" in capsys.readouterr().out
+    assert lr.default_steady_steps(2_550) == 200 and lr.default_steady_steps(100_000) == 1000
