@@ -85,9 +85,10 @@ class GroupResult:
     def __init__(self, position: int, rewards: list[float | None], costs: np.ndarray | None) -> None:
         self.position = position
         self.rewards = rewards
-        self.scored = np.asarray([r for r in rewards if r is not None], dtype=float)
+        scored = [r for r in rewards if r is not None]
+        self.scored = np.asarray(scored, dtype=float)
         self.costs = costs
-        self.has_signal = bool(self.scored.size >= 2 and np.ptp(self.scored) > 0)
+        self.has_signal = len(scored) >= 2 and min(scored) != max(scored)  # plain floats: no numpy call
 
     @property
     def variance(self) -> float:
@@ -438,8 +439,13 @@ class BaseSampler(ABC):
         if len(rewards) == 0:
             raise ValueError(f"rewards for task {key!r} are empty: a group has at least one rollout")
         low, high = self.reward_range
+        lo, hi = low - _RANGE_TOLERANCE, high + _RANGE_TOLERANCE
         clean: list[float | None] = []
-        for i, r in enumerate(rewards):
+        # the common case, plain floats inside the range (NaN and inf fail the comparison), in one pass;
+        # anything else goes through the checks below, which name the offending reward
+        if all(type(r) is float and lo <= r <= hi for r in rewards):
+            clean = [min(max(r, low), high) for r in rewards]
+        for i, r in enumerate(rewards if not clean else ()):
             if r is None:
                 clean.append(None)
                 continue
@@ -449,7 +455,7 @@ class BaseSampler(ABC):
             if not math.isfinite(r):
                 raise ValueError(f"rewards[{i}] for task {key!r} is {r}: rewards must be finite "
                                  "(use None for a rollout the environment could not score)")
-            if r < low - _RANGE_TOLERANCE or r > high + _RANGE_TOLERANCE:
+            if r < lo or r > hi:
                 raise ValueError(f"rewards[{i}] for task {key!r} is {r}, outside the declared reward range "
                                  f"[{low}, {high}]")
             clean.append(min(max(r, low), high))
