@@ -107,11 +107,18 @@ def propagate(values: np.ndarray, observed: np.ndarray, operator: sp.spmatrix | 
     total = agg[:, 0]
     has = total > 0
     missing = np.maximum(rel.row_total - total, 0.0)
-    denom = np.where(has, rel.row_total, 1.0)
     # (agg + missing * reference) / row_total where a neighbour is observed, else the reference. Column by
     # column into a (C, N) buffer returned transposed (Fortran order): numpy broadcasting over a trailing
     # axis of 3-6 runs several times slower than 1-D loops, and column slices of the result stay contiguous
     est = np.empty((reference.size, values.shape[0]))
+    rows = np.flatnonzero(has)
+    if 4 * rows.size < has.size:  # early in a run: compute only the rows with an observed neighbour
+        agg_rows, missing_rows, total_rows = agg[rows], missing[rows], rel.row_total[rows]
+        for j, col in enumerate(est):
+            col.fill(reference[j])
+            col[rows] = (agg_rows[:, 1 + j] + missing_rows * reference[j]) / total_rows
+        return est.T, has
+    denom = np.where(has, rel.row_total, 1.0)
     unseen = ~has
     for j, col in enumerate(est):
         np.multiply(missing, reference[j], out=col)
@@ -161,12 +168,16 @@ def percentile_ranks(x: np.ndarray, order: np.ndarray | None = None) -> np.ndarr
     included (any NaN: all NaN, scipy's default ``nan_policy="propagate"``).
     """
     x = np.asarray(x, dtype=float)
-    n = x.size
-    if n == 0:
-        return np.empty(0)
     if order is None:
         order = sort_order(x)
-    xs = x[order]
+    return _ranks_of_sorted(x[order], order)
+
+
+def _ranks_of_sorted(xs: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """:func:`percentile_ranks` from the sorted values ``xs = x[order]``."""
+    n = xs.size
+    if n == 0:
+        return np.empty(0)
     if np.isnan(xs[-1]):
         return np.full(n, np.nan)
     first = np.empty(n, dtype=bool)
@@ -187,15 +198,20 @@ def quantile_map(values: np.ndarray, q: np.ndarray, order: np.ndarray | None = N
     N probabilities instead of a selection per probability; ``order`` (indices that sort ``values``, e.g.
     the ones :func:`percentile_ranks` used) saves that sort too.
     """
-    x = values[order] if order is not None else np.sort(values)
+    return _quantiles_of_sorted(values[order] if order is not None else np.sort(values), q)
+
+
+def _quantiles_of_sorted(x: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """:func:`quantile_map` from the sorted values ``x``."""
     h = (x.size - 1) * np.clip(q, 0.0, 1.0)
     lo = np.floor(h).astype(np.int64)
     hi = np.minimum(lo + 1, x.size - 1)
     frac = h - lo
+    x_lo, x_hi = x[lo], x[hi]
     # numpy's _lerp form, so results match numpy.quantile bit for bit where possible
-    diff = x[hi] - x[lo]
-    out = x[lo] + diff * frac
-    return np.where(frac >= 0.5, x[hi] - diff * (1 - frac), out)
+    diff = x_hi - x_lo
+    out = x_lo + diff * frac
+    return np.where(frac >= 0.5, x_hi - diff * (1 - frac), out)
 
 
 @dataclass
@@ -270,8 +286,9 @@ def _one_half_life(hist: TaskHistory, relations: tuple[tuple[np.ndarray, np.ndar
     v_rec = d * m * (1.0 - m)
     a = config.reconstruction_weight
     order = sort_order(v, shared)
-    q = (1.0 - a) * percentile_ranks(v, order) + a * percentile_ranks(v_rec, sort_order(v_rec, shared))
-    score = quantile_map(v, q, order)
+    v_sorted = v[order]  # one gather shared by the ranks and the quantile mapping
+    q = (1.0 - a) * _ranks_of_sorted(v_sorted, order) + a * percentile_ranks(v_rec, sort_order(v_rec, shared))
+    score = _quantiles_of_sorted(v_sorted, q)
     return HalfLifePrediction(history=hist, within=within, within_has=within_has, cross=cross, cross_has=cross_has,
                               prior=prior, posterior=posterior, v_direct=v, v_reconstructed=v_rec, q=q,
                               score=score)
