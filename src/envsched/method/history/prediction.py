@@ -150,7 +150,7 @@ def sort_order(x: np.ndarray, block: np.ndarray | None = None) -> np.ndarray:
     """
     if block is not None and x.size:
         inside = np.flatnonzero(block)
-        if inside.size > 1 and not np.isnan(x[inside[0]]) and (x[inside] == x[inside[0]]).all():
+        if inside.size > 1 and (x[inside] == x[inside[0]]).all():  # (false for NaN)
             rest = np.flatnonzero(~block)
             xr = x[rest]
             o = _argsort(xr)
