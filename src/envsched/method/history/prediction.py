@@ -101,16 +101,23 @@ def propagate(values: np.ndarray, observed: np.ndarray, operator: sp.spmatrix | 
     seen = np.flatnonzero(observed)
     if seen.size == 0:
         return np.broadcast_to(reference, values.shape).copy(), np.zeros(values.shape[0], dtype=bool)
-    rel = RelationOperator.of(operator)
+    return _propagate_seen(seen, np.column_stack([np.ones(seen.size), values[seen]]), RelationOperator.of(operator),
+                           reference)
+
+
+def _propagate_seen(seen: np.ndarray, x: np.ndarray, rel: RelationOperator,
+                    reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`propagate` from the observed positions ``seen`` (non-empty) and ``x = [1, values[seen]]``, which
+    both relations share."""
     # only observed tasks contribute: O(K * observed + N) instead of O(K * N) random reads
-    agg = np.asarray(rel.matrix[:, seen] @ np.column_stack([np.ones(seen.size), values[seen]]))
+    agg = np.asarray(rel.matrix[:, seen] @ x)
     total = agg[:, 0]
     has = total > 0
     missing = np.maximum(rel.row_total - total, 0.0)
     # (agg + missing * reference) / row_total where a neighbour is observed, else the reference. Column by
     # column into a (C, N) buffer returned transposed (Fortran order): numpy broadcasting over a trailing
     # axis of 3-6 runs several times slower than 1-D loops, and column slices of the result stay contiguous
-    est = np.empty((reference.size, values.shape[0]))
+    est = np.empty((reference.size, agg.shape[0]))
     rows = np.flatnonzero(has)
     if 4 * rows.size < has.size:  # early in a run: compute only the rows with an observed neighbour
         agg_rows, missing_rows, total_rows = agg[rows], missing[rows], rel.row_total[rows]
@@ -317,11 +324,15 @@ def predict(history: History, graph: DualRelationGraph, config: SchedulerConfig,
     h_long = history.task_history(config.long_half_life, reference, centered)
     h_short = history.task_history(config.short_half_life, reference, centered)
     # both half-lives propagate in one sparse product per relation (the observed set is the same)
-    both = np.concatenate([h_long.values, h_short.values], axis=1)
-    rel = []
-    for op in ops:
-        est, has = propagate(both, h_long.observed, op, np.concatenate([reference, reference]))
-        rel.append(((est[:, :3], has), (est[:, 3:], has)))
+    seen = np.flatnonzero(h_long.observed)
+    both_reference = np.concatenate([reference, reference])
+    if seen.size:
+        x = np.column_stack([np.ones(seen.size), h_long.values[seen], h_short.values[seen]])
+        estimates = [_propagate_seen(seen, x, op, both_reference) for op in ops]
+    else:  # no task with history weight: every estimate is the reference
+        n = graph.num_nodes
+        estimates = [(np.broadcast_to(both_reference, (n, 6)).copy(), np.zeros(n, dtype=bool)) for _ in ops]
+    rel = [((est[:, :3], has), (est[:, 3:], has)) for est, has in estimates]
     shared = ~h_long.observed
     if config.use_within_edges:
         shared &= ~rel[0][0][1]
