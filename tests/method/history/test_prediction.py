@@ -95,6 +95,10 @@ def test_quantile_map_with_shared_order_equals_numpy_quantile(n, share, distinct
     shared = quantile_map(v, q, sort_order(v, block))
     assert np.array_equal(shared, quantile_map(v, q))  # the order changes nothing
     assert np.allclose(shared, np.quantile(v, q, method="linear"), rtol=0, atol=1e-15)
+    # probabilities outside [0, 1] are clipped; any shape, a scalar included
+    assert np.array_equal(quantile_map(v, np.array([-0.5, 1.5])), [v.min(), v.max()])
+    assert quantile_map(v, 0.25).shape == () and quantile_map(v, 0.25) == quantile_map(v, np.array([0.25]))[0]
+    assert quantile_map(v, q[:6].reshape(2, 3)).shape == (2, 3)
 
 
 def test_relation_operator_row_totals_cached_and_propagation_unchanged():

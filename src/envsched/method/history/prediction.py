@@ -205,20 +205,32 @@ def quantile_map(values: np.ndarray, q: np.ndarray, order: np.ndarray | None = N
     N probabilities instead of a selection per probability; ``order`` (indices that sort ``values``, e.g.
     the ones :func:`percentile_ranks` used) saves that sort too.
     """
-    return _quantiles_of_sorted(values[order] if order is not None else np.sort(values), q)
+    q = np.asarray(q, dtype=float)
+    x = values[order] if order is not None else np.sort(values)
+    return _quantiles_of_sorted(x, q.reshape(-1)).reshape(q.shape)
 
 
 def _quantiles_of_sorted(x: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """:func:`quantile_map` from the sorted values ``x``."""
-    h = (x.size - 1) * np.clip(q, 0.0, 1.0)
-    lo = np.floor(h).astype(np.int64)
-    hi = np.minimum(lo + 1, x.size - 1)
-    frac = h - lo
-    x_lo, x_hi = x[lo], x[hi]
-    # numpy's _lerp form, so results match numpy.quantile bit for bit where possible
-    diff = x_hi - x_lo
-    out = x_lo + diff * frac
-    return np.where(frac >= 0.5, x_hi - diff * (1 - frac), out)
+    """:func:`quantile_map` from the sorted values ``x`` at the probabilities ``q`` (1-D)."""
+    # numpy's _lerp form, so results match numpy.quantile bit for bit where possible:
+    # h = (n - 1) q, lo = floor(h), hi = min(lo + 1, n - 1), t = h - lo, diff = x[hi] - x[lo],
+    # x[lo] + diff t where t < 0.5, else x[hi] - diff (1 - t); in place (few N-sized temporaries)
+    h = np.clip(q, 0.0, 1.0)
+    h *= x.size - 1
+    lo = np.floor(h)
+    frac = np.subtract(h, lo, out=h)
+    lo_i = lo.astype(np.int64)
+    hi_i = lo_i + 1
+    np.minimum(hi_i, x.size - 1, out=hi_i)
+    x_lo, x_hi = x[lo_i], x[hi_i]
+    diff = np.subtract(x_hi, x_lo, out=lo)
+    out = diff * frac
+    out += x_lo
+    upper = np.subtract(1.0, frac, out=x_lo)
+    upper *= diff
+    np.subtract(x_hi, upper, out=upper)
+    np.copyto(out, upper, where=frac >= 0.5)
+    return out
 
 
 @dataclass
