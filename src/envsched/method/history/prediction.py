@@ -22,23 +22,28 @@ For each of the two half-lives (long and short) the complete score is computed s
 The two half-life scores are then combined, and a **recent decline** (short score below long) lowers the
 priority: ``priority = (s_long + s_short) / 2 - decline_penalty * max(0, s_long - s_short)``.
 
-Everything is vectorised over N: ``O(N K)`` for propagation, ``O(N log N)`` for the ranks.
+Everything is vectorised over N: ``O(N K)`` for propagation, ``O(N log N)`` for the ranks. Costs a step pays
+once, not per half-life: each relation operator keeps its row totals (:class:`RelationOperator`, built once
+per graph); one sort order of ``v`` serves both its percentile ranks and the quantile mapping; tasks that
+share the reference prediction (no own history, no observed neighbour: most of a large pool early in a run)
+are sorted as one block; the percentile ranks of the priority (``Prediction.q``), which only explanations
+read, are computed when first read.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.stats import rankdata
 
 from envsched.method.config import SchedulerConfig
 from envsched.method.graph.dual_graph import DualRelationGraph
 from envsched.method.history.statistics import History, TaskHistory
 
-__all__ = ["HalfLifePrediction", "Prediction", "percentile_ranks", "predict", "propagate", "quantile_map",
-           "relation_operator", "relation_operators"]
+__all__ = ["HalfLifePrediction", "Prediction", "RelationOperator", "percentile_ranks", "predict", "propagate",
+           "quantile_map", "relation_operator", "relation_operators", "sort_order"]
 
 
 def relation_operator(index: np.ndarray, weight: np.ndarray, n: int) -> sp.csc_matrix:
@@ -50,14 +55,35 @@ def relation_operator(index: np.ndarray, weight: np.ndarray, n: int) -> sp.csc_m
     return sp.csc_matrix((weight.ravel()[keep].astype(float), (rows[keep], cols[keep])), shape=(n, n))
 
 
-def propagate(values: np.ndarray, observed: np.ndarray, operator: sp.spmatrix,
+@dataclass(frozen=True)
+class RelationOperator:
+    """A relation's neighbour weights with their row totals, which never change for a graph (the step used to
+    recompute them on every call)."""
+
+    matrix: sp.csc_matrix
+    row_total: np.ndarray  # (N,): sum of each task's neighbour weights
+
+    @classmethod
+    def of(cls, operator: sp.spmatrix | RelationOperator) -> RelationOperator:
+        """Wrap a sparse ``(N, N)`` weight matrix (row totals computed once here); an operator is returned as is."""
+        if isinstance(operator, RelationOperator):
+            return operator
+        if not sp.issparse(operator):
+            raise TypeError(f"operator must be a scipy sparse matrix or a RelationOperator, got "
+                            f"{type(operator).__name__}")
+        op = sp.csc_matrix(operator)
+        return cls(matrix=op, row_total=np.asarray(op.sum(axis=1)).ravel())
+
+
+def propagate(values: np.ndarray, observed: np.ndarray, operator: sp.spmatrix | RelationOperator,
               reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Neighbour aggregation along one relation.
 
     Args:
         values: ``(N, C)`` per-task statistics (histories).
         observed: ``(N,)`` which tasks have history.
-        operator: the relation's neighbour weights (:func:`relation_operator`).
+        operator: the relation's neighbour weights (:func:`relation_operator`), best as a
+            :class:`RelationOperator` (:func:`relation_operators`) so the row totals are not recomputed.
         reference: ``(C,)`` used where a task has no observed neighbour.
 
     Returns:
@@ -75,39 +101,136 @@ def propagate(values: np.ndarray, observed: np.ndarray, operator: sp.spmatrix,
     seen = np.flatnonzero(observed)
     if seen.size == 0:
         return np.broadcast_to(reference, values.shape).copy(), np.zeros(values.shape[0], dtype=bool)
-    op = sp.csc_matrix(operator)
-    row_total = np.asarray(op.sum(axis=1)).ravel()
+    return _propagate_seen(seen, np.column_stack([np.ones(seen.size), values[seen]]), RelationOperator.of(operator),
+                           reference)
+
+
+def _propagate_seen(seen: np.ndarray, x: np.ndarray, rel: RelationOperator,
+                    reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`propagate` from the observed positions ``seen`` (non-empty) and ``x = [1, values[seen]]``, which
+    both relations share."""
     # only observed tasks contribute: O(K * observed + N) instead of O(K * N) random reads
-    agg = np.asarray(op[:, seen] @ np.column_stack([np.ones(seen.size), values[seen]]))
+    agg = np.asarray(rel.matrix[:, seen] @ x)
     total = agg[:, 0]
     has = total > 0
-    missing = np.maximum(row_total - total, 0.0)
-    denom = np.where(has, row_total, 1.0)
-    est = np.where(has[:, None], (agg[:, 1:] + missing[:, None] * reference[None, :]) / denom[:, None],
-                   reference[None, :])
-    return est, has
+    missing = np.maximum(rel.row_total - total, 0.0)
+    # (agg + missing * reference) / row_total where a neighbour is observed, else the reference. Column by
+    # column into a (C, N) buffer returned transposed (Fortran order): numpy broadcasting over a trailing
+    # axis of 3-6 runs several times slower than 1-D loops, and column slices of the result stay contiguous
+    est = np.empty((reference.size, agg.shape[0]))
+    rows = np.flatnonzero(has)
+    if 4 * rows.size < has.size:  # early in a run: compute only the rows with an observed neighbour
+        agg_rows, missing_rows, total_rows = agg[rows], missing[rows], rel.row_total[rows]
+        for j, col in enumerate(est):
+            col.fill(reference[j])
+            col[rows] = (agg_rows[:, 1 + j] + missing_rows * reference[j]) / total_rows
+        return est.T, has
+    denom = np.where(has, rel.row_total, 1.0)
+    unseen = ~has
+    for j, col in enumerate(est):
+        np.multiply(missing, reference[j], out=col)
+        col += agg[:, 1 + j]
+        col /= denom
+        np.copyto(col, reference[j], where=unseen)
+    return est.T, has
 
 
-def percentile_ranks(x: np.ndarray) -> np.ndarray:
-    """Percentile ranks over all N with average ties: ``rankdata(x, 'average') / N`` in ``(0, 1]``."""
-    return rankdata(x, method="average") / x.size
+def _argsort(x: np.ndarray) -> np.ndarray:
+    """``numpy.argsort`` with the faster kind for ``x``: the default (SIMD quicksort) on mostly distinct values,
+    the stable sort when one value fills a large share (the quicksort then runs several times slower). A strided
+    sample of about 1,000 values tells which; the order of equal values, the only thing the kind changes, is
+    never used."""
+    if x.size > 4096:
+        sample = np.sort(x[:: x.size // 1024])
+        if np.count_nonzero(sample[1:] == sample[:-1]) * 8 < sample.size:
+            return np.argsort(x)
+    return np.argsort(x, kind="stable")
 
 
-def quantile_map(values: np.ndarray, q: np.ndarray) -> np.ndarray:
+def sort_order(x: np.ndarray, block: np.ndarray | None = None) -> np.ndarray:
+    """Indices that sort ``x`` ascending (equal values in any order, NaN last).
+
+    ``block``: an optional ``(N,)`` mask of positions expected to hold one common value (the tasks that share
+    the reference prediction). When they do, only the other positions are sorted and the block is inserted
+    where its value belongs: ``O(k log k + N)`` for ``k`` positions outside the block instead of ``O(N log N)``.
+    When they do not (checked), ``x`` is sorted whole.
+    """
+    if block is not None and x.size:
+        inside = np.flatnonzero(block)
+        if inside.size > 1 and (x[inside] == x[inside[0]]).all():  # (false for NaN)
+            rest = np.flatnonzero(~block)
+            xr = x[rest]
+            o = _argsort(xr)
+            cut = int(np.searchsorted(xr[o], x[inside[0]], side="left"))
+            rest = rest[o]
+            return np.concatenate([rest[:cut], inside, rest[cut:]])
+    return _argsort(x)
+
+
+def percentile_ranks(x: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+    """Percentile ranks over all N with average ties: ``rankdata(x, 'average') / N`` in ``(0, 1]``.
+
+    ``order``: indices that sort ``x`` (:func:`sort_order`), when the caller already has them. Equal to
+    ``scipy.stats.rankdata`` bit for bit (average ranks are half-integers, exact in floating point), NaN
+    included (any NaN: all NaN, scipy's default ``nan_policy="propagate"``).
+    """
+    x = np.asarray(x, dtype=float)
+    if order is None:
+        order = sort_order(x)
+    return _ranks_of_sorted(x[order], order)
+
+
+def _ranks_of_sorted(xs: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """:func:`percentile_ranks` from the sorted values ``xs = x[order]``."""
+    n = xs.size
+    if n == 0:
+        return np.empty(0)
+    if np.isnan(xs[-1]):
+        return np.full(n, np.nan)
+    first = np.empty(n, dtype=bool)
+    first[0] = True
+    np.not_equal(xs[1:], xs[:-1], out=first[1:])
+    start = np.flatnonzero(first)
+    end = np.append(start[1:], n)
+    ranks = np.empty(n)
+    # ties share the mean of the 1-based ranks start+1 .. end
+    ranks[order] = np.repeat((start + end + 1) / 2.0, end - start)
+    return ranks / n
+
+
+def quantile_map(values: np.ndarray, q: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
     """The empirical quantile function of ``values`` with linear interpolation, evaluated at ``q``.
 
     Identical to ``numpy.quantile(values, q, method="linear")`` (tested), computed with one sort for all
-    N probabilities instead of a selection per probability.
+    N probabilities instead of a selection per probability; ``order`` (indices that sort ``values``, e.g.
+    the ones :func:`percentile_ranks` used) saves that sort too.
     """
-    x = np.sort(values)
-    h = (x.size - 1) * np.clip(q, 0.0, 1.0)
-    lo = np.floor(h).astype(np.int64)
-    hi = np.minimum(lo + 1, x.size - 1)
-    frac = h - lo
-    # numpy's _lerp form, so results match numpy.quantile bit for bit where possible
-    diff = x[hi] - x[lo]
-    out = x[lo] + diff * frac
-    return np.where(frac >= 0.5, x[hi] - diff * (1 - frac), out)
+    q = np.asarray(q, dtype=float)
+    x = values[order] if order is not None else np.sort(values)
+    return _quantiles_of_sorted(x, q.reshape(-1)).reshape(q.shape)
+
+
+def _quantiles_of_sorted(x: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """:func:`quantile_map` from the sorted values ``x`` at the probabilities ``q`` (1-D)."""
+    # numpy's _lerp form, so results match numpy.quantile bit for bit where possible:
+    # h = (n - 1) q, lo = floor(h), hi = min(lo + 1, n - 1), t = h - lo, diff = x[hi] - x[lo],
+    # x[lo] + diff t where t < 0.5, else x[hi] - diff (1 - t); in place (few N-sized temporaries)
+    h = np.clip(q, 0.0, 1.0)
+    h *= x.size - 1
+    lo = np.floor(h)
+    frac = np.subtract(h, lo, out=h)
+    lo_i = lo.astype(np.int64)
+    hi_i = lo_i + 1
+    np.minimum(hi_i, x.size - 1, out=hi_i)
+    x_lo, x_hi = x[lo_i], x[hi_i]
+    diff = np.subtract(x_hi, x_lo, out=lo)
+    out = diff * frac
+    out += x_lo
+    upper = np.subtract(1.0, frac, out=x_lo)
+    upper *= diff
+    np.subtract(x_hi, upper, out=upper)
+    np.copyto(out, upper, where=frac >= 0.5)
+    return out
 
 
 @dataclass
@@ -136,7 +259,13 @@ class Prediction:
     short: HalfLifePrediction
     decline: np.ndarray
     informativeness: np.ndarray
-    q: np.ndarray
+    shared: np.ndarray | None = field(default=None, repr=False)  # tasks that share the reference prediction
+
+    @cached_property
+    def q(self) -> np.ndarray:
+        """Percentile ranks of the priority (``informativeness``) over all N; only explanations read them, so
+        they are computed on first use."""
+        return percentile_ranks(self.informativeness, sort_order(self.informativeness, self.shared))
 
     @property
     def mean(self) -> np.ndarray:
@@ -154,7 +283,9 @@ class Prediction:
 
 
 def _one_half_life(hist: TaskHistory, relations: tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
-                   reference: np.ndarray, config: SchedulerConfig) -> HalfLifePrediction:
+                   reference: np.ndarray, config: SchedulerConfig, shared: np.ndarray) -> HalfLifePrediction:
+    """``shared``: tasks without own history and without an observed neighbour in a relation in use, whose
+    predictions are all the same (sorted as one block, see :func:`sort_order`)."""
     (within, within_has), (cross, cross_has) = relations
     if config.use_within_edges and config.use_cross_edges:
         w = config.within_fusion_weight
@@ -164,50 +295,65 @@ def _one_half_life(hist: TaskHistory, relations: tuple[tuple[np.ndarray, np.ndar
     elif config.use_cross_edges:
         prior = cross
     else:
-        prior = np.broadcast_to(reference, within.shape).copy()
+        prior = np.broadcast_to(reference, within.shape).copy(order="F")
     n0 = config.prior_strength
-    W = hist.weight[:, None]
-    posterior = (n0 * prior + W * hist.values) / (n0 + W)
+    W = hist.weight
+    posterior = np.empty((prior.shape[1], prior.shape[0])).T  # Fortran order, as propagate's estimates
+    for j in range(prior.shape[1]):  # (n0 * prior + W * own) / (n0 + W), column by column (see propagate)
+        posterior[:, j] = (n0 * prior[:, j] + W * hist.values[:, j]) / (n0 + W)
     m, v, d = posterior[:, 0], posterior[:, 1], posterior[:, 2]
     v_rec = d * m * (1.0 - m)
     a = config.reconstruction_weight
-    q = (1.0 - a) * percentile_ranks(v) + a * percentile_ranks(v_rec)
-    score = quantile_map(v, q)
+    order = sort_order(v, shared)
+    v_sorted = v[order]  # one gather shared by the ranks and the quantile mapping
+    q = (1.0 - a) * _ranks_of_sorted(v_sorted, order) + a * percentile_ranks(v_rec, sort_order(v_rec, shared))
+    score = _quantiles_of_sorted(v_sorted, q)
     return HalfLifePrediction(history=hist, within=within, within_has=within_has, cross=cross, cross_has=cross_has,
                               prior=prior, posterior=posterior, v_direct=v, v_reconstructed=v_rec, q=q,
                               score=score)
 
 
-def relation_operators(graph: DualRelationGraph) -> tuple[sp.csc_matrix, sp.csc_matrix]:
-    """``(within, cross)`` operators of a graph (build once, reuse every step)."""
+def relation_operators(graph: DualRelationGraph) -> tuple[RelationOperator, RelationOperator]:
+    """``(within, cross)`` operators of a graph with their row totals (build once, reuse every step)."""
     n = graph.num_nodes
-    return (relation_operator(graph.within_index, graph.within_weight, n),
-            relation_operator(graph.cross_index, graph.cross_weight, n))
+    return (RelationOperator.of(relation_operator(graph.within_index, graph.within_weight, n)),
+            RelationOperator.of(relation_operator(graph.cross_index, graph.cross_weight, n)))
 
 
 def predict(history: History, graph: DualRelationGraph, config: SchedulerConfig,
-            operators: tuple[sp.csc_matrix, sp.csc_matrix] | None = None) -> Prediction | None:
+            operators: tuple[RelationOperator | sp.spmatrix, RelationOperator | sp.spmatrix] | None = None,
+            ) -> Prediction | None:
     """Informativeness of every task from the history so far; ``None`` before any scored observation.
 
-    ``operators`` (from :func:`relation_operators`) saves rebuilding the neighbour matrices every step.
+    ``operators`` (from :func:`relation_operators`) saves rebuilding the neighbour matrices and their row
+    totals every step.
     """
     reference = history.global_reference()
     if reference is None:
         return None
-    ops = operators if operators is not None else relation_operators(graph)
+    ops = tuple(RelationOperator.of(op) for op in operators) if operators is not None else relation_operators(graph)
     centered = history.centered_observations(reference)
     h_long = history.task_history(config.long_half_life, reference, centered)
     h_short = history.task_history(config.short_half_life, reference, centered)
     # both half-lives propagate in one sparse product per relation (the observed set is the same)
-    both = np.concatenate([h_long.values, h_short.values], axis=1)
-    rel = []
-    for op in ops:
-        est, has = propagate(both, h_long.observed, op, np.concatenate([reference, reference]))
-        rel.append(((est[:, :3], has), (est[:, 3:], has)))
-    long = _one_half_life(h_long, (rel[0][0], rel[1][0]), reference, config)
-    short = _one_half_life(h_short, (rel[0][1], rel[1][1]), reference, config)
+    seen = np.flatnonzero(h_long.observed)
+    both_reference = np.concatenate([reference, reference])
+    if seen.size:
+        x = np.column_stack([np.ones(seen.size), h_long.values[seen], h_short.values[seen]])
+        estimates = [_propagate_seen(seen, x, op, both_reference) for op in ops]
+    else:  # no task with history weight: every estimate is the reference
+        n = graph.num_nodes
+        estimates = [(np.broadcast_to(both_reference, (n, 6)).copy(), np.zeros(n, dtype=bool)) for _ in ops]
+    rel = [((est[:, :3], has), (est[:, 3:], has)) for est, has in estimates]
+    shared = ~h_long.observed
+    if config.use_within_edges:
+        shared &= ~rel[0][0][1]
+    if config.use_cross_edges:
+        shared &= ~rel[1][0][1]
+    long = _one_half_life(h_long, (rel[0][0], rel[1][0]), reference, config, shared)
+    short = _one_half_life(h_short, (rel[0][1], rel[1][1]), reference, config, shared)
     decline = np.maximum(0.0, long.score - short.score)
     info = 0.5 * (long.score + short.score) - config.decline_penalty * decline
     info = np.maximum(info, 0.0)
     return Prediction(reference=reference, long=long, short=short, decline=decline, informativeness=info,
-                      q=percentile_ranks(info))
+                      shared=shared)

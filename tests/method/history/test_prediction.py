@@ -1,0 +1,239 @@
+"""Prediction with fewer sorts (issue 18): the shared sort order, the shared-reference block, cached operator row
+sums and the lazy ``Prediction.q`` give exactly what the straightforward formulas give."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.stats import rankdata
+
+import envsched.method.sampler as sampler_module
+from envsched.method.config import SchedulerConfig
+from envsched.method.graph.synthetic import synthetic_graph, synthetic_tasks
+from envsched.method.history.prediction import (
+    HalfLifePrediction,
+    Prediction,
+    RelationOperator,
+    percentile_ranks,
+    predict,
+    propagate,
+    quantile_map,
+    relation_operator,
+    relation_operators,
+    sort_order,
+)
+from envsched.method.sampler import EnvSchedSampler
+
+
+def _tied(n: int, share: float, seed: int, distinct: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` values of which ``share`` sit at one common value (the reference), the rest random (drawn from
+    ``distinct`` levels when given, so they tie among themselves too); also the mask of the common block."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, distinct, n) / distinct if distinct else rng.random(n)
+    block = rng.random(n) < share
+    x[block] = x[0] if distinct else 0.375  # a value the others also take (distinct) or not
+    return x, block
+
+
+CASES = [(5_000, 0.9, None), (5_000, 0.9, 7), (5_000, 0.0, None), (5_000, 0.3, 40), (300, 0.95, None),
+         (300, 0.5, 3), (6_000, 0.0, 5)]
+
+
+@pytest.mark.parametrize(("n", "share", "distinct"), CASES)
+def test_percentile_ranks_equal_scipy_rankdata_bit_for_bit(n, share, distinct):
+    x, block = _tied(n, share, seed=n + int(share * 10))
+    if distinct:
+        x, block = _tied(n, share, seed=3, distinct=distinct)
+    expected = rankdata(x, method="average") / n
+    assert np.array_equal(percentile_ranks(x), expected)
+    assert np.array_equal(percentile_ranks(x, sort_order(x, block)), expected)
+    assert np.array_equal(percentile_ranks(x, sort_order(x)), expected)
+
+
+def test_percentile_ranks_edge_cases():
+    for x in (np.array([0.3]), np.full(10, 0.2), np.array([2.0, 1.0, 2.0, 1.0, 0.0]), np.array([-0.0, 0.0, 1.0])):
+        assert np.array_equal(percentile_ranks(x), rankdata(x) / x.size)
+    # a NaN makes every rank NaN, as scipy's default nan_policy="propagate"
+    x = np.array([0.1, np.nan, 0.3])
+    assert np.isnan(percentile_ranks(x)).all() and np.isnan(rankdata(x)).all()
+    assert percentile_ranks(np.empty(0)).size == 0
+
+
+@pytest.mark.parametrize(("n", "share", "distinct"), CASES)
+def test_sort_order_with_and_without_a_block(n, share, distinct):
+    x, block = _tied(n, share, seed=11, distinct=distinct)
+    for b in (block, None):
+        order = sort_order(x, b)
+        assert np.array_equal(np.sort(order), np.arange(n))  # a permutation
+        assert np.array_equal(x[order], np.sort(x))
+    # a block that does not hold one value is detected and sorted whole
+    if block.sum() > 2:
+        y = x.copy()
+        y[np.flatnonzero(block)[1]] = -1.0
+        assert np.array_equal(y[sort_order(y, block)], np.sort(y))
+    # the block's value smallest or largest of all
+    for v in (-5.0, 5.0):
+        y = x.copy()
+        y[block] = v
+        assert np.array_equal(y[sort_order(y, block)], np.sort(y))
+
+
+def test_sort_order_with_nan_keeps_nan_last():
+    x = np.array([0.5, np.nan, 0.1, 0.5, 0.5])
+    block = np.array([True, False, False, True, True])
+    for b in (block, None, np.array([False, True, False, True, False])):
+        order = sort_order(x, b)
+        assert np.array_equal(x[order][:4], [0.1, 0.5, 0.5, 0.5]) and np.isnan(x[order][4])
+
+
+@pytest.mark.parametrize(("n", "share", "distinct"), CASES)
+def test_quantile_map_with_shared_order_equals_numpy_quantile(n, share, distinct):
+    v, block = _tied(n, share, seed=5, distinct=distinct)
+    rng = np.random.default_rng(1)
+    q = np.concatenate([rng.random(n - 4), [0.0, 1.0, 0.5, 1.0 / (n - 1)]])
+    shared = quantile_map(v, q, sort_order(v, block))
+    assert np.array_equal(shared, quantile_map(v, q))  # the order changes nothing
+    assert np.allclose(shared, np.quantile(v, q, method="linear"), rtol=0, atol=1e-15)
+    # probabilities outside [0, 1] are clipped; any shape, a scalar included
+    assert np.array_equal(quantile_map(v, np.array([-0.5, 1.5])), [v.min(), v.max()])
+    assert quantile_map(v, 0.25).shape == () and quantile_map(v, 0.25) == quantile_map(v, np.array([0.25]))[0]
+    assert quantile_map(v, q[:6].reshape(2, 3)).shape == (2, 3)
+
+
+def test_relation_operator_row_totals_cached_and_propagation_unchanged():
+    g = synthetic_graph(600, 12, seed=2)
+    ops = relation_operators(g)
+    rng = np.random.default_rng(0)
+    values = rng.random((600, 6))
+    ref = rng.random(6)
+    for (index, weight), op in zip(((g.within_index, g.within_weight), (g.cross_index, g.cross_weight)), ops,
+                                   strict=True):
+        raw = relation_operator(index, weight, 600)
+        assert isinstance(op, RelationOperator) and RelationOperator.of(op) is op
+        assert np.array_equal(op.row_total, np.asarray(raw.sum(axis=1)).ravel())
+        for share in (0.01, 0.3, 1.0):  # few observed tasks (most rows unseen) to all observed
+            observed = rng.random(600) < share
+            est, has = propagate(values, observed, op, ref)
+            est_raw, has_raw = propagate(values, observed, raw, ref)
+            plain, plain_has = _plain_propagate(values, observed, raw, ref)
+            assert np.array_equal(has, plain_has) and np.array_equal(has_raw, plain_has)
+            assert np.array_equal(est, plain) and np.array_equal(est_raw, plain)
+    with pytest.raises(TypeError, match="scipy sparse matrix or a RelationOperator"):
+        RelationOperator.of(np.eye(3))
+
+
+def _plain_propagate(values, observed, operator, reference):
+    """The propagation as it was before issue 18 (row totals and the csc conversion on every call)."""
+    seen = np.flatnonzero(observed)
+    if seen.size == 0:
+        return np.broadcast_to(reference, values.shape).copy(), np.zeros(values.shape[0], dtype=bool)
+    op = sp.csc_matrix(operator)
+    row_total = np.asarray(op.sum(axis=1)).ravel()
+    agg = np.asarray(op[:, seen] @ np.column_stack([np.ones(seen.size), values[seen]]))
+    total = agg[:, 0]
+    has = total > 0
+    missing = np.maximum(row_total - total, 0.0)
+    denom = np.where(has, row_total, 1.0)
+    est = np.where(has[:, None], (agg[:, 1:] + missing[:, None] * reference[None, :]) / denom[:, None],
+                   reference[None, :])
+    return est, has
+
+
+def _plain_half_life(hist, relations, reference, config):
+    (within, within_has), (cross, cross_has) = relations
+    if config.use_within_edges and config.use_cross_edges:
+        w = config.within_fusion_weight
+        prior = w * within + (1.0 - w) * cross
+    elif config.use_within_edges:
+        prior = within
+    elif config.use_cross_edges:
+        prior = cross
+    else:
+        prior = np.broadcast_to(reference, within.shape).copy()
+    n0 = config.prior_strength
+    W = hist.weight[:, None]
+    posterior = (n0 * prior + W * hist.values) / (n0 + W)
+    m, v, d = posterior[:, 0], posterior[:, 1], posterior[:, 2]
+    v_rec = d * m * (1.0 - m)
+    a = config.reconstruction_weight
+    n = v.size
+    q = (1.0 - a) * rankdata(v, method="average") / n + a * rankdata(v_rec, method="average") / n
+    score = np.quantile(v, np.clip(q, 0.0, 1.0), method="linear")
+    return HalfLifePrediction(history=hist, within=within, within_has=within_has, cross=cross, cross_has=cross_has,
+                              prior=prior, posterior=posterior, v_direct=v, v_reconstructed=v_rec, q=q, score=score)
+
+
+def plain_predict(history, graph, config, operators=None):
+    """The prediction with the straightforward formulas: scipy's rankdata for every rank, numpy.quantile for the
+    mapping, operators rebuilt and row totals recomputed each call, ``q`` computed eagerly."""
+    reference = history.global_reference()
+    if reference is None:
+        return None
+    n = graph.num_nodes
+    ops = (relation_operator(graph.within_index, graph.within_weight, n),
+           relation_operator(graph.cross_index, graph.cross_weight, n))
+    centered = history.centered_observations(reference)
+    h_long = history.task_history(config.long_half_life, reference, centered)
+    h_short = history.task_history(config.short_half_life, reference, centered)
+    both = np.concatenate([h_long.values, h_short.values], axis=1)
+    rel = []
+    for op in ops:
+        est, has = _plain_propagate(both, h_long.observed, op, np.concatenate([reference, reference]))
+        rel.append(((est[:, :3], has), (est[:, 3:], has)))
+    long = _plain_half_life(h_long, (rel[0][0], rel[1][0]), reference, config)
+    short = _plain_half_life(h_short, (rel[0][1], rel[1][1]), reference, config)
+    decline = np.maximum(0.0, long.score - short.score)
+    info = np.maximum(0.5 * (long.score + short.score) - config.decline_penalty * decline, 0.0)
+    pred = Prediction(reference=reference, long=long, short=short, decline=decline, informativeness=info)
+    pred.__dict__["q"] = rankdata(info, method="average") / n
+    return pred
+
+
+def _assert_same_prediction(a: Prediction | None, b: Prediction | None) -> None:
+    """Every array equal bit for bit."""
+    assert (a is None) == (b is None)
+    if a is None:
+        return
+    for name in ("reference", "decline", "informativeness", "q"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    for hl in ("long", "short"):
+        x, y = getattr(a, hl), getattr(b, hl)
+        for f in ("within", "within_has", "cross", "cross_has", "prior", "posterior", "v_direct", "v_reconstructed",
+                  "q", "score"):
+            assert np.array_equal(getattr(x, f), getattr(y, f)), (hl, f)
+
+
+@pytest.mark.parametrize("preset", ["default", "paper"])
+def test_sampler_choices_equal_those_of_the_plain_prediction(preset, monkeypatch):
+    """Two samplers over the same rewards, one predicting with the plain formulas: the same batches every step
+    and the same predictions, from the benchmark state (most tasks share the reference) to a late one (most
+    tasks observed; 4,500 tasks so the sorts take their large-array paths)."""
+    config = SchedulerConfig.paper() if preset == "paper" else SchedulerConfig()
+    g = synthetic_graph(4_500, 90, seed=4)
+    tasks = synthetic_tasks(g)
+    fast = EnvSchedSampler(tasks, g, config, seed=3, require_dispatch=False)
+    plain = EnvSchedSampler(tasks, g, config, seed=3, require_dispatch=False)
+    rng = np.random.default_rng(9)
+    p = rng.beta(0.6, 0.6, size=len(tasks))
+    ids = [t["id"] for t in tasks]
+    where = {t: i for i, t in enumerate(ids)}
+    for step in range(10):
+        with monkeypatch.context() as m:
+            m.setattr(sampler_module, "predict", plain_predict)
+            expected = plain.sample(64)
+            expected_pred = plain.predict()
+        assert fast.sample(64) == expected, f"step {step}"
+        pred = fast.predict()
+        assert pred is None or "q" not in pred.__dict__  # explanation-only: not computed until read
+        _assert_same_prediction(pred, expected_pred)
+        _assert_same_prediction(pred, plain_predict(fast.history, g, config))
+        _assert_same_prediction(pred, predict(plain.history, g, config, relation_operators(g)))
+        feed = list(expected)
+        if step in (5, 7):  # a late-run state: a third of the pool observed at once
+            feed += [tasks[i] for i in rng.choice(len(tasks), 1_500, replace=False)]
+        for t in feed:
+            rewards = (rng.random(8) < p[where[t["id"]]]).astype(float).tolist()
+            fast.update(t, rewards)
+            plain.update(t, rewards)
+    assert fast.predict().long.history.observed.mean() > 0.5
