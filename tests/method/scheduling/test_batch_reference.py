@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import envsched.method.sampler as sampler_module
+import envsched.method.scheduling.batch as batch_module
 from envsched.method.config import SchedulerConfig
 from envsched.method.graph.synthetic import synthetic_graph, synthetic_tasks
 from envsched.method.sampler import EnvSchedSampler
@@ -290,20 +291,32 @@ def _run(monkeypatch, tasks, graph, config: SchedulerConfig, n: int, steps: int,
 PRESETS = {"adaptive": SchedulerConfig(), "paper": SchedulerConfig.paper()}
 
 
-@pytest.mark.parametrize("preset", ["adaptive", "paper"])
-@pytest.mark.parametrize("size, envs, n, patterns, sparse, blocks", [
-    (600, 12, 64, 200, False, True),   # dense S_abs, cached S_full blocks
-    (600, 12, 64, 200, True, False),   # S_abs by feature gather, S_full rows without a cache
-    (500, 10, 64, 5, True, True),      # common abstract features: S_abs rows by mat-vec
-    (800, 200, 64, 40, True, True),    # many small environments: quotas bind, many tied environments
-    (300, 3, 64, 200, False, True),    # few large environments: coverage beyond level 0, cold start caps relaxed
-    (20, 4, 16, 200, True, True),      # tiny pool: fill
-])
-def test_batches_equal_the_plain_rules(monkeypatch, preset, size, envs, n, patterns, sparse, blocks):
+def _tune(monkeypatch, sparse: bool = False, blocks: bool = True, lazy: bool = False, short: bool = False) -> None:
+    """Force each code path: sparse ``S_abs`` (not the small-pool dense matrix), ``S_full`` rows without the
+    block cache, similarities always per candidate (never whole rows), tiny shortlists (many extensions)."""
     if sparse:
         monkeypatch.setattr(SimilarityIndex, "dense_abstract_max_nodes", 0)
     if not blocks:
         monkeypatch.setattr(SimilarityIndex, "block_cache_entries", 0)
+    if lazy:
+        monkeypatch.setattr(BatchSimilarity, "eager_fraction", 1)
+    if short:
+        monkeypatch.setattr(batch_module, "SHORTLIST_FACTOR", 0)
+        monkeypatch.setattr(batch_module, "SHORTLIST_EXTRA", 3)
+
+
+@pytest.mark.parametrize("preset", ["adaptive", "paper"])
+@pytest.mark.parametrize("size, envs, n, patterns, tuning", [
+    (600, 12, 64, 200, {}),                                   # dense S_abs, cached S_full blocks
+    (600, 12, 64, 200, {"sparse": True, "blocks": False, "lazy": True}),  # S_abs by feature gather
+    (500, 10, 64, 5, {"sparse": True, "lazy": True}),         # common abstract features: mat-vec arithmetic
+    (500, 10, 64, 5, {"sparse": True}),                       # ... and whole rows
+    (800, 200, 64, 40, {"sparse": True, "lazy": True, "short": True}),  # many small environments, tiny lists
+    (300, 3, 64, 200, {"lazy": True, "short": True}),         # few large environments, coverage beyond level 0
+    (20, 4, 16, 200, {"sparse": True, "lazy": True}),         # tiny pool: fill
+])
+def test_batches_equal_the_plain_rules(monkeypatch, preset, size, envs, n, patterns, tuning):
+    _tune(monkeypatch, **tuning)
     graph = synthetic_graph(size, envs, seed=size + envs, patterns=patterns)
     seen = _run(monkeypatch, synthetic_tasks(graph), graph, PRESETS[preset], n, steps=5, seed=envs, skip_updates=2)
     assert seen["batches"] == 5 * 4
@@ -333,20 +346,22 @@ def real_pool():
 
 
 @pytest.mark.parametrize("preset", ["adaptive", "paper"])
-@pytest.mark.parametrize("sparse", [False, True])
-def test_real_pool_batches_equal_the_plain_rules(monkeypatch, real_pool, preset, sparse):
+@pytest.mark.parametrize("tuning", [{}, {"sparse": True, "lazy": True}, {"sparse": True, "short": True}])
+def test_real_pool_batches_equal_the_plain_rules(monkeypatch, real_pool, preset, tuning):
     pool, graph = real_pool
-    if sparse:
-        monkeypatch.setattr(SimilarityIndex, "dense_abstract_max_nodes", 0)
+    _tune(monkeypatch, **tuning)
     seen = _run(monkeypatch, pool, graph, PRESETS[preset], 32, steps=5, seed=1)
     assert seen["batches"] == 5 * 4
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])  # real graphs store float32 features
 @pytest.mark.parametrize("dense_abs, blocks, patterns", [(3000, 8_000_000, 200), (0, 0, 200), (0, 8_000_000, 5)])
-def test_lazy_similarity_equals_the_eager_update_bit_for_bit(monkeypatch, dense_abs, blocks, patterns, dtype):
+@pytest.mark.parametrize("whole_rows", [False, True])
+def test_lazy_similarity_equals_the_eager_update_bit_for_bit(monkeypatch, dense_abs, blocks, patterns, dtype,
+                                                             whole_rows):
     monkeypatch.setattr(SimilarityIndex, "dense_abstract_max_nodes", dense_abs)
     monkeypatch.setattr(SimilarityIndex, "block_cache_entries", blocks)
+    monkeypatch.setattr(BatchSimilarity, "eager_fraction", 8 if whole_rows else 1)
     g = synthetic_graph(400, 8, seed=2, patterns=patterns)
     g = dataclasses.replace(g, full_features=g.full_features.astype(dtype),
                             abstract_features=g.abstract_features.astype(dtype))

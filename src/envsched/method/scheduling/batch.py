@@ -153,25 +153,24 @@ class SimilarityIndex:
             sims = self._dense_abs[np.ix_(cands, members)].astype(np.float64)
         else:
             m = self.abstract
-            rows = m[cands]
+            cand, feat, val = _entries(m, cands)  # every stored feature of the candidates, in storage order
             sims = np.zeros((cands.size, members.size))
-            for j in np.flatnonzero(candidate_order):  # the eager mat-vec, restricted to the candidates
-                sims[:, j] = rows @ self._dense_row(m, int(members[j]))
-            if not candidate_order.all():  # products in the features' dtype summed in the member's order
-                own = members[~candidate_order]
-                by_feat = rows.T.tocsr()  # feature -> the candidates that have it
-                lo, hi = m.indptr[own], m.indptr[own + 1]
-                sizes = hi - lo
-                ent = np.repeat(lo - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes) + np.arange(int(sizes.sum()))
-                who = np.repeat(np.arange(own.size), sizes)  # member of each stored feature, in storage order
-                feat, val = m.indices[ent], m.data[ent]
-                f_lo, f_n = by_feat.indptr[feat], by_feat.indptr[feat + 1] - by_feat.indptr[feat]
-                flat = np.repeat(f_lo - np.concatenate(([0], np.cumsum(f_n)[:-1])), f_n) + np.arange(int(f_n.sum()))
-                cand = by_feat.indices[flat]
-                prod = by_feat.data[flat] * np.repeat(val, f_n)
-                acc = np.bincount(np.repeat(who, f_n) * cands.size + cand, weights=prod,
+            for j in np.flatnonzero(candidate_order):  # the eager mat-vec: float64 products, candidate order
+                x = self._dense_row(m, int(members[j]))
+                sims[:, j] = np.bincount(cand, weights=val.astype(np.float64) * x[feat], minlength=cands.size)
+            if not candidate_order.all():  # the eager gather: products in the features' dtype, member order
+                own = np.flatnonzero(~candidate_order)
+                by_feat = np.argsort(feat, kind="stable")
+                sorted_feat = feat[by_feat]
+                who, mfeat, mval = _entries(m, members[own])
+                lo = np.searchsorted(sorted_feat, mfeat, side="left")
+                f_n = np.searchsorted(sorted_feat, mfeat, side="right") - lo
+                flat = by_feat[np.repeat(lo - np.concatenate(([0], np.cumsum(f_n)[:-1])), f_n)
+                               + np.arange(int(f_n.sum()))]
+                prod = val[flat] * np.repeat(mval, f_n)
+                acc = np.bincount(np.repeat(who, f_n) * cands.size + cand[flat], weights=prod,
                                   minlength=own.size * cands.size)
-                sims[:, ~candidate_order] = acc.reshape(own.size, cands.size).T
+                sims[:, own] = acc.reshape(own.size, cands.size).T
         sims[self.env[cands][:, None] == self.env[members][None, :]] = 0.0
         return sims
 
@@ -213,6 +212,14 @@ class SimilarityIndex:
         return uniq[other].astype(np.int64), sims[other]
 
 
+def _entries(m: sp.csr_matrix, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(row, column, value)`` of every stored entry of ``m[rows]``, row by row in storage order (``row``
+    numbers the requested rows ``0..len(rows)-1``)."""
+    lo, sizes = m.indptr[rows], m.indptr[rows + 1] - m.indptr[rows]
+    flat = np.repeat(lo - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes) + np.arange(int(sizes.sum()))
+    return np.repeat(np.arange(rows.size), sizes), m.indices[flat], m.data[flat]
+
+
 class BatchSimilarity:
     """Largest similarity of tasks to the tasks already in the batch (the members).
 
@@ -231,6 +238,7 @@ class BatchSimilarity:
         self._cross = np.zeros(index.n)  # largest S_abs to the first _upto[c] members
         self._upto = np.zeros(index.n, dtype=np.int64)
         self._all = 0  # members applied to every task (whole rows)
+        self.whole_rows = 0  # times whole rows were applied (every bound tightened)
 
     def add(self, pos: int) -> None:
         pos = int(pos)
@@ -256,6 +264,7 @@ class BatchSimilarity:
                     rows, sims = self.index.cross_row(s)
                     self._cross[rows] = np.maximum(self._cross[rows], sims)
                 self._all = nb
+                self.whole_rows += 1
             else:
                 members, order = np.asarray(self.members, dtype=np.int64), np.asarray(self._order, dtype=bool)
                 for first in np.unique(since):
@@ -266,7 +275,7 @@ class BatchSimilarity:
         return np.maximum(self.max_within[cands], self._cross[cands])
 
     #: Candidates to bring up to date beyond ``N / eager_fraction`` get every pending member's whole row.
-    eager_fraction: int = 16
+    eager_fraction: int = 256
 
 
 @dataclass
@@ -392,6 +401,21 @@ class _Batch:
 Scorer = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
+def _kth_highest(u: np.ndarray, k: int) -> float:
+    """The ``k``-th highest of ``u`` (``1 <= k <= len(u)``) in ``O(len(u))`` for ``k`` much smaller: a strided
+    sample gives a threshold with about ``2 k`` values above it, and only those are sorted. (``np.partition``
+    degrades badly on scores with many equal values, such as the many exact zeros of informativeness.)"""
+    n = u.size
+    if n > 8192 and k * 64 < n:
+        step = n // (32 * k)
+        sample = np.sort(u[::step])
+        v = sample[max(0, sample.size - 2 * k // step - 2)]
+        top = u[u >= v]
+        if top.size >= k:
+            return float(np.sort(top)[top.size - k])
+    return float(np.sort(u)[n - k])
+
+
 def _best_key(rest: np.ndarray, obs: np.ndarray | None, bound: np.ndarray,
               tiebreak: np.ndarray) -> tuple[int, float, float]:
     """The first of ``rest`` (non-empty) in the order (fewest observations, highest bound, highest draw)."""
@@ -416,12 +440,14 @@ class _Ranked:
 
     def __init__(self, b: _Batch, pool: Callable[[], np.ndarray], bound: Callable[[np.ndarray], np.ndarray],
                  obs: np.ndarray | None, k: int) -> None:
-        self.tiebreak = b.ctx.tiebreak
-        self.pool, self.bound_of, self.obs, self.k = pool, bound, obs, max(1, k)
+        self.tiebreak, self.sim = b.ctx.tiebreak, b.sim
+        self.pool, self.bound_of, self.obs, self.k0 = pool, bound, obs, max(1, k)
+        self.k = self.k0
         self._build()
 
     def _build(self) -> None:
         pool = self.pool()
+        self.whole_rows = self.sim.whole_rows
         # each candidate's bound now, kept until the next build: bounds only fall, so a stale one still holds
         bound = np.full(self.tiebreak.size, np.inf)
         bound[pool] = self.bound_of(pool)
@@ -436,14 +462,14 @@ class _Ranked:
             if o is not None:  # all of the fewest-observed, then the best of the boundary level
                 o_k = o.min()
                 if np.count_nonzero(o == o_k) < k:
-                    o_k = np.partition(o, k - 1)[k - 1]
+                    o_k = -_kth_highest(-o, k)
                 sel = o < o_k
                 tied = np.flatnonzero(o == o_k)
             else:
                 tied = np.arange(pool.size)
             need = k - int(sel.sum())
             u = bound[pool[tied]]
-            u_k = np.partition(u, u.size - need)[u.size - need]  # the need-th highest bound
+            u_k = _kth_highest(u, need)
             sel[tied[u > u_k]] = True
             eq = tied[u == u_k]
             need = k - int(sel.sum())
@@ -471,7 +497,9 @@ class _Ranked:
                     return pos, top, ms
             elif self.rest is None:
                 return None
-            self.k *= 2
+            # a bigger shortlist, unless whole similarity rows came in since the build: then the bounds are
+            # much tighter, and the first k by the new bounds usually settle it
+            self.k = self.k0 if self.sim.whole_rows > self.whole_rows else self.k * 2
             self._build()
 
     def _walk(self, run: np.ndarray, exact: Scorer, bound: Scorer) -> tuple[int, float, float, float]:
