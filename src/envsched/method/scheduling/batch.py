@@ -25,19 +25,23 @@ not candidates.
 remaining slots go to the best remaining tasks by penalised informativeness, ignoring caps and filters;
 each such pick says which caps it relaxed.
 
-**Cost: no pick scans the pool.** Every phase's choice is "the fewest observations first (where the rule
-says so), then the highest penalised score, exact ties to the higher tiebreak draw", and a penalty only
-lowers a score. So each phase keeps a shortlist of its candidates in the order of their *unpenalised*
-score (:class:`_Ranked`: one ``O(N)`` partition, then a sort of the shortlist), walks it with the
-penalty computed lazily until no later candidate can beat the best penalised one, and checks that bound
-against the best candidate outside the shortlist (else the shortlist doubles). Within-environment
+**Cost.** Every phase's choice is "the fewest observations first (where the rule says so), then the
+highest penalised score, exact ties to the higher tiebreak draw", and a penalty only lowers a score. So each
+phase keeps a shortlist of its candidates ordered by an upper bound on their penalised score
+(:class:`_Ranked`: one ``O(N)`` selection, then a sort of the shortlist), walks it computing the exact score
+only where the bound -- the score with the similarities known so far -- can still win, and certifies the
+pick against the best bound outside the shortlist (else the shortlist doubles). Within-environment
 similarity (``S_full``) is updated per pick over the pick's environment; cross-environment similarity
-(``S_abs``) is computed only for the candidates a walk reaches, each (candidate, batch member) pair once
-(:class:`BatchSimilarity`, the same arithmetic as the eager update it replaces). Coverage picks its
-environment from the environments not yet in the batch ordered once per batch, and only the (at most
-``n``) environments already in it are rescanned. One batch costs ``O(N)`` numpy work plus ``O(K B)``
-similarity pairs for shortlists of ``K``; the choices are exactly those of the plain ``O(N B)`` rules
-(``tests/method/scheduling/test_batch_reference.py`` compares both).
+(``S_abs``) is computed only for the candidates a walk reaches, each (candidate, member) pair once
+(:class:`BatchSimilarity`), with the same arithmetic as the eager per-pick update it replaces; when a walk
+needs more than ``N / BatchSimilarity.eager_fraction`` candidates brought up to date, the pending members'
+whole rows are applied instead (the eager update, ``O(N)`` per member). Coverage picks its environment
+from the environments not yet in the batch, ordered once per batch, and rescans only the (at most ``n``)
+environments already in it. When scores separate (the paper preset; most steps) a batch costs ``O(N)``
+numpy work plus ``O(K B)`` similarity pairs for shortlists of ``K``; when almost every candidate scores
+the same (the adaptive scores of a pool that is mostly unobserved), the exact argmax needs every
+candidate's similarity and a pick costs one whole row, as before. The choices are exactly those of the
+plain ``O(N B)`` rules (``tests/method/scheduling/test_batch_reference.py`` compares both).
 
 **Adaptive mode** (ours; :class:`AdaptiveInputs`, computed by the sampler from
 :mod:`envsched.method.history.signal`): the coverage slots come from the adaptive share; coverage orders
@@ -174,42 +178,40 @@ class SimilarityIndex:
         sims[self.env[cands][:, None] == self.env[members][None, :]] = 0.0
         return sims
 
-    def cross_row(self, s: int) -> tuple[np.ndarray, np.ndarray]:
-        """``S_abs`` of task ``s`` to every task of *other* environments that shares an abstract feature with
-        it: ``(rows, similarities)``, the same values as :meth:`cross`. Cost: the sum of the document
-        frequencies of ``s``'s features (plus one pass over ``N`` when they are common)."""
+    def max_row_into(self, s: int, out: np.ndarray) -> None:
+        """``out = max(out, S_abs(s, .))`` over the tasks of *other* environments (``out`` >= 0): the eager
+        update of one member, with the same values as :meth:`cross`. Cost: the sum of the document
+        frequencies of ``s``'s features, plus one pass over ``N`` when they are common."""
+        e = int(self.env[s])
+        same = self.order[self.starts[e]:self.starts[e + 1]]
         if self._dense_abs is not None:
-            sims = self._dense_abs[s]
-            rows = np.flatnonzero((sims != 0) & (self.env != self.env[s]))
-            return rows, sims[rows].astype(np.float64)
-        m = self.abstract
-        if self._ac_indptr is None:
-            csc = m.tocsc()
-            self._ac_indptr, self._ac_indices, self._ac_data = csc.indptr, csc.indices, csc.data
-        cols = m.indices[m.indptr[s]:m.indptr[s + 1]]
-        vals = m.data[m.indptr[s]:m.indptr[s + 1]]
-        starts, ends = self._ac_indptr[cols], self._ac_indptr[cols + 1]
-        lengths = ends - starts
-        total = int(lengths.sum())
-        if total == 0:
-            return np.zeros(0, dtype=np.int64), np.zeros(0)
-        if total * 8 > m.nnz:  # common features: one mat-vec over all rows is cheaper than the gather
-            sims = m @ self._dense_row(m, s)
-            rows = np.flatnonzero((sims != 0) & (self.env != self.env[s]))
-            return rows, sims[rows]
-        offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-        flat = offsets + np.arange(total)
-        rows = self._ac_indices[flat]
-        contrib = self._ac_data[flat] * np.repeat(vals, lengths)
-        if total * 16 < self.n:  # few rows: sort them
-            uniq, inv = np.unique(rows, return_inverse=True)
-            sims = np.bincount(inv, weights=contrib, minlength=uniq.size)
-        else:  # many rows: one scatter over N beats the sort
-            dense = np.bincount(rows, weights=contrib, minlength=self.n)
-            uniq = np.flatnonzero(dense)
-            sims = dense[uniq]
-        other = self.env[uniq] != self.env[s]
-        return uniq[other].astype(np.int64), sims[other]
+            sims = self._dense_abs[s].astype(np.float64)
+        else:
+            m = self.abstract
+            if self._ac_indptr is None:
+                csc = m.tocsc()
+                self._ac_indptr, self._ac_indices, self._ac_data = csc.indptr, csc.indices, csc.data
+            cols = m.indices[m.indptr[s]:m.indptr[s + 1]]
+            vals = m.data[m.indptr[s]:m.indptr[s + 1]]
+            starts, lengths = self._ac_indptr[cols], self._ac_indptr[cols + 1] - self._ac_indptr[cols]
+            total = int(lengths.sum())
+            if total == 0:
+                return
+            if total * 8 > m.nnz:  # common features: one mat-vec over all rows is cheaper than the gather
+                sims = m @ self._dense_row(m, s)
+            else:
+                flat = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths) + np.arange(total)
+                rows = self._ac_indices[flat]
+                contrib = self._ac_data[flat] * np.repeat(vals, lengths)
+                if total * 16 < self.n:  # few rows: sort them, touch only them
+                    uniq, inv = np.unique(rows, return_inverse=True)
+                    sims = np.bincount(inv, weights=contrib, minlength=uniq.size)
+                    sims[self.env[uniq] == e] = 0.0
+                    out[uniq] = np.maximum(out[uniq], sims)
+                    return
+                sims = np.bincount(rows, weights=contrib, minlength=self.n)
+        sims[same] = 0.0
+        np.maximum(out, sims, out=out)
 
 
 def _entries(m: sp.csr_matrix, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -238,7 +240,6 @@ class BatchSimilarity:
         self._cross = np.zeros(index.n)  # largest S_abs to the first _upto[c] members
         self._upto = np.zeros(index.n, dtype=np.int64)
         self._all = 0  # members applied to every task (whole rows)
-        self.whole_rows = 0  # times whole rows were applied (every bound tightened)
 
     def add(self, pos: int) -> None:
         pos = int(pos)
@@ -246,6 +247,17 @@ class BatchSimilarity:
         self._order.append(self.index.candidate_order(pos))
         rows, sims = self.index.within(pos)
         self.max_within[rows] = np.maximum(self.max_within[rows], sims)
+
+    def pending(self) -> bool:
+        """Whether some member's whole row is not applied to every task yet."""
+        return self._all < len(self.members)
+
+    def apply_whole_rows(self) -> None:
+        """Bring every task up to date: the whole rows of the members not applied to all tasks yet."""
+        if self._all < len(self.members):
+            for s in self.members[self._all:]:
+                self.index.max_row_into(s, self._cross)
+            self._all = len(self.members)
 
     def partial(self, cands: np.ndarray) -> np.ndarray:
         """A lower bound on :meth:`max_sim` (the members computed so far for each candidate), at no cost."""
@@ -260,11 +272,7 @@ class BatchSimilarity:
         if stale.any():
             todo, since = cands[stale], upto[stale]
             if todo.size * self.eager_fraction >= self.index.n:  # most of the pool: whole rows are cheaper
-                for s in self.members[self._all:]:
-                    rows, sims = self.index.cross_row(s)
-                    self._cross[rows] = np.maximum(self._cross[rows], sims)
-                self._all = nb
-                self.whole_rows += 1
+                self.apply_whole_rows()
             else:
                 members, order = np.asarray(self.members, dtype=np.int64), np.asarray(self._order, dtype=bool)
                 for first in np.unique(since):
@@ -445,9 +453,8 @@ class _Ranked:
         self.k = self.k0
         self._build()
 
-    def _build(self) -> None:
-        pool = self.pool()
-        self.whole_rows = self.sim.whole_rows
+    def _build(self, pool: np.ndarray | None = None) -> None:
+        pool = self.pool() if pool is None else pool
         # each candidate's bound now, kept until the next build: bounds only fall, so a stale one still holds
         bound = np.full(self.tiebreak.size, np.inf)
         bound[pool] = self.bound_of(pool)
@@ -497,10 +504,19 @@ class _Ranked:
                     return pos, top, ms
             elif self.rest is None:
                 return None
-            # a bigger shortlist, unless whole similarity rows came in since the build: then the bounds are
-            # much tighter, and the first k by the new bounds usually settle it
-            self.k = self.k0 if self.sim.whole_rows > self.whole_rows else self.k * 2
-            self._build()
+            # not certified: the shortlist must hold every candidate whose bound reaches the best found
+            pool = self.pool()
+            if not items.size or self.rest[0] < o_min:  # fewer-observed candidates outside: double
+                self.k *= 2
+                self._build(pool)
+                continue
+            reach = int(np.count_nonzero(self.bound[pool] >= top))
+            if reach * self.sim.eager_fraction >= self.tiebreak.size and self.sim.pending():
+                self.sim.apply_whole_rows()  # most of the pool: whole rows tighten every bound at once
+                self.k = self.k0
+            else:
+                self.k = max(2 * self.k, reach + self.k0)
+            self._build(pool)
 
     def _walk(self, run: np.ndarray, exact: Scorer, bound: Scorer) -> tuple[int, float, float, float]:
         u_all, t_all = self.bound[run], self.tiebreak[run]
