@@ -229,7 +229,8 @@ class BatchSimilarity:
     over the pick's environment (cold start's within-environment novelty). :meth:`max_sim`: largest
     similarity to any member (``S_full`` within the environment, ``S_abs`` across, as
     :meth:`DualRelationGraph.pair_similarity`), computed lazily for the candidates asked about -- each
-    (candidate, member) pair at most once per batch -- so a pick never touches the whole pool.
+    (candidate, member) pair at most once per batch -- or, when a call asks about more than
+    ``N / eager_fraction`` stale candidates, by applying the pending members' whole rows to every task.
     """
 
     def __init__(self, index: SimilarityIndex) -> None:
@@ -426,24 +427,27 @@ def _kth_highest(u: np.ndarray, k: int) -> float:
 
 def _best_key(rest: np.ndarray, obs: np.ndarray | None, bound: np.ndarray,
               tiebreak: np.ndarray) -> tuple[int, float, float]:
-    """The first of ``rest`` (non-empty) in the order (fewest observations, highest bound, highest draw)."""
+    """The first of ``rest`` (non-empty; ``bound`` aligned with it) in the order (fewest observations, highest
+    bound, highest draw)."""
     o = 0
     if obs is not None:
         o = int(obs[rest].min())
-        rest = rest[obs[rest] == o]
-    u = bound[rest].max()
-    return o, float(u), float(tiebreak[rest[bound[rest] == u]].max())
+        at = obs[rest] == o
+        rest, bound = rest[at], bound[at]
+    u = bound.max()
+    return o, float(u), float(tiebreak[rest[bound == u]].max())
 
 
 class _Ranked:
     """Exact lazy argmax over one phase's candidates, which only leave (picked, or their environment capped).
 
-    The rule: fewest observations first (``obs``; ``None``: no such rule), then the highest exact score
-    (computed lazily by the caller's ``exact``), exact ties to the higher tiebreak draw. ``bound(c)`` is an
-    upper bound on ``c``'s exact score (its unpenalised score). A shortlist of ``k`` candidates is kept in the
-    order (obs, -bound, -tiebreak); a walk stops where no later candidate can beat the best found, and the
-    result is certified against the first candidate outside the shortlist (else the shortlist doubles and is
-    rebuilt from ``pool()``, the candidates now).
+    The rule: fewest observations first (``obs``; ``None``: no such rule), then the highest exact score,
+    exact ties to the higher tiebreak draw. ``bound(cands)`` is an upper bound on each candidate's exact score
+    that only falls as the batch grows (the score with the similarities known so far). A shortlist of ``k``
+    candidates is kept in the order (obs, -bound, -tiebreak) of the bounds at build time; a walk stops where
+    no later candidate can beat the best found, and the result is certified against the first candidate
+    outside the shortlist (else the shortlist is rebuilt from ``pool()``, the candidates now, large enough to
+    hold every candidate whose bound reached the best found).
     """
 
     def __init__(self, b: _Batch, pool: Callable[[], np.ndarray], bound: Callable[[np.ndarray], np.ndarray],
@@ -455,10 +459,8 @@ class _Ranked:
 
     def _build(self, pool: np.ndarray | None = None) -> None:
         pool = self.pool() if pool is None else pool
-        # each candidate's bound now, kept until the next build: bounds only fall, so a stale one still holds
-        bound = np.full(self.tiebreak.size, np.inf)
-        bound[pool] = self.bound_of(pool)
-        self.bound = bound
+        # bounds now, kept until the next build: bounds only fall, so a stale one still holds
+        self.pool_bound = pb = self.bound_of(pool)
         tb = self.tiebreak
         o = self.obs[pool] if self.obs is not None else None
         k = self.k
@@ -475,17 +477,18 @@ class _Ranked:
             else:
                 tied = np.arange(pool.size)
             need = k - int(sel.sum())
-            u = bound[pool[tied]]
+            u = pb[tied]
             u_k = _kth_highest(u, need)
             sel[tied[u > u_k]] = True
             eq = tied[u == u_k]
             need = k - int(sel.sum())
             t = tb[pool[eq]]
             sel[eq[np.argpartition(-t, need - 1)[:need]] if need < eq.size else eq] = True
-        items, rest = pool[sel], pool[~sel]
-        keys = (-tb[items], -bound[items]) + ((self.obs[items],) if self.obs is not None else ())
-        self.items = items[np.lexsort(keys)]
-        self.rest = _best_key(rest, self.obs, bound, tb) if rest.size else None
+        items, ib = pool[sel], pb[sel]
+        keys = (-tb[items], -ib) + ((self.obs[items],) if self.obs is not None else ())
+        order = np.lexsort(keys)
+        self.items, self.item_bound = items[order], ib[order]
+        self.rest = _best_key(pool[~sel], self.obs, pb[~sel], tb) if items.size < pool.size else None
 
     def pick(self, valid: Callable[[np.ndarray], np.ndarray],
              scorer: tuple[Scorer, Scorer]) -> tuple[int, float, float] | None:
@@ -493,33 +496,35 @@ class _Ranked:
         ``scorer``: ``(exact, bound)``, the exact score and a cheaper upper bound on it (the similarities so
         far); the walk computes the exact score only where the bound can still win."""
         while True:
-            items = self.items[valid(self.items)]
+            ok = valid(self.items)
+            items, ib = self.items[ok], self.item_bound[ok]
             if items.size:
                 o_min = int(self.obs[items[0]]) if self.obs is not None else 0
                 if self.obs is not None:
-                    items = items[self.obs[items] == o_min]
-                pos, top, ms, top_tb = self._walk(items, *scorer)
+                    run = self.obs[items] == o_min
+                    items, ib = items[run], ib[run]
+                pos, top, ms, top_tb = self._walk(items, ib, *scorer)
                 r = self.rest
                 if r is None or r[0] > o_min or (r[0] == o_min and (r[1] < top or (r[1] == top and r[2] < top_tb))):
                     return pos, top, ms
             elif self.rest is None:
                 return None
             # not certified: the shortlist must hold every candidate whose bound reaches the best found
-            pool = self.pool()
             if not items.size or self.rest[0] < o_min:  # fewer-observed candidates outside: double
                 self.k *= 2
-                self._build(pool)
+                self._build()
                 continue
-            reach = int(np.count_nonzero(self.bound[pool] >= top))
+            reach = int(np.count_nonzero(self.pool_bound >= top))  # (of the pool at build: a superset)
             if reach * self.sim.eager_fraction >= self.tiebreak.size and self.sim.pending():
                 self.sim.apply_whole_rows()  # most of the pool: whole rows tighten every bound at once
                 self.k = self.k0
             else:
                 self.k = max(2 * self.k, reach + self.k0)
-            self._build(pool)
+            self._build()
 
-    def _walk(self, run: np.ndarray, exact: Scorer, bound: Scorer) -> tuple[int, float, float, float]:
-        u_all, t_all = self.bound[run], self.tiebreak[run]
+    def _walk(self, run: np.ndarray, u_all: np.ndarray, exact: Scorer,
+              bound: Scorer) -> tuple[int, float, float, float]:
+        t_all = self.tiebreak[run]
         top = top_tb = -np.inf
         best = (-1, 0.0)
         i, size = 0, 16
