@@ -25,11 +25,23 @@ not candidates.
 remaining slots go to the best remaining tasks by penalised informativeness, ignoring caps and filters;
 each such pick says which caps it relaxed.
 
-The penalised argmax is exact and lazy: candidates are walked in order of their unpenalised score (a
-penalty only lowers a score), similarities are computed in small blocks against the batch so far
-(:class:`BatchSimilarity`, the same definition as :meth:`DualRelationGraph.pair_similarity`), and the walk
-stops as soon as no remaining candidate can beat the best penalised one. One batch costs ``O(N B)`` numpy
-work plus ``O(N log N)`` for the orderings.
+**Cost.** Every phase's choice is "the fewest observations first (where the rule says so), then the
+highest penalised score, exact ties to the higher tiebreak draw", and a penalty only lowers a score. So each
+phase keeps a shortlist of its candidates ordered by an upper bound on their penalised score
+(:class:`_Ranked`: one ``O(N)`` selection, then a sort of the shortlist), walks it computing the exact score
+only where the bound -- the score with the similarities known so far -- can still win, and certifies the
+pick against the best bound outside the shortlist (else the shortlist doubles). Within-environment
+similarity (``S_full``) is updated per pick over the pick's environment; cross-environment similarity
+(``S_abs``) is computed only for the candidates a walk reaches, each (candidate, member) pair once
+(:class:`BatchSimilarity`), with the same arithmetic as the eager per-pick update it replaces; when a walk
+needs more than ``N / BatchSimilarity.eager_fraction`` candidates brought up to date, the pending members'
+whole rows are applied instead (the eager update, ``O(N)`` per member). Coverage picks its environment
+from the environments not yet in the batch, ordered once per batch, and rescans only the (at most ``n``)
+environments already in it. When scores separate (the paper preset; most steps) a batch costs ``O(N)``
+numpy work plus ``O(K B)`` similarity pairs for shortlists of ``K``; when almost every candidate scores
+the same (the adaptive scores of a pool that is mostly unobserved), the exact argmax needs every
+candidate's similarity and a pick costs one whole row, as before. The choices are exactly those of the
+plain ``O(N B)`` rules (``tests/method/scheduling/test_batch_reference.py`` compares both).
 
 **Adaptive mode** (ours; :class:`AdaptiveInputs`, computed by the sampler from
 :mod:`envsched.method.history.signal`): the coverage slots come from the adaptive share; coverage orders
@@ -42,6 +54,7 @@ exposure discount apply only to tasks whose signal declines. Caps ``C1`` / ``C3`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,7 +70,7 @@ __all__ = ["AdaptiveInputs", "BatchSimilarity", "Pick", "SchedulingContext", "Si
 
 
 class SimilarityIndex:
-    """Static structures for fast batch-similarity updates (built once per sampler).
+    """Static structures for batch similarity (built once per sampler).
 
     The similarity of two tasks is ``S_full`` when they share an environment and ``S_abs`` otherwise, exactly
     as :meth:`DualRelationGraph.pair_similarity`. Rows of each environment are stored contiguously so the
@@ -76,9 +89,10 @@ class SimilarityIndex:
         self._dense_abs: np.ndarray | None = None
         if graph.num_nodes <= self.dense_abstract_max_nodes:  # small pools: all S_abs rows at once
             self._dense_abs = (self.abstract @ self.abstract.T).toarray().astype(np.float32)
-        abstract_csc = self.abstract.tocsc()  # column access: the tasks sharing an abstract feature
-        self._ac_indptr, self._ac_indices, self._ac_data = (abstract_csc.indptr, abstract_csc.indices,
-                                                            abstract_csc.data)
+        # document frequency of each abstract feature: which summation order a pick's S_abs row uses
+        self._abs_df = np.bincount(self.abstract.indices, minlength=self.abstract.shape[1])
+        self._ac_indptr: np.ndarray | None = None  # column access (built on first use): who shares a feature
+        self._ac_indices = self._ac_data = np.zeros(0)
         by_env = self.full[self.order]
         self._fe_indptr, self._fe_indices, self._fe_data = by_env.indptr, by_env.indices, by_env.data
         self.n = graph.num_nodes
@@ -99,6 +113,14 @@ class SimilarityIndex:
     #: Pools up to this size keep ``S_abs`` as a dense float32 matrix (at most 36 MB).
     dense_abstract_max_nodes: int = 3_000
 
+    def members(self, envs: np.ndarray) -> np.ndarray:
+        """Every task of the environments ``envs``, environment by environment (ascending positions in each)."""
+        envs = np.asarray(envs, dtype=np.int64)
+        lo, hi = self.starts[envs], self.starts[envs + 1]
+        sizes = hi - lo
+        offs = np.repeat(lo - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes)
+        return self.order[offs + np.arange(int(sizes.sum()))]
+
     def within(self, s: int) -> tuple[np.ndarray, np.ndarray]:
         """``S_full`` of task ``s`` to every task of its environment: ``(rows, similarities)``."""
         e = int(self.env[s])
@@ -117,71 +139,152 @@ class SimilarityIndex:
         ptr = self._fe_indptr[lo:hi + 1] - a
         return self.order[lo:hi], csum[ptr[1:]] - csum[ptr[:-1]]
 
-    def cross(self, s: int) -> tuple[np.ndarray, np.ndarray]:
-        """``S_abs`` of task ``s`` to every task of *other* environments that shares an abstract feature with
-        it (the others have similarity 0): ``(rows, similarities)``. Cost: the sum of the document
-        frequencies of ``s``'s abstract features, not ``N``."""
-        if self._dense_abs is not None:
-            sims = self._dense_abs[s]
-            rows = np.flatnonzero((sims != 0) & (self.env != self.env[s]))
-            return rows, sims[rows].astype(np.float64)
+    def candidate_order(self, s: int) -> bool:
+        """Which arithmetic the ``S_abs`` row of task ``s`` used in the eager per-pick update this lazy one
+        replaced, so that both give the same values bit for bit. ``True`` (``s`` has common features): one
+        mat-vec over the pool, products in float64 summed in each candidate's feature order; ``False``: a gather
+        over the tasks sharing its features, products in the features' dtype summed (in float64) in ``s``'s
+        feature order."""
         m = self.abstract
-        cols = m.indices[m.indptr[s]:m.indptr[s + 1]]
-        vals = m.data[m.indptr[s]:m.indptr[s + 1]]
-        starts, ends = self._ac_indptr[cols], self._ac_indptr[cols + 1]
-        lengths = ends - starts
-        total = int(lengths.sum())
-        if total == 0:
-            return np.zeros(0, dtype=np.int64), np.zeros(0)
-        if total * 8 > m.nnz:  # common features: one mat-vec over all rows is cheaper than the gather
-            sims = m @ self._dense_row(m, s)
-            rows = np.flatnonzero((sims != 0) & (self.env != self.env[s]))
-            return rows, sims[rows]
-        offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-        flat = offsets + np.arange(total)
-        rows = self._ac_indices[flat]
-        contrib = self._ac_data[flat] * np.repeat(vals, lengths)
-        if total * 16 < self.n:  # few rows: sort them
-            uniq, inv = np.unique(rows, return_inverse=True)
-            sims = np.bincount(inv, weights=contrib, minlength=uniq.size)
-        else:  # many rows: one scatter over N beats the sort
-            dense = np.bincount(rows, weights=contrib, minlength=self.n)
-            uniq = np.flatnonzero(dense)
-            sims = dense[uniq]
-        other = self.env[uniq] != self.env[s]
-        return uniq[other].astype(np.int64), sims[other]
+        total = int(self._abs_df[m.indices[m.indptr[s]:m.indptr[s + 1]]].sum())
+        return total * 8 > m.nnz
 
-    def to_all(self, s: int) -> np.ndarray:
-        """Similarity of task ``s`` to every task ``(N,)`` (dense; for tests and small pools)."""
-        out = np.zeros(self.n)
-        rows, sims = self.cross(s)
-        out[rows] = sims
-        rows, sims = self.within(s)
-        out[rows] = sims
-        return out
+    def cross(self, cands: np.ndarray, members: np.ndarray, candidate_order: np.ndarray) -> np.ndarray:
+        """``S_abs`` of each candidate to each batch member, ``(len(cands), len(members))``, 0 for pairs in the
+        same environment (those use ``S_full``). ``candidate_order``: :meth:`candidate_order` of each member.
+        Cost: the (candidate, member, shared feature) triples."""
+        if self._dense_abs is not None:
+            sims = self._dense_abs[np.ix_(cands, members)].astype(np.float64)
+        else:
+            m = self.abstract
+            cand, feat, val = _entries(m, cands)  # every stored feature of the candidates, in storage order
+            sims = np.zeros((cands.size, members.size))
+            for j in np.flatnonzero(candidate_order):  # the eager mat-vec: float64 products, candidate order
+                x = self._dense_row(m, int(members[j]))
+                sims[:, j] = np.bincount(cand, weights=val.astype(np.float64) * x[feat], minlength=cands.size)
+            if not candidate_order.all():  # the eager gather: products in the features' dtype, member order
+                own = np.flatnonzero(~candidate_order)
+                by_feat = np.argsort(feat, kind="stable")
+                sorted_feat = feat[by_feat]
+                who, mfeat, mval = _entries(m, members[own])
+                lo = np.searchsorted(sorted_feat, mfeat, side="left")
+                f_n = np.searchsorted(sorted_feat, mfeat, side="right") - lo
+                flat = by_feat[np.repeat(lo - np.concatenate(([0], np.cumsum(f_n)[:-1])), f_n)
+                               + np.arange(int(f_n.sum()))]
+                prod = val[flat] * np.repeat(mval, f_n)
+                acc = np.bincount(np.repeat(who, f_n) * cands.size + cand[flat], weights=prod,
+                                  minlength=own.size * cands.size)
+                sims[:, own] = acc.reshape(own.size, cands.size).T
+        sims[self.env[cands][:, None] == self.env[members][None, :]] = 0.0
+        return sims
+
+    def max_row_into(self, s: int, out: np.ndarray) -> None:
+        """``out = max(out, S_abs(s, .))`` over the tasks of *other* environments (``out`` >= 0): the eager
+        update of one member, with the same values as :meth:`cross`. Cost: the sum of the document
+        frequencies of ``s``'s features, plus one pass over ``N`` when they are common."""
+        e = int(self.env[s])
+        same = self.order[self.starts[e]:self.starts[e + 1]]
+        if self._dense_abs is not None:
+            sims = self._dense_abs[s].astype(np.float64)
+        else:
+            m = self.abstract
+            if self._ac_indptr is None:
+                csc = m.tocsc()
+                self._ac_indptr, self._ac_indices, self._ac_data = csc.indptr, csc.indices, csc.data
+            cols = m.indices[m.indptr[s]:m.indptr[s + 1]]
+            vals = m.data[m.indptr[s]:m.indptr[s + 1]]
+            starts, lengths = self._ac_indptr[cols], self._ac_indptr[cols + 1] - self._ac_indptr[cols]
+            total = int(lengths.sum())
+            if total == 0:
+                return
+            if total * 8 > m.nnz:  # common features: one mat-vec over all rows is cheaper than the gather
+                sims = m @ self._dense_row(m, s)
+            else:
+                flat = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths) + np.arange(total)
+                rows = self._ac_indices[flat]
+                contrib = self._ac_data[flat] * np.repeat(vals, lengths)
+                if total * 16 < self.n:  # few rows: sort them, touch only them
+                    uniq, inv = np.unique(rows, return_inverse=True)
+                    sims = np.bincount(inv, weights=contrib, minlength=uniq.size)
+                    sims[self.env[uniq] == e] = 0.0
+                    out[uniq] = np.maximum(out[uniq], sims)
+                    return
+                sims = np.bincount(rows, weights=contrib, minlength=self.n)
+        sims[same] = 0.0
+        np.maximum(out, sims, out=out)
+
+
+def _entries(m: sp.csr_matrix, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(row, column, value)`` of every stored entry of ``m[rows]``, row by row in storage order (``row``
+    numbers the requested rows ``0..len(rows)-1``)."""
+    lo, sizes = m.indptr[rows], m.indptr[rows + 1] - m.indptr[rows]
+    flat = np.repeat(lo - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes) + np.arange(int(sizes.sum()))
+    return np.repeat(np.arange(rows.size), sizes), m.indices[flat], m.data[flat]
 
 
 class BatchSimilarity:
-    """Largest similarity of every task to the tasks already in the batch, updated eagerly per pick.
+    """Largest similarity of tasks to the tasks already in the batch (the members).
 
-    ``max_sim[c]`` is ``max over batch members m of pair_similarity(c, m)``; ``max_within[c]`` the same over
-    members of ``c``'s environment under ``S_full`` (cold start's within-environment novelty). One pick costs
-    a gather over the tasks sharing its abstract features and a mat-vec over its environment's concrete rows.
+    ``max_within[c]``: largest ``S_full`` of ``c`` to members of its environment, updated eagerly per pick
+    over the pick's environment (cold start's within-environment novelty). :meth:`max_sim`: largest
+    similarity to any member (``S_full`` within the environment, ``S_abs`` across, as
+    :meth:`DualRelationGraph.pair_similarity`), computed lazily for the candidates asked about -- each
+    (candidate, member) pair at most once per batch -- or, when a call asks about more than
+    ``N / eager_fraction`` stale candidates, by applying the pending members' whole rows to every task.
     """
 
     def __init__(self, index: SimilarityIndex) -> None:
         self.index = index
         self.members: list[int] = []
-        self.max_sim = np.zeros(index.n)
+        self._order: list[bool] = []
         self.max_within = np.zeros(index.n)
+        self._cross = np.zeros(index.n)  # largest S_abs to the first _upto[c] members
+        self._upto = np.zeros(index.n, dtype=np.int64)
+        self._all = 0  # members applied to every task (whole rows)
 
     def add(self, pos: int) -> None:
-        self.members.append(int(pos))
-        rows, sims = self.index.cross(int(pos))
-        self.max_sim[rows] = np.maximum(self.max_sim[rows], sims)
-        rows, sims = self.index.within(int(pos))
-        self.max_sim[rows] = np.maximum(self.max_sim[rows], sims)
+        pos = int(pos)
+        self.members.append(pos)
+        self._order.append(self.index.candidate_order(pos))
+        rows, sims = self.index.within(pos)
         self.max_within[rows] = np.maximum(self.max_within[rows], sims)
+
+    def pending(self) -> bool:
+        """Whether some member's whole row is not applied to every task yet."""
+        return self._all < len(self.members)
+
+    def apply_whole_rows(self) -> None:
+        """Bring every task up to date: the whole rows of the members not applied to all tasks yet."""
+        if self._all < len(self.members):
+            for s in self.members[self._all:]:
+                self.index.max_row_into(s, self._cross)
+            self._all = len(self.members)
+
+    def partial(self, cands: np.ndarray) -> np.ndarray:
+        """A lower bound on :meth:`max_sim` (the members computed so far for each candidate), at no cost."""
+        return np.maximum(self.max_within[cands], self._cross[cands])
+
+    def max_sim(self, cands: np.ndarray) -> np.ndarray:
+        """Largest similarity of each of ``cands`` to the members so far (0 with no member)."""
+        cands = np.asarray(cands, dtype=np.int64)
+        nb = len(self.members)
+        upto = np.maximum(self._upto[cands], self._all)
+        stale = upto < nb
+        if stale.any():
+            todo, since = cands[stale], upto[stale]
+            if todo.size * self.eager_fraction >= self.index.n:  # most of the pool: whole rows are cheaper
+                self.apply_whole_rows()
+            else:
+                members, order = np.asarray(self.members, dtype=np.int64), np.asarray(self._order, dtype=bool)
+                for first in np.unique(since):
+                    grp = todo[since == first]
+                    sims = self.index.cross(grp, members[first:], order[first:])
+                    self._cross[grp] = np.maximum(self._cross[grp], sims.max(axis=1))
+                self._upto[todo] = nb
+        return np.maximum(self.max_within[cands], self._cross[cands])
+
+    #: Candidates to bring up to date beyond ``N / eager_fraction`` get every pending member's whole row.
+    eager_fraction: int = 256
 
 
 @dataclass
@@ -252,19 +355,6 @@ def representative_scores(graph: DualRelationGraph) -> np.ndarray:
     return np.divide(tot, cnt, out=np.zeros(graph.num_nodes), where=cnt > 0)
 
 
-def _best(cands: np.ndarray, base: np.ndarray, b: _Batch) -> tuple[int, float, float] | None:
-    """Argmax of ``base * (1 - lambda * max_sim)`` over ``cands``; exact ties go to the higher tiebreak draw.
-    Returns ``(pos, penalised score, max_sim)``."""
-    if cands.size == 0:
-        return None
-    ms = b.sim.max_sim[cands]
-    adj = base[cands] * (1.0 - b.ctx.config.similarity_penalty * ms)
-    top = adj.max()
-    tied = np.flatnonzero(adj == top)
-    j = tied[int(np.argmax(b.ctx.tiebreak[cands[tied]]))] if tied.size > 1 else int(tied[0])
-    return int(cands[j]), float(adj[j]), float(ms[j])
-
-
 class _Batch:
     """Mutable state of the batch being built."""
 
@@ -300,6 +390,174 @@ class _Batch:
         if len(self.picks) < self.n:  # the last pick penalises nobody
             self.sim.add(pick.pos)
 
+    def penalised(self, base: np.ndarray) -> tuple[Scorer, Scorer]:
+        """``(exact, bound)`` for the penalised score ``base * (1 - lambda * max_sim)``: ``exact(cands)`` is
+        ``(scores, max_sim)``; ``bound(cands)`` an upper bound from the similarities computed so far, free."""
+        lam = self.ctx.config.similarity_penalty
+        negative = bool(base.size) and base.min() < 0  # a penalty would raise a negative score
+
+        def exact(cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            ms = self.sim.max_sim(cands)
+            return base[cands] * (1.0 - lam * ms), ms
+
+        def bound(cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            ms = self.sim.partial(cands)
+            ub = base[cands] * (1.0 - lam * ms)
+            return (np.where(base[cands] < 0, np.inf, ub) if negative else ub), ms
+        return exact, bound
+
+
+Scorer = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def _kth_highest(u: np.ndarray, k: int) -> float:
+    """The ``k``-th highest of ``u`` (``1 <= k <= len(u)``) in ``O(len(u))`` for ``k`` much smaller: a strided
+    sample gives a threshold with about ``2 k`` values above it, and only those are sorted. (``np.partition``
+    degrades badly on scores with many equal values, such as the many exact zeros of informativeness.)"""
+    n = u.size
+    if n > 8192 and k * 64 < n:
+        step = n // (32 * k)
+        sample = np.sort(u[::step])
+        v = sample[max(0, sample.size - 2 * k // step - 2)]
+        top = u[u >= v]
+        if top.size >= k:
+            return float(np.sort(top)[top.size - k])
+    return float(np.sort(u)[n - k])
+
+
+def _best_key(rest: np.ndarray, obs: np.ndarray | None, bound: np.ndarray,
+              tiebreak: np.ndarray) -> tuple[int, float, float]:
+    """The first of ``rest`` (non-empty; ``bound`` aligned with it) in the order (fewest observations, highest
+    bound, highest draw)."""
+    o = 0
+    if obs is not None:
+        o = int(obs[rest].min())
+        at = obs[rest] == o
+        rest, bound = rest[at], bound[at]
+    u = bound.max()
+    return o, float(u), float(tiebreak[rest[bound == u]].max())
+
+
+class _Ranked:
+    """Exact lazy argmax over one phase's candidates, which only leave (picked, or their environment capped).
+
+    The rule: fewest observations first (``obs``; ``None``: no such rule), then the highest exact score,
+    exact ties to the higher tiebreak draw. ``bound(cands)`` is an upper bound on each candidate's exact score
+    that only falls as the batch grows (the score with the similarities known so far). A shortlist of ``k``
+    candidates is kept in the order (obs, -bound, -tiebreak) of the bounds at build time; a walk stops where
+    no later candidate can beat the best found, and the result is certified against the first candidate
+    outside the shortlist (else the shortlist is rebuilt from ``pool()``, the candidates now, large enough to
+    hold every candidate whose bound reached the best found).
+    """
+
+    def __init__(self, b: _Batch, pool: Callable[[], np.ndarray], bound: Callable[[np.ndarray], np.ndarray],
+                 obs: np.ndarray | None, k: int) -> None:
+        self.tiebreak, self.sim = b.ctx.tiebreak, b.sim
+        self.pool, self.bound_of, self.obs, self.k0 = pool, bound, obs, max(1, k)
+        self.k = self.k0
+        self._build()
+
+    def _build(self, pool: np.ndarray | None = None) -> None:
+        pool = self.pool() if pool is None else pool
+        # bounds now, kept until the next build: bounds only fall, so a stale one still holds
+        self.pool_bound = pb = self.bound_of(pool)
+        tb = self.tiebreak
+        o = self.obs[pool] if self.obs is not None else None
+        k = self.k
+        if pool.size <= k:
+            sel = np.ones(pool.size, dtype=bool)
+        else:
+            sel = np.zeros(pool.size, dtype=bool)
+            if o is not None:  # all of the fewest-observed, then the best of the boundary level
+                o_k = o.min()
+                if np.count_nonzero(o == o_k) < k:
+                    o_k = -_kth_highest(-o, k)
+                sel = o < o_k
+                tied = np.flatnonzero(o == o_k)
+            else:
+                tied = np.arange(pool.size)
+            need = k - int(sel.sum())
+            u = pb[tied]
+            u_k = _kth_highest(u, need)
+            sel[tied[u > u_k]] = True
+            eq = tied[u == u_k]
+            need = k - int(sel.sum())
+            t = tb[pool[eq]]
+            sel[eq[np.argpartition(-t, need - 1)[:need]] if need < eq.size else eq] = True
+        items, ib = pool[sel], pb[sel]
+        keys = (-tb[items], -ib) + ((self.obs[items],) if self.obs is not None else ())
+        order = np.lexsort(keys)
+        self.items, self.item_bound = items[order], ib[order]
+        self.rest = _best_key(pool[~sel], self.obs, pb[~sel], tb) if items.size < pool.size else None
+
+    def pick(self, valid: Callable[[np.ndarray], np.ndarray],
+             scorer: tuple[Scorer, Scorer]) -> tuple[int, float, float] | None:
+        """``(pos, exact score, max_sim)`` of the best valid candidate, or ``None`` when there is none.
+        ``scorer``: ``(exact, bound)``, the exact score and a cheaper upper bound on it (the similarities so
+        far); the walk computes the exact score only where the bound can still win."""
+        while True:
+            ok = valid(self.items)
+            items, ib = self.items[ok], self.item_bound[ok]
+            if items.size:
+                o_min = int(self.obs[items[0]]) if self.obs is not None else 0
+                if self.obs is not None:
+                    run = self.obs[items] == o_min
+                    items, ib = items[run], ib[run]
+                pos, top, ms, top_tb = self._walk(items, ib, *scorer)
+                r = self.rest
+                if r is None or r[0] > o_min or (r[0] == o_min and (r[1] < top or (r[1] == top and r[2] < top_tb))):
+                    return pos, top, ms
+            elif self.rest is None:
+                return None
+            # not certified: the shortlist must hold every candidate whose bound reaches the best found
+            if not items.size or self.rest[0] < o_min:  # fewer-observed candidates outside: double
+                self.k *= 2
+                self._build()
+                continue
+            reach = int(np.count_nonzero(self.pool_bound >= top))  # (of the pool at build: a superset)
+            if reach * self.sim.eager_fraction >= self.tiebreak.size and self.sim.pending():
+                self.sim.apply_whole_rows()  # most of the pool: whole rows tighten every bound at once
+                self.k = self.k0
+            else:
+                self.k = max(2 * self.k, reach + self.k0)
+            self._build()
+
+    def _walk(self, run: np.ndarray, u_all: np.ndarray, exact: Scorer,
+              bound: Scorer) -> tuple[int, float, float, float]:
+        t_all = self.tiebreak[run]
+        top = top_tb = -np.inf
+        best = (-1, 0.0)
+        i, size = 0, 16
+        while i < run.size:
+            j = min(i + size, run.size)
+            u, t = u_all[i:j], t_all[i:j]
+            can = (u > top) | ((u == top) & (t > top_tb))  # a prefix: the order is (-bound, -tiebreak)
+            cut = i + (can.size if can.all() else int(np.argmin(can)))
+            if cut > i:
+                t = t[:cut - i]
+                now, _ = bound(run[i:cut])  # tighter than the build-time bound: skip hopeless candidates
+                hit = np.flatnonzero((now > top) | ((now == top) & (t > top_tb)))
+                if hit.size:
+                    vals, ms = exact(run[i + hit])
+                    v = vals.max()
+                    tied = np.flatnonzero(vals == v)
+                    a = int(tied[int(np.argmax(t[hit[tied]]))]) if tied.size > 1 else int(tied[0])
+                    if v > top or (v == top and t[hit[a]] > top_tb):
+                        top, top_tb, best = float(v), float(t[hit[a]]), (int(run[i + hit[a]]), float(ms[a]))
+            if cut < j:
+                break
+            i, size = j, size * 2
+        return best[0], top, best[1], top_tb
+
+
+def _shortlist(n_slots: int) -> int:
+    return SHORTLIST_FACTOR * n_slots + SHORTLIST_EXTRA
+
+
+#: A phase's shortlist starts with the ``factor * slots + extra`` best candidates by unpenalised score and
+#: doubles whenever its bound cannot certify a pick (penalties only lower scores).
+SHORTLIST_FACTOR, SHORTLIST_EXTRA = 8, 256
+
 
 def _cold_start(b: _Batch, n: int) -> None:
     ctx, cfg = b.ctx, b.ctx.config
@@ -329,83 +587,119 @@ def _cold_start(b: _Batch, n: int) -> None:
                    base_score=float(ctx.centrality[p]), max_similarity=0.0, relaxed=list(relaxed)))
     if len(b.picks) >= n:
         return
-    # 2) fill by global and within-environment novelty, at most `cap` per environment
+    # 2) fill by global and within-environment novelty, at most `cap` per environment; novelty is at most
+    # its value with the global similarity at its lower bound, the within-environment one
     w = cfg.cold_start_within_novelty_weight
     allow_blocked = "max_consecutive_selections" in relaxed
+
+    def valid(c: np.ndarray) -> np.ndarray:
+        ok = ~b.in_batch[c] & (b.env_batch[env[c]] < cap)
+        return ok if allow_blocked else ok & ~b.blocked[c]
+
+    def pool() -> np.ndarray:
+        return np.flatnonzero(valid(np.arange(env.size)))
+
+    def novelty(ms: np.ndarray, c: np.ndarray) -> np.ndarray:
+        return (1.0 - w) * (1.0 - ms) + w * (1.0 - b.sim.max_within[c])
+
+    def exact(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ms = b.sim.max_sim(c)
+        return novelty(ms, c), ms
+
+    def bound(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ms = b.sim.partial(c)
+        return novelty(ms, c), ms
+
+    scorer = (exact, bound)
+    ranked = _Ranked(b, pool, lambda c: bound(c)[0], b.task_obs, _shortlist(n - len(b.picks)))
     while len(b.picks) < n:
-        elig = ~b.in_batch & (b.env_batch[env] < cap)
-        if not allow_blocked:
-            elig &= ~b.blocked
-        if not elig.any():
+        got = ranked.pick(valid, scorer)
+        if got is None:  # nothing eligible: relax the consecutive cap first, then the per-environment cap
             if not allow_blocked and (~b.in_batch & (b.env_batch[env] < cap)).any():
                 allow_blocked = True
                 relaxed.append("max_consecutive_selections")
             else:
                 cap += 1
                 relaxed.append(f"cold_start_max_per_env->{cap}")
+            ranked = _Ranked(b, pool, lambda c: bound(c)[0], b.task_obs, _shortlist(n - len(b.picks)))
             continue
-        cand = np.flatnonzero(elig)
-        fewest = b.task_obs[cand].min()
-        cand = cand[b.task_obs[cand] == fewest]
-        novelty = (1.0 - w) * (1.0 - b.sim.max_sim[cand]) + w * (1.0 - b.sim.max_within[cand])
-        top = novelty.max()
-        tied = cand[novelty == top]
-        best = int(tied[int(np.argmax(ctx.tiebreak[tied]))])
-        b.add(Pick(pos=best, phase="cold_start", rank=0, score=float(top), base_score=float(top),
-                   max_similarity=float(b.sim.max_sim[best]), novelty=float(top), relaxed=list(relaxed)))
+        best, top, ms = got
+        b.add(Pick(pos=best, phase="cold_start", rank=0, score=top, base_score=top, max_similarity=ms,
+                   novelty=top, relaxed=list(relaxed)))
 
 
 def _coverage(b: _Batch, n_slots: int, info: np.ndarray) -> None:
+    """Coverage picks: the environment by (current-step coverage, then cumulative selections or the adaptive
+    priority), the task in it by (fewest observations, then penalised informativeness) or the adaptive score.
+
+    Environments not yet in the batch (coverage level 0) are sorted once by their order key; the tied group of
+    environments is then a run of that order, and only environments already in the batch (at most ``n``) are
+    rescanned per pick. The group's tasks are ranked once per group (:class:`_Ranked`)."""
     ctx = b.ctx
-    env = ctx.env_codes
+    env, idx = ctx.env_codes, ctx.similarity
     target = len(b.picks) + n_slots
     ok = ~b.in_batch & ~b.blocked  # maintained per pick below
     avail = np.bincount(env[ok], minlength=ctx.num_envs)
-    env_sel = np.zeros(ctx.num_envs, dtype=bool)
     ad = ctx.adaptive
-    env_priority = ad.env_priority if ad is not None else None
-    task_score = ad.coverage_score if ad is not None and ad.coverage_score is not None else None
+    # environment order after the coverage level, smallest first: fewer cumulative selections, or (adaptive)
+    # the higher priority
+    key = b.env_cum if ad is None or ad.env_priority is None else -ad.env_priority
+    if ad is not None and ad.coverage_score is not None:
+        score, obs = ad.coverage_score, None
+    else:
+        score, obs = info, b.task_obs
+    scorer = b.penalised(score)
+    fresh = np.flatnonzero((b.env_batch == 0) & (avail > 0)) if min(b.c1, b.c3) > 0 else np.zeros(0, np.int64)
+    fresh = fresh[np.argsort(key[fresh], kind="stable")]
+    fresh_key = key[fresh]
+    at = 0
+    touched = set(np.flatnonzero(b.env_batch > 0).tolist())
+    in_group = np.zeros(ctx.num_envs, dtype=bool)
+    group_envs = np.zeros(0, dtype=np.int64)
+    group: tuple | None = None
+    ranked: _Ranked | None = None
+    tied = 0
+
+    def valid(c: np.ndarray) -> np.ndarray:
+        return in_group[env[c]] & ok[c]
+
+    def pool() -> np.ndarray:
+        members = idx.members(group_envs)
+        return members[valid(members)]
+
     while len(b.picks) < target:
-        env_ok = (avail > 0) & (b.env_cov < b.c1) & (b.env_batch < b.c3)
-        if not env_ok.any():
+        while at < fresh.size and b.env_batch[fresh[at]] > 0:
+            at += 1
+        if at < fresh.size:  # some environment is not in the batch yet: coverage level 0, a run of `fresh`
+            level, k = 0, fresh_key[at]
+            envs = fresh[at:int(np.searchsorted(fresh_key, k, side="right"))]
+        else:  # every environment left is in the batch already: at most n of them
+            envs = np.fromiter(touched, dtype=np.int64, count=len(touched))
+            envs = envs[(avail[envs] > 0) & (b.env_cov[envs] < b.c1) & (b.env_batch[envs] < b.c3)]
+            if not envs.size:
+                return
+            level = int(b.env_batch[envs].min())
+            envs = envs[b.env_batch[envs] == level]
+            k = key[envs].min()
+            envs = envs[key[envs] == k]
+        if group != (level, k):  # a group only loses environments until the next one
+            in_group[group_envs] = False
+            group, group_envs = (level, k), np.sort(envs[b.env_batch[envs] == level])
+            in_group[group_envs] = True
+            tied = group_envs.size
+            ranked = _Ranked(b, pool, lambda c: scorer[1](c)[0], obs, _shortlist(target - len(b.picks)))
+        got = ranked.pick(valid, scorer)
+        if got is None:  # cannot happen: every environment of the group has an available task
             return
-        e_idx = np.flatnonzero(env_ok)
-        lvl = b.env_batch[e_idx]  # lower current-step coverage first
-        e_idx = e_idx[lvl == lvl.min()]
-        if env_priority is None:
-            cum = b.env_cum[e_idx]  # then fewer cumulative selections of the environment
-            e_idx = e_idx[cum == cum.min()]
-        else:  # adaptive: never-selected first, then the size-weighted upper bound on the signal rate
-            pr = env_priority[e_idx]
-            e_idx = e_idx[pr == pr.max()]
-        idx = ctx.similarity
-        sizes = idx.starts[e_idx + 1] - idx.starts[e_idx]
-        total = int(sizes.sum())
-        if total * 4 < env.size:  # few tied environments: gather their members
-            offs = np.repeat(idx.starts[e_idx] - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes)
-            members = idx.order[offs + np.arange(total)]
-            cands = members[ok[members]]
-        else:
-            env_sel[:] = False
-            env_sel[e_idx] = True
-            cands = np.flatnonzero(ok & env_sel[env])
-        if task_score is None:
-            obs = b.task_obs[cands]  # then fewer observations of the task
-            cands = cands[obs == obs.min()]
-            p, score, ms = _best(cands, info, b)  # then penalised informativeness
-            base = float(info[p])
-        else:  # adaptive: penalised optimistic signal probability
-            p, score, ms = _best(cands, task_score, b)
-            base = float(task_score[p])
-        b.add(Pick(pos=p, phase="coverage", rank=0, score=score, base_score=base, max_similarity=ms,
-                   tied_envs=int(e_idx.size)))
+        p, s, ms = got
+        e = int(env[p])
+        b.add(Pick(pos=p, phase="coverage", rank=0, score=s, base_score=float(score[p]), max_similarity=ms,
+                   tied_envs=tied))
         ok[p] = False
-        avail[env[p]] -= 1
-
-
-#: Exploitation evaluates a shortlist of the ``factor * slots + extra`` best unpenalised candidates first;
-#: a pick from it is provably the exact argmax (penalties only lower scores), else the full pool is scanned.
-SHORTLIST_FACTOR, SHORTLIST_EXTRA = 8, 256
+        avail[e] -= 1
+        touched.add(e)
+        in_group[e] = False  # its coverage level went up
+        tied -= 1
 
 
 def _exploitation(b: _Batch, n_slots: int, base: np.ndarray, exposure: np.ndarray, discount: np.ndarray) -> None:
@@ -416,23 +710,20 @@ def _exploitation(b: _Batch, n_slots: int, base: np.ndarray, exposure: np.ndarra
         excluded |= ctx.history.progress_filtered()
     if cfg.use_identifier_filter:
         excluded |= ctx.identifier_flagged
-    pool = np.flatnonzero(~excluded)
-    m = min(pool.size, SHORTLIST_FACTOR * n_slots + SHORTLIST_EXTRA)
-    if m < pool.size:
-        part = np.argpartition(-base[pool], m - 1)
-        top, rest = pool[part[:m]], pool[part[m:]]
-        rest_max = float(base[rest].max())
-    else:
-        top, rest_max = pool, -np.inf
+
+    def valid(c: np.ndarray) -> np.ndarray:
+        return ~b.in_batch[c] & (b.env_batch[env[c]] < b.c3)
+
+    def pool() -> np.ndarray:
+        return np.flatnonzero(~excluded & ~b.in_batch & (b.env_batch[env] < b.c3))
+
+    scorer = b.penalised(base)
+    ranked = _Ranked(b, pool, lambda c: scorer[1](c)[0], None, _shortlist(n_slots))
     target = len(b.picks) + n_slots
     while len(b.picks) < target:
-        v = top[~b.in_batch[top] & (b.env_batch[env[top]] < b.c3)]
-        best = _best(v, base, b)
-        if best is None or not best[1] > rest_max:  # not provably the best of the pool: scan it all
-            ok = ~b.in_batch & ~excluded & (b.env_batch[env] < b.c3)
-            best = _best(np.flatnonzero(ok), base, b)
-            if best is None:
-                return
+        best = ranked.pick(valid, scorer)
+        if best is None:
+            return
         p, score, ms = best
         b.add(Pick(pos=p, phase="exploitation", rank=0, score=score, base_score=float(base[p]), max_similarity=ms,
                    exposure=float(exposure[p]), exposure_discount=float(discount[p])))
@@ -441,8 +732,15 @@ def _exploitation(b: _Batch, n_slots: int, base: np.ndarray, exposure: np.ndarra
 def _fill(b: _Batch, n: int, info: np.ndarray) -> None:
     ctx, cfg = b.ctx, b.ctx.config
     filtered = ctx.history.progress_filtered()
+
+    def valid(c: np.ndarray) -> np.ndarray:
+        return ~b.in_batch[c]
+
+    scorer = b.penalised(info)
+    ranked = _Ranked(b, lambda: np.flatnonzero(~b.in_batch), lambda c: scorer[1](c)[0], None,
+                     _shortlist(n - len(b.picks)))
     while len(b.picks) < n:
-        best = _best(np.flatnonzero(~b.in_batch), info, b)
+        best = ranked.pick(valid, scorer)
         if best is None:
             return
         p, score, ms = best
