@@ -40,7 +40,10 @@ all such observations is below ``tolerance`` times the newest one's, for the lon
   per-task and per-environment counters (observations, scored and scorable groups, environment
   selections, exploitation hits), which stay exact;
 * the progress filter keeps only the points it reads (the last ``progress_min_transitions + 1``) and a
-  count.
+  count;
+* a task whose newest observation is so old that its recency weight underflows to 0.0 (about 1,075
+  half-lives: 8,600 steps at the default long half-life) has no history in the full log either: its
+  remaining observations go too.
 
 What changes: every recency-weighted sum loses at most ``tolerance`` (relative to the task's newest
 observation for the task histories' means, absolute for the weights ``W``, exposure, signal counts,
@@ -344,7 +347,12 @@ class History:
         scored = n_scored > 0
         newest = np.full(self.n, -1, dtype=np.int64)
         np.maximum.at(newest, pos[scored], st[scored])
-        drop = (st < new_ls) & (~scored | (st < newest[pos] - self._fold_horizon()))
+        # a task whose newest weight has underflowed to 0.0 has no history at all (W = 0, the reference), in
+        # the full history too: all its rows go
+        age = np.maximum(0, (self.step - 1) - newest).astype(float)
+        gone = (newest >= 0) & (np.power(0.5, age / self.config.long_half_life) == 0.0) & \
+            (np.power(0.5, age / self.config.short_half_life) == 0.0)
+        drop = (st < new_ls) & (~scored | (st < newest[pos] - self._fold_horizon()) | gone[pos])
         n = self.n
         self._folded_obs += np.bincount(pos[drop], minlength=n)
         self._folded_scored += np.bincount(pos[drop & scored], minlength=n)
