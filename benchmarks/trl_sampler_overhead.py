@@ -6,7 +6,12 @@ environments) and the sampler under test, timing every ``sample`` and ``update``
 (``time.perf_counter``) against the wall time of ``trainer.train()``. The first ``--warmup`` steps are a
 separate run that is not counted (model load, first-call compilation). Goal: under 1 %.
 
+``--pool default`` draws from the bundled 2,550-task pool instead (``envsched.envs.default_pool``, its
+real dual-relation graph built once before the runs); the model, which has 256 positions, then sees the
+first ``--prompt-chars`` characters of each task's instruction (the sampler's work does not depend on it).
+
     HF_HUB_OFFLINE=1 nice .venv/bin/python benchmarks/trl_sampler_overhead.py --steps 20 --sampler envsched
+    HF_HUB_OFFLINE=1 nice .venv/bin/python benchmarks/trl_sampler_overhead.py --steps 20 --pool default
 """
 
 from __future__ import annotations
@@ -42,12 +47,12 @@ def tiny_model(pool: list, out: str) -> tuple[str, Any]:
     return out, module.build_tiny_llm(pool, out)
 
 
-def make_sampler(name: str, pool: list, group_size: int):
+def make_sampler(name: str, pool: list, group_size: int, graph: Any = None):
     """The sampler under test, with its sample/update wrapped in wall-time accumulators."""
     if name == "envsched":
         from envsched.method.sampler import EnvSchedSampler
 
-        sampler = EnvSchedSampler(pool, seed=3)
+        sampler = EnvSchedSampler(pool, graph, seed=3)
     elif name == "curriculum":
         from envsched.samplers.simple import CurriculumSampler
 
@@ -79,8 +84,8 @@ def make_sampler(name: str, pool: list, group_size: int):
     return sampler, timing
 
 
-def run(model_dir: str, tok, pool: list, args: argparse.Namespace, steps: int, out: str) -> dict:
-    sampler, timing = make_sampler(args.sampler, pool, args.num_generations)
+def run(model_dir: str, tok, pool: list, args: argparse.Namespace, steps: int, out: str, graph: Any = None) -> dict:
+    sampler, timing = make_sampler(args.sampler, pool, args.num_generations, graph)
 
     def digits(completions, **kw):
         return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
@@ -89,8 +94,11 @@ def run(model_dir: str, tok, pool: list, args: argparse.Namespace, steps: int, o
                      save_strategy="no", logging_steps=1, num_generations=args.num_generations,
                      per_device_train_batch_size=args.num_generations * args.tasks_per_step,
                      max_completion_length=args.max_completion_length, disable_tqdm=True)
+    def to_row(task):
+        return {"prompt": str(task["instruction"])[: args.prompt_chars], "env": task["env"]}
+
     trainer = EnvSchedGRPOTrainer(model=model_dir, reward_funcs=[digits], args=cfg, processing_class=tok,
-                                  task_sampler=sampler)
+                                  task_sampler=sampler, task_to_row=to_row)
     t = time.perf_counter()
     trainer.train()
     train_s = time.perf_counter() - t
@@ -107,16 +115,31 @@ def main() -> None:
     ap.add_argument("--num-generations", type=int, default=4)
     ap.add_argument("--tasks-per-step", type=int, default=2)
     ap.add_argument("--max-completion-length", type=int, default=8)
+    ap.add_argument("--pool", choices=["small", "default"], default="small",
+                    help="small: 12 reasoning-gym tasks; default: the bundled 2,550-task pool")
+    ap.add_argument("--prompt-chars", type=int, default=200, help="instruction characters the model sees")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    pool = list(build_reasoning_gym_pool(ENVS, tasks_per_dataset=4, num_tiers=2, seed=0))
+    graph = None
+    if args.pool == "small":
+        pool = list(build_reasoning_gym_pool(ENVS, tasks_per_dataset=4, num_tiers=2, seed=0))
+    else:
+        from envsched.envs.default_pool import default_pool
+        from envsched.method.config import GraphConfig
+        from envsched.method.graph.build import build_graph
+
+        full = default_pool()
+        pool = list(full)
+        if args.sampler == "envsched":
+            graph = build_graph(full, GraphConfig())  # once, shared by the warm-up and the counted run
     with tempfile.TemporaryDirectory() as tmp:
         model_dir, tok = tiny_model(pool, os.path.join(tmp, "model"))
         if args.warmup:
-            run(model_dir, tok, pool, args, args.warmup, os.path.join(tmp, "warmup"))
-        result = run(model_dir, tok, pool, args, args.steps, os.path.join(tmp, "run"))
-    result.update(sampler=args.sampler, num_generations=args.num_generations, tasks_per_step=args.tasks_per_step,
+            run(model_dir, tok, pool, args, args.warmup, os.path.join(tmp, "warmup"), graph)
+        result = run(model_dir, tok, pool, args, args.steps, os.path.join(tmp, "run"), graph)
+    result.update(pool=args.pool, pool_tasks=len(pool),
+                  sampler=args.sampler, num_generations=args.num_generations, tasks_per_step=args.tasks_per_step,
                   max_completion_length=args.max_completion_length, torch_threads=torch.get_num_threads())
     print(json.dumps(result, indent=2))
     if args.json:

@@ -179,3 +179,41 @@ def test_mopps_bad_arguments(kwargs):
 def test_bad_arguments(cls, kwargs):
     with pytest.raises(ValueError):
         cls(_pool(), **kwargs)
+
+
+def test_plr_draws_equal_a_sort_per_draw():
+    """PLR orders the seen tasks once per batch; the draws equal the plain rule (replay_distribution, which
+    sorts the eligible tasks for every draw), ties and score changes included."""
+
+    class PerDraw(PLRSampler):
+        def _select(self, n: int) -> list[int]:
+            chosen, taken = [], np.zeros(len(self.tasks), dtype=bool)
+            for _ in range(n):
+                unseen = ~self.seen & ~taken
+                replay = self.replay_distribution(exclude=taken)
+                if unseen.any() and (self._rng.random() < 1.0 - self.seen.sum() / len(self.tasks)
+                                     or replay.sum() == 0):
+                    cand = np.flatnonzero(unseen)
+                    i = int(cand[self._rng.integers(cand.size)])
+                else:
+                    i = int(self._rng.choice(len(self.tasks), p=replay / replay.sum()))
+                chosen.append(i)
+                taken[i] = True
+                self.draws += 1
+                self.last_draw[i] = self.draws
+            return chosen
+
+    for n_tasks, steps in ((40, 50), (600, 30)):
+        tasks = [{"id": f"t{i}", "env": f"e{i % 7}"} for i in range(n_tasks)]
+        fast, plain = PLRSampler(tasks, seed=1, score_ema=0.5), PerDraw(tasks, seed=1, score_ema=0.5)
+        rng = np.random.default_rng(0)
+        p = rng.random(n_tasks)
+        for k in range(steps):
+            batch = fast.sample(16)
+            assert [t["id"] for t in batch] == [t["id"] for t in plain.sample(16)], k
+            for t in batch:
+                r = (rng.random(4) < p[int(t["id"][1:])]).astype(float)
+                r = (r * 0.5).round(1) if k % 5 == 0 else r  # equal scores: ties broken by position
+                fast.update(t, r.tolist())
+                plain.update(t, r.tolist())
+        assert fast.seen.sum() > 0.5 * n_tasks

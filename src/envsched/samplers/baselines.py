@@ -313,17 +313,24 @@ class PLRSampler(BaseSampler):
         return out
 
     def _select(self, n: int) -> list[int]:
+        # Scores do not change while a batch is drawn, so the seen tasks are ordered by score once per batch;
+        # each draw then ranks the eligible ones by a cumulative count over that order, O(N) instead of a
+        # sort per draw. The distribution is the one replay_distribution() builds, value for value.
         chosen: list[int] = []
         taken = np.zeros(len(self.tasks), dtype=bool)
+        n_tasks = len(self.tasks)
+        seen_idx = np.flatnonzero(self.seen)
+        by_score = seen_idx[np.argsort(-self.scores[seen_idx], kind="stable")]
+        n_seen = int(seen_idx.size)
         for _ in range(n):
             unseen = ~self.seen & ~taken
-            p_unseen = 1.0 - self.seen.sum() / len(self.tasks)
-            replay = self.replay_distribution(exclude=taken)
+            p_unseen = 1.0 - n_seen / n_tasks
+            replay = self._replay_from_order(by_score, taken)
             if unseen.any() and (self._rng.random() < p_unseen or replay.sum() == 0):
                 cand = np.flatnonzero(unseen)
                 i = int(cand[self._rng.integers(cand.size)])
             elif replay.sum() > 0:
-                i = int(self._rng.choice(len(self.tasks), p=replay / replay.sum()))
+                i = int(self._rng.choice(n_tasks, p=replay / replay.sum()))
             else:  # every task is in the batch already; cannot happen for n <= N
                 raise RuntimeError("no task left to draw")
             chosen.append(i)
@@ -331,6 +338,24 @@ class PLRSampler(BaseSampler):
             self.draws += 1
             self.last_draw[i] = self.draws
         return chosen
+
+    def _replay_from_order(self, by_score: np.ndarray, taken: np.ndarray) -> np.ndarray:
+        """:meth:`replay_distribution` (``exclude=taken``) from the seen tasks already ordered by score."""
+        out = np.zeros(len(self.tasks))
+        order = by_score[~taken[by_score]]
+        if order.size == 0:
+            return out
+        idx = np.flatnonzero(self.seen & ~taken)
+        slot = np.empty(len(self.tasks), dtype=np.int64)
+        slot[idx] = np.arange(idx.size)
+        ranks = np.empty(idx.size)
+        ranks[slot[order]] = np.arange(1, idx.size + 1)
+        ps = (1.0 / ranks) ** (1.0 / self.temperature)
+        ps /= ps.sum()
+        stale = (self.draws - self.last_draw[idx]).astype(float)
+        pc = stale / stale.sum() if stale.sum() > 0 else np.full(idx.size, 1.0 / idx.size)
+        out[idx] = (1 - self.staleness_coef) * ps + self.staleness_coef * pc
+        return out
 
     def _observe(self, group: GroupResult) -> None:
         if group.scored.size == 0:
