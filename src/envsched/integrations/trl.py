@@ -58,7 +58,6 @@ refuses unless ``sampler_reward_funcs`` states explicitly which raw rewards the 
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import math
 import os
@@ -75,6 +74,7 @@ from torch.utils.data import Sampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
+from envsched.integrations._checkpoint import SAMPLER_STATE_FILE, read_state_file, write_state_file
 from envsched.integrations._rewards import RewardScale
 from envsched.pool.spec import task_key
 from envsched.samplers.base import TaskSampler
@@ -93,7 +93,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: File written into every TRL ``checkpoint-N`` folder.
-SAMPLER_STATE_FILE = "envsched_sampler.json"
 _STATE_FORMAT = "envsched.trl/1"
 
 #: Entries each of the trainer's logs keeps by default (the newest; about 1 MiB for the feedback log).
@@ -477,10 +476,7 @@ class EnvSchedGRPOMixin:
                  "sampler_class": type(self._es_sampler).__name__,
                  "sampler": self._es_sampler.state_dict(), "pending": [list(c) for c in self._es_pending],
                  "reward_scale": self._es_scale.state_dict()}
-        tmp = os.path.join(folder, SAMPLER_STATE_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(state, f)
-        os.replace(tmp, os.path.join(folder, SAMPLER_STATE_FILE))
+        write_state_file(folder, state)
 
     def _init_training_state(self, *args: Any, **kwargs: Any):  # type: ignore[override]
         epochs_trained, steps_trained_in_current_epoch = super()._init_training_state(*args, **kwargs)
@@ -496,12 +492,7 @@ class EnvSchedGRPOMixin:
         """Restore the sampler and the chunks to replay from ``checkpoint/envsched_sampler.json``
         (called by ``train(resume_from_checkpoint=...)``). Raises ``FileNotFoundError`` if the checkpoint
         has none and ``ValueError`` if it does not fit this trainer's tasks; nothing changes on error."""
-        path = os.path.join(checkpoint, SAMPLER_STATE_FILE)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{path} is missing: the checkpoint was not written by an envsched trainer, so "
-                                    "the sampler cannot resume its draws")
-        with open(path) as f:
-            state = json.load(f)
+        path, state = read_state_file(checkpoint)
         if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
             found = state.get("format") if isinstance(state, dict) else type(state).__name__
             raise ValueError(f"{path}: unsupported format {found!r} (expected {_STATE_FORMAT!r})")

@@ -35,7 +35,6 @@ verl is imported lazily: importing this module does not import verl.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import uuid
 from collections import deque
@@ -45,6 +44,7 @@ from typing import Any
 import torch
 from torch.utils.data import Sampler
 
+from envsched.integrations._checkpoint import SAMPLER_STATE_FILE, read_state_file, write_state_file
 from envsched.integrations._rewards import RewardScale
 from envsched.pool.pool import TaskPool
 from envsched.pool.spec import task_key
@@ -55,7 +55,6 @@ __all__ = ["SAMPLER_STATE_FILE", "VERL_STATE_FORMAT", "EnvSchedPPOTrainerMixin",
            "check_verl_config", "groups_from_batch", "load_sampler_state", "save_sampler_state"]
 
 #: File written into every verl ``global_step_N`` checkpoint folder.
-SAMPLER_STATE_FILE = "envsched_sampler.json"
 VERL_STATE_FORMAT = "envsched.verl/2"
 _FILE_FORMAT = "envsched.verl.checkpoint/1"
 
@@ -401,23 +400,14 @@ class EnvSchedVerlSampler(_Base):
 def save_sampler_state(sampler: EnvSchedVerlSampler, folder: str, global_step: int) -> str:
     """Write ``folder/envsched_sampler.json`` (atomically) and return its path."""
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, SAMPLER_STATE_FILE)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({"format": _FILE_FORMAT, "global_step": int(global_step), "state": sampler.state_dict()}, f)
-    os.replace(tmp, path)
-    return path
+    return write_state_file(folder, {"format": _FILE_FORMAT, "global_step": int(global_step),
+                                     "state": sampler.state_dict()})
 
 
 def load_sampler_state(sampler: EnvSchedVerlSampler, folder: str) -> None:
     """Restore ``sampler`` from ``folder/envsched_sampler.json``: ``FileNotFoundError`` when the checkpoint has
     none (written without envsched: its draws cannot resume), ``ValueError`` when it does not fit."""
-    path = os.path.join(folder, SAMPLER_STATE_FILE)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} is missing: the checkpoint was not written by an envsched trainer, so the "
-                                "sampler cannot resume its draws")
-    with open(path) as f:
-        state = json.load(f)
+    path, state = read_state_file(folder)
     if not isinstance(state, dict) or state.get("format") != _FILE_FORMAT:
         raise ValueError(f"{path}: not an envsched verl checkpoint file")
     sampler.load_state_dict(state["state"])
