@@ -445,20 +445,21 @@ class BaseSampler(ABC):
         # anything else goes through the checks below, which name the offending reward
         if all(type(r) is float and lo <= r <= hi for r in rewards):
             clean = [min(max(r, low), high) for r in rewards]
-        for i, r in enumerate(rewards if not clean else ()):
-            if r is None:
-                clean.append(None)
-                continue
-            if isinstance(r, bool) or not isinstance(r, int | float | np.integer | np.floating):
-                raise ValueError(f"rewards[{i}] for task {key!r} must be a number or None, got {r!r}")
-            r = float(r)
-            if not math.isfinite(r):
-                raise ValueError(f"rewards[{i}] for task {key!r} is {r}: rewards must be finite "
-                                 "(use None for a rollout the environment could not score)")
-            if r < lo or r > hi:
-                raise ValueError(f"rewards[{i}] for task {key!r} is {r}, outside the declared reward range "
-                                 f"[{low}, {high}]")
-            clean.append(min(max(r, low), high))
+        else:
+            for i, r in enumerate(rewards):
+                if r is None:
+                    clean.append(None)
+                    continue
+                if isinstance(r, bool) or not isinstance(r, int | float | np.integer | np.floating):
+                    raise ValueError(f"rewards[{i}] for task {key!r} must be a number or None, got {r!r}")
+                r = float(r)
+                if not math.isfinite(r):
+                    raise ValueError(f"rewards[{i}] for task {key!r} is {r}: rewards must be finite "
+                                     "(use None for a rollout the environment could not score)")
+                if r < lo or r > hi:
+                    raise ValueError(f"rewards[{i}] for task {key!r} is {r}, outside the declared reward range "
+                                     f"[{low}, {high}]")
+                clean.append(min(max(r, low), high))
         cost_arr: np.ndarray | None = None
         if costs is not None:
             if isinstance(costs, str | bytes | Mapping) or not isinstance(costs, Sequence | np.ndarray):

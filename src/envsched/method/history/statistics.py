@@ -369,7 +369,7 @@ class History:
 
     # ------------------------------------------------------------------ derived statistics
     def has_observations(self) -> bool:
-        return bool(self._folded_scored.any() or np.any(self.obs.col("n_scored") > 0))
+        return bool(self._folded_scored.any() or self._scored_mask().any())
 
     @property
     def num_observations(self) -> int:
