@@ -154,3 +154,61 @@ def test_bfcl_rollouts_run_the_real_checker():
     assert (r_hard == 0).all()  # every tool wrong: the real checker fails it
     assert cost[0, 0] == sum(len(t) for t in bfcl.ground_truth_calls(specs[0]))
     assert easy.bfcl_rollouts == 6
+
+
+def _mixed(n_groups: int, n_mixed: int) -> np.ndarray:
+    """``n_groups`` groups of 8 rewards, the first ``n_mixed`` with signal (std 0.5), the rest all-fail."""
+    r = np.zeros((n_groups, 8))
+    r[:n_mixed, :4] = 1.0
+    return r
+
+
+def _move(model: LearnerModel, before: np.ndarray) -> np.ndarray:
+    return np.abs(model.competence() - before)
+
+
+def test_mean_step_gives_a_full_batch_of_signal_no_more_per_group_than_a_diluted_one():
+    # The structural handicap of the "mean" step: a task in a batch of 24 mixed groups moves exactly as much as
+    # the same task in a batch of 24 groups of which 8 are mixed, so filtering (dynamic sampling) buys nothing
+    # per group.
+    pool = _pool()
+    cfg = {"forgetting": 0.0, "transfer": 0.0, "sharing": 0.0}
+    full, diluted = LearnerModel(pool, cfg, seed=3), LearnerModel(pool, cfg, seed=3)
+    pos = np.arange(24)
+    b_full, b_dil = full.competence().copy(), diluted.competence().copy()
+    full.train(pos, _mixed(24, 24))
+    diluted.train(pos, _mixed(24, 8))
+    assert np.allclose(_move(full, b_full)[:8], _move(diluted, b_dil)[:8])
+
+
+def test_normalised_step_lets_a_batch_of_signal_move_more_per_step():
+    pool = _pool()
+    cfg = {"forgetting": 0.0, "transfer": 0.0, "sharing": 0.0, "step": "normalised", "normalised_lr": 0.05}
+    full, diluted = LearnerModel(pool, cfg, seed=3), LearnerModel(pool, cfg, seed=3)
+    pos = np.arange(24)
+    for _ in range(30):  # each optimiser sees its own kind of batch, as in a run
+        b_full, b_dil = full.competence().copy(), diluted.competence().copy()
+        full.train(pos, _mixed(24, 24))
+        diluted.train(pos, _mixed(24, 8))
+    step_full, step_dil = _move(full, b_full), _move(diluted, b_dil)
+    # a step's length is about normalised_lr either way (sharing 0: the move is the competence move)
+    assert np.linalg.norm(step_full) == pytest.approx(0.05, rel=0.05)
+    assert np.linalg.norm(step_dil) == pytest.approx(0.05, rel=0.05)
+    # the full batch spreads it over 3x the tasks: total movement sqrt(3)x larger, each task 1/sqrt(3) of it
+    assert step_full.sum() / step_dil.sum() == pytest.approx(np.sqrt(3), rel=0.02)
+    assert (step_dil[8:] == 0).all() and (step_full > 0).all()
+
+
+def test_normalised_state_round_trips_and_refuses_bad_values():
+    pool = _pool()
+    m = LearnerModel(pool, {"step": "normalised"}, seed=4)
+    m.train(np.arange(6), _mixed(6, 3))
+    state = m.state_dict()
+    other = LearnerModel(pool, {"step": "normalised"}, seed=4)
+    other.load_state_dict(state)
+    assert other.norm_sq_mean == m.norm_sq_mean > 0 and other.norm_steps == 1
+    with pytest.raises(ValueError, match="norm_sq_mean"):
+        other.load_state_dict({**state, "norm_sq_mean": float("nan")})
+    assert other.norm_sq_mean == m.norm_sq_mean
+    with pytest.raises(ValueError, match="step must be"):
+        LearnerConfig(step="adam")

@@ -114,6 +114,17 @@ class LearnerConfig:
     bfcl_tool_scope: Literal["function", "env"] = "function"
     """BFCL function skills: one per function, shared across BFCL environments (``function``), or one per
     (environment, function) (``env``)."""
+    step: Literal["mean", "normalised"] = "mean"
+    """How a training step turns the batch's GRPO signal into a move. ``mean``: the move is the batch-mean signal
+    times ``lr`` (SGD on GRPO's mean loss, v2). ``normalised``: the same direction, scaled by an optimiser-like
+    normaliser, the running root mean square of past steps' update norms (Adam's second moment on the whole
+    update, bias-corrected), so a step's length is about ``normalised_lr`` whatever the batch's dilution;
+    a batch with more signal groups spreads its step over more tasks and, at the same length, moves more of
+    them (see docs/benchmark-learner.md, "Step rule")."""
+    normalised_lr: float = 0.03
+    """With ``step="normalised"``: the length of a step whose update norm equals the running RMS."""
+    normalised_decay: float = 0.999
+    """With ``step="normalised"``: decay of the running mean of squared update norms (Adam's beta2)."""
 
     def __post_init__(self) -> None:
         for name in ("sharing", "feature_noise", "transfer", "forgetting", "interference", "tier_share"):
@@ -126,6 +137,13 @@ class LearnerConfig:
             v = getattr(self, name)
             if not (isinstance(v, int | float) and v >= 0 and np.isfinite(v)):
                 raise ValueError(f"LearnerConfig.{name} must be a finite number >= 0, got {v!r}")
+        if self.step not in ("mean", "normalised"):
+            raise ValueError(f"LearnerConfig.step must be 'mean' or 'normalised', got {self.step!r}")
+        if not (isinstance(self.normalised_lr, int | float) and 0 < self.normalised_lr < 10
+                and math.isfinite(self.normalised_lr)):
+            raise ValueError(f"LearnerConfig.normalised_lr must be in (0, 10), got {self.normalised_lr!r}")
+        if not (isinstance(self.normalised_decay, int | float) and 0.0 <= self.normalised_decay < 1.0):
+            raise ValueError(f"LearnerConfig.normalised_decay must be in [0, 1), got {self.normalised_decay!r}")
         if self.bfcl_tool_scope not in ("function", "env"):
             raise ValueError(f"LearnerConfig.bfcl_tool_scope must be 'function' or 'env', got {self.bfcl_tool_scope!r}")
         if not isinstance(self.batch_normalise, bool):
@@ -374,6 +392,8 @@ class LearnerModel:
         self.bfcl_executions = 0
         self.bfcl_rollouts = 0
         self.steps_trained = 0
+        self.norm_sq_mean = 0.0  # step="normalised": running mean of squared update norms
+        self.norm_steps = 0
 
     # ------------------------------------------------------------------ real environments
     def _setup_bfcl(self) -> None:
@@ -471,16 +491,36 @@ class LearnerModel:
             d_theta = self.usage[p].T @ coef
             if cfg.transfer > 0:
                 d_theta = d_theta + cfg.transfer * (self.related.T @ d_theta)
-            self.theta += d_theta
+            if cfg.step == "normalised":
+                d_phi = np.zeros(self.phi.size)
+                np.add.at(d_phi, p, step_lr * gs * (1.0 - cfg.sharing))
+                scale = self._normalised_scale(float(np.sqrt(d_theta @ d_theta + d_phi @ d_phi)))
+                self.theta += d_theta * scale
+                self.phi += d_phi * scale
+            else:
+                self.theta += d_theta
+                np.add.at(self.phi, p, step_lr * gs * (1.0 - cfg.sharing))
             moved_theta = d_theta != 0
-            np.add.at(self.phi, p, step_lr * gs * (1.0 - cfg.sharing))
             moved_phi[p] = True
+        elif cfg.step == "normalised":
+            self._normalised_scale(0.0)  # an empty step still ages the running mean, as Adam's would
         if cfg.forgetting > 0:
             f = cfg.forgetting
             self.theta[~moved_theta] -= f * (self.theta[~moved_theta] - self.theta0[~moved_theta])
             self.phi[~moved_phi] -= f * (self.phi[~moved_phi] - self.phi0[~moved_phi])
         self.steps_trained += 1
         return total
+
+    def _normalised_scale(self, norm: float) -> float:
+        """Update the running mean of squared update norms with ``norm`` and return the factor that turns an
+        update of that norm into the normalised step (``normalised_lr * norm / rms``, bias-corrected)."""
+        cfg = self.config
+        self.norm_sq_mean = cfg.normalised_decay * self.norm_sq_mean + (1.0 - cfg.normalised_decay) * norm**2
+        self.norm_steps += 1
+        corrected = self.norm_sq_mean / (1.0 - cfg.normalised_decay ** self.norm_steps)
+        if norm == 0.0 or corrected <= 0.0:
+            return 0.0
+        return cfg.normalised_lr / (math.sqrt(corrected) + 1e-12)
 
     def _check_pass_probabilities(self, positions: Sequence[int] | np.ndarray | None
                                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -529,7 +569,7 @@ class LearnerModel:
         """Mutable state (skills, RNG, counters); the rest is rebuilt from pool, config and seed."""
         return {"config": asdict(self.config), "seed": self.seed, "theta": self.theta.tolist(),
                 "phi": self.phi.tolist(), "rng": copy.deepcopy(self._rng.bit_generator.state),
-                "steps_trained": self.steps_trained}
+                "steps_trained": self.steps_trained, "norm_sq_mean": self.norm_sq_mean, "norm_steps": self.norm_steps}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state.get("config") != asdict(self.config) or state.get("seed") != self.seed:
@@ -540,8 +580,14 @@ class LearnerModel:
             raise ValueError("learner state does not match this pool")
         rng = np.random.default_rng()
         rng.bit_generator.state = copy.deepcopy(state["rng"])
+        norm_sq_mean = float(state.get("norm_sq_mean", 0.0))
+        norm_steps = state.get("norm_steps", 0)
+        if not (math.isfinite(norm_sq_mean) and norm_sq_mean >= 0) or isinstance(norm_steps, bool) \
+                or not isinstance(norm_steps, int) or norm_steps < 0:
+            raise ValueError("learner state: norm_sq_mean must be finite >= 0 and norm_steps an integer >= 0")
         self.theta, self.phi, self._rng = theta, phi, rng
         self.steps_trained = int(state.get("steps_trained", 0))
+        self.norm_sq_mean, self.norm_steps = norm_sq_mean, norm_steps
 
 
 def _rg_tier(task: Mapping[str, Any]) -> float:
