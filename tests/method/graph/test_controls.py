@@ -22,7 +22,7 @@ def _degrees(index: np.ndarray) -> np.ndarray:
 
 
 def test_shuffled_graph_keeps_degrees_and_relations_and_changes_neighbours(pool_and_graph) -> None:
-    pool, graph = pool_and_graph
+    _, graph = pool_and_graph
     sh = shuffled_graph(graph, seed=1)
     codes = graph.env_codes
     sizes = np.bincount(codes)
