@@ -207,7 +207,7 @@ def test_matrix_writes_cells_verdicts_and_heat_map(tmp_path):
     assert len(doc["cells"]) == 3
     for cell in doc["cells"]:
         assert set(cell["verdict"]) == {"uniform", "plr"}
-        assert set(cell["verdict"].values()) <= {"win", "tie", "loss"}
+        assert set(cell["verdict"].values()) <= {"win", "not detected", "loss"}
         # the two samplers' paired differences to each other are opposite
         a = cell["samplers"]["uniform"]["paired_vs_best"]["mean"]
         b = cell["samplers"]["plr"]["paired_vs_best"]["mean"]

@@ -12,7 +12,8 @@ every pool mix):
   :func:`envsched.envs.builders.build_combined_pool`, the function behind ``envsched pool build combined``).
 
 Per cell and sampler: the held-out score at the last step and its paired difference (over seeds) to the best
-*other* sampler of the cell: **win** when the 95 % interval is above 0, **loss** when below, **tie** otherwise.
+*other* sampler of the cell: **win** when the 95 % interval is above 0, **loss** when below, **not detected** otherwise (an interval
+crossing zero is not a tie: equivalence needs a stated margin, see docs/evaluation-protocol.md).
 """
 
 from __future__ import annotations
@@ -172,13 +173,13 @@ def run_matrix(preset_name: str | MatrixPreset, out_dir: str | os.PathLike[str],
             best = d.get(f"paired_vs_best@{t}", {})
             entry["samplers"][s] = {"heldout_score": d[f"heldout_score@{t}"], "paired_vs_best": best,
                                     "paired_vs_uniform": d.get(f"paired_vs_uniform@{t}")}
-            entry["verdict"][s] = _verdict(best) if best else "tie"
+            entry["verdict"][s] = _verdict(best) if best else "not detected"
         doc_cells.append(entry)
         if on_cell:
             on_cell(k + 1, len(cells), entry)
     doc = {"matrix": preset_name, "samplers": names, "seeds": preset.seeds, "steps": preset.steps,
            "wall_seconds": time.perf_counter() - started, "cells": doc_cells,
-           "tally": {s: {v: sum(1 for c in doc_cells if c["verdict"].get(s) == v) for v in ("win", "tie", "loss")}
+           "tally": {s: {v: sum(1 for c in doc_cells if c["verdict"].get(s) == v) for v in ("win", "not detected", "loss")}
                      for s in names}}
     (out / "matrix.json").write_text(json.dumps(doc, indent=2, default=float))
     (out / "matrix.md").write_text(matrix_markdown(doc))
@@ -202,7 +203,7 @@ def matrix_markdown(doc: Mapping[str, Any]) -> str:
     names = doc["samplers"]
     lines = [f"Sensitivity matrix ({doc['matrix']}: {doc['seeds']} seeds x {doc['steps']} steps per cell). "
              "Per sampler: held-out score; paired difference to the best other sampler, mean [95% CI]; "
-             "W = win, T = tie, L = loss.", "",
+             "W = win, - = not detected (the interval crosses 0), L = loss.", "",
              "| setting | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for c in doc["cells"]:
         cells = []
@@ -216,8 +217,8 @@ def matrix_markdown(doc: Mapping[str, Any]) -> str:
             cells.append(f"{d['heldout_score']['mean']:.2f} ({p.get('mean', math.nan):+.2f}{ci}) "
                          f"{c['verdict'][s][0].upper()}")
         lines.append(f"| {_setting_label(c['setting'])} | " + " | ".join(cells) + " |")
-    lines += ["", "| sampler | wins | ties | losses |", "|---|---|---|---|"]
-    lines += [f"| {s} | {t['win']} | {t['tie']} | {t['loss']} |" for s, t in doc["tally"].items()]
+    lines += ["", "| sampler | wins | not detected | losses |", "|---|---|---|---|"]
+    lines += [f"| {s} | {t['win']} | {t['not detected']} | {t['loss']} |" for s, t in doc["tally"].items()]
     lines.append(f"\nWall time: {doc['wall_seconds']:.0f} s.")
     return "\n".join(lines) + "\n"
 
@@ -243,7 +244,7 @@ def matrix_heatmap(doc: Mapping[str, Any], path: Path) -> None:
         for j, s in enumerate(names):
             v = c["verdict"].get(s, "")
             dark = np.isfinite(vals[i, j]) and abs(vals[i, j]) > 0.6 * lim  # white on the darkest cells
-            ax.text(j, i, {"win": "W", "tie": "T", "loss": "L"}.get(v, ""), ha="center", va="center", fontsize=9,
+            ax.text(j, i, {"win": "W", "not detected": "-", "loss": "L"}.get(v, ""), ha="center", va="center", fontsize=9,
                     color="white" if dark else "black", fontweight="bold")
     cb = fig.colorbar(im, ax=ax)
     cb.set_label("held-out score minus best other sampler (points)")

@@ -168,8 +168,10 @@ def _add_paired(per: dict[str, Any], by_run: Mapping[tuple[str, int], list[dict[
 
 def _verdict(p: Mapping[str, Any]) -> str:
     if p.get("n", 0) < 2 or math.isnan(p.get("low", math.nan)):
-        return "tie"
-    return "win" if p["low"] > 0 else "loss" if p["high"] < 0 else "tie"
+        return "not detected"
+    # An interval that crosses zero is "not detected", never a tie: equivalence needs a stated margin
+    # (envsched.bench.stats.tost, used by the evaluation protocol).
+    return "win" if p["low"] > 0 else "loss" if p["high"] < 0 else "not detected"
 
 
 def _significance_sentences(per: Mapping[str, Any], config: Any) -> list[str]:
