@@ -12,8 +12,9 @@ every pool mix):
   :func:`envsched.envs.builders.build_combined_pool`, the function behind ``envsched pool build combined``).
 
 Per cell and sampler: the held-out score at the last step and its paired difference (over seeds) to the best
-*other* sampler of the cell: **win** when the 95 % interval is above 0, **loss** when below, **not detected** otherwise (an interval
-crossing zero is not a tie: equivalence needs a stated margin, see docs/evaluation-protocol.md).
+*other* sampler of the cell: **win** when the 95 % interval is above 0, **loss** when below, **not detected**
+otherwise (an interval crossing zero is not a tie: equivalence needs a stated margin, see
+docs/evaluation-protocol.md).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from envsched.pool.pool import TaskPool
 
 __all__ = ["MATRIX_PRESETS", "MatrixPreset", "matrix_cells", "matrix_pool", "run_matrix"]
 
+
+VERDICTS = ("win", "not detected", "loss")
 
 @dataclass(frozen=True)
 class MatrixPreset:
@@ -179,7 +182,7 @@ def run_matrix(preset_name: str | MatrixPreset, out_dir: str | os.PathLike[str],
             on_cell(k + 1, len(cells), entry)
     doc = {"matrix": preset_name, "samplers": names, "seeds": preset.seeds, "steps": preset.steps,
            "wall_seconds": time.perf_counter() - started, "cells": doc_cells,
-           "tally": {s: {v: sum(1 for c in doc_cells if c["verdict"].get(s) == v) for v in ("win", "not detected", "loss")}
+           "tally": {s: {v: sum(1 for c in doc_cells if c["verdict"].get(s) == v) for v in VERDICTS}
                      for s in names}}
     (out / "matrix.json").write_text(json.dumps(doc, indent=2, default=float))
     (out / "matrix.md").write_text(matrix_markdown(doc))
@@ -244,7 +247,8 @@ def matrix_heatmap(doc: Mapping[str, Any], path: Path) -> None:
         for j, s in enumerate(names):
             v = c["verdict"].get(s, "")
             dark = np.isfinite(vals[i, j]) and abs(vals[i, j]) > 0.6 * lim  # white on the darkest cells
-            ax.text(j, i, {"win": "W", "not detected": "-", "loss": "L"}.get(v, ""), ha="center", va="center", fontsize=9,
+            mark = {"win": "W", "not detected": "-", "loss": "L"}.get(v, "")
+            ax.text(j, i, mark, ha="center", va="center", fontsize=9,
                     color="white" if dark else "black", fontweight="bold")
     cb = fig.colorbar(im, ax=ax)
     cb.set_label("held-out score minus best other sampler (points)")
