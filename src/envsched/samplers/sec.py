@@ -32,11 +32,12 @@ a *step* ends at each :meth:`sample` call: the groups reported since the previou
 and each category that has scored rollouts among them gets one TD(0) update before the new draw.
 Deviations (ours):
 
-* The code gives every category *absent* from a step's batch a reward of 0 (its values decay toward 0);
-  the paper states the update for the categories played. With the paper's few categories and large batches
-  every arm is played each step and the two agree; with one arm per environment and 64 groups a step they
-  do not, so the default updates only the categories played (a bandit's TD(0) on the pulled arms), and
-  ``zero_fill_unplayed=True`` reproduces the code.
+* The code gives every category *absent* from a step's batch a reward of 0 (its values decay toward 0).
+  With the paper's few categories (difficulty levels) and batches of hundreds of problems every arm is
+  played each step and this never matters; with one arm per environment and 64 groups a step it would lower
+  an environment's value for not being drawn. The default therefore updates only the categories played
+  (TD(0) on the pulled arms, the usual bandit rule; the paper's own wording of this point could not be
+  checked here), and ``zero_fill_unplayed=True`` reproduces the code.
 * A group with fewer than two scored rollouts has no GRPO advantage and adds nothing (verl would use the
   raw score of a lone rollout as its advantage); unscored rollouts (``None``) are left out.
 * A batch holds distinct tasks: when every task of a drawn category is already in the batch, the category is
