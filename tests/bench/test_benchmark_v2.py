@@ -114,8 +114,8 @@ def test_split_is_seeded_disjoint_and_stratified():
         SplitConfig.from_dict({"seed": 1})
 
 
-@pytest.mark.parametrize("name", ["uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "envsched",
-                                  "envsched-paper", "envsched-coverage-only"])
+@pytest.mark.parametrize("name", ["uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "dps", "sec",
+                                  "envsched", "envsched-paper", "envsched-coverage-only"])
 def test_heldout_tasks_are_never_drawn(name, monkeypatch):
     pool = _pool()
     split = split_pool(pool)

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from envsched import CurriculumSampler, SequentialSampler, TaskPool, TaskSampler, UniformSampler
+from envsched.samplers.dps import DPSSampler
+from envsched.samplers.sec import SECSampler
 
 
 @pytest.fixture
@@ -19,10 +21,14 @@ def make(kind, pool, seed=0):
         return UniformSampler(pool, seed=seed)
     if kind == "curriculum":
         return CurriculumSampler(pool, group_size=4, seed=seed)
+    if kind == "dps":
+        return DPSSampler(pool, seed=seed)
+    if kind == "sec":
+        return SECSampler(pool, seed=seed)
     return SequentialSampler(pool, seeds=[0, 1], require_dispatch=True)  # RFC default: off
 
 
-KINDS = ["uniform", "curriculum", "sequential"]
+KINDS = ["uniform", "curriculum", "sequential", "dps", "sec"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -87,7 +93,7 @@ BAD_UPDATES = [
 @pytest.mark.parametrize(("rewards", "costs", "exc", "fragment"), BAD_UPDATES)
 def test_bad_updates_raise_and_change_nothing(kind, pool, rewards, costs, exc, fragment):
     s = make(kind, pool)
-    tasks = s.sample({"uniform": 12, "curriculum": 40, "sequential": 4}[kind])
+    tasks = s.sample({"uniform": 12, "curriculum": 40, "sequential": 4, "dps": 12, "sec": 12}[kind])
     first = pool.get("t0")
     assert first["id"] in [t["id"] for t in tasks]
     s.update(next(t for t in tasks if t["id"] != "t0"), [0.0, 1.0])
@@ -130,7 +136,7 @@ def test_dispatch_bookkeeping_late_and_dropped_groups(pool):
         s.discard(first[0])
 
 
-@pytest.mark.parametrize("kind", ["uniform", "curriculum"])
+@pytest.mark.parametrize("kind", ["uniform", "curriculum", "dps", "sec"])
 @pytest.mark.parametrize("n", [0, -1, 1.5, True, "3"])
 def test_bad_n(kind, pool, n):
     s = make(kind, pool)
@@ -158,7 +164,7 @@ def sequence_of_draws(sampler, steps, n, rng_seed=0):
     return out
 
 
-@pytest.mark.parametrize("kind", ["uniform", "curriculum"])
+@pytest.mark.parametrize("kind", ["uniform", "curriculum", "dps", "sec"])
 def test_deterministic_given_seed(kind, pool):
     assert sequence_of_draws(make(kind, pool, seed=7), 6, 5) == sequence_of_draws(make(kind, pool, seed=7), 6, 5)
     assert sequence_of_draws(make(kind, pool, seed=7), 6, 5) != sequence_of_draws(make(kind, pool, seed=8), 6, 5)

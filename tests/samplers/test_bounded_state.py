@@ -42,7 +42,7 @@ def _leaves(x):
     return 1
 
 
-@pytest.mark.parametrize("name", ["uniform", "curriculum", "mopps", "greso", "plr", "dynamic-sampling"])
+@pytest.mark.parametrize("name", ["uniform", "curriculum", "mopps", "greso", "plr", "dps", "sec", "dynamic-sampling"])
 def test_state_and_memory_are_flat_in_training_length(name):
     rng = np.random.default_rng(0)
     sampler = _build(name)

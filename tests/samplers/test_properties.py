@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 
 from envsched.pool import TaskPool
 from envsched.samplers import CurriculumSampler, SequentialSampler, UniformSampler
+from envsched.samplers.dps import DPSSampler
+from envsched.samplers.sec import SECSampler
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow],
                     derandomize=True)
@@ -39,6 +41,11 @@ FACTORIES = {
     "curriculum-id": lambda: (lambda pool: CurriculumSampler(pool, group_size=4, key="id", decay=1.0, seed=3)),
     "sequential": lambda: (lambda pool: SequentialSampler(pool, seeds=[0, 1], wrap=True, require_dispatch=True)),
     "envsched": _envsched_factory,
+    "dps": lambda: (lambda pool: DPSSampler(pool, seed=3)),
+    "dps-progress-entropy": lambda: (lambda pool: DPSSampler(pool, seed=3, candidate_ratio=2.0,
+                                                             transition_prior="progress", entropy_weight=0.1)),
+    "sec": lambda: (lambda pool: SECSampler(pool, seed=3)),
+    "sec-zero-fill": lambda: (lambda pool: SECSampler(pool, seed=3, temperature=0.2, zero_fill_unplayed=True)),
 }
 
 REWARD = st.one_of(st.none(), st.sampled_from([0.0, 1.0, 0.5]), st.floats(0.0, 1.0, allow_nan=False))
@@ -94,7 +101,7 @@ def _estimates(sampler: Any) -> Any:
     extra = json.loads(json.dumps(sampler.state_dict()["extra"], default=lambda o: np.asarray(o).tolist()))
     if isinstance(sampler, CurriculumSampler):
         return {k: extra[k] for k in ("successes", "failures")}
-    return extra if isinstance(sampler, UniformSampler | SequentialSampler) else None
+    return extra if isinstance(sampler, UniformSampler | SequentialSampler | DPSSampler | SECSampler) else None
 
 
 @pytest.mark.parametrize("kind", sorted(FACTORIES))

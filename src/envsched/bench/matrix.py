@@ -56,11 +56,12 @@ BASE_SETTING: dict[str, Any] = {"batch_size": 64, "reward": "graded", "sharing":
 
 MATRIX_PRESETS = {
     "quick": MatrixPreset(pools=("default", "bfcl", "small-envs"),
-                          samplers=("uniform", "uniform-ds", "mopps", "plr", "envsched", "envsched-paper"),
+                          samplers=("uniform", "uniform-ds", "mopps", "plr", "dps", "sec", "envsched",
+                                    "envsched-paper"),
                           seeds=3, steps=40, vary_on_every_pool=False),
     "full": MatrixPreset(pools=("default", "bfcl", "small-envs"),
-                         samplers=("uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "envsched",
-                                   "envsched-paper"),
+                         samplers=("uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "dps", "sec",
+                                   "envsched", "envsched-paper"),
                          seeds=5, steps=120, vary_on_every_pool=True),
 }
 

@@ -1,7 +1,7 @@
 """The rollout-efficiency benchmark: samplers x seeds at a matched rollout budget, against the learner model.
 
 **Budget.** Every sampler spends exactly ``batch_size * group_size`` rollouts per benchmark step (default
-64 x 8 = 512). For samplers that train on every group (uniform, curriculum, MoPPS, PLR, EnvSched) a step
+64 x 8 = 512). For samplers that train on every group (uniform, curriculum, MoPPS, PLR, DPS, SEC, EnvSched) a step
 is one generation round and one GRPO update. For post-filtering samplers (DAPO dynamic sampling, GRESO's
 residual filter; ``sampler.post_filter``) a step is one generation round of ``batch_size`` groups: kept
 (mixed) groups go to a buffer, and a GRPO update happens when the buffer holds ``batch_size`` groups (the
@@ -49,7 +49,8 @@ from envsched.samplers.base import BaseSampler
 
 __all__ = ["SAMPLER_NAMES", "BenchConfig", "available_samplers", "make_bench_sampler", "run_benchmark", "run_one"]
 
-DEFAULT_SAMPLERS = ("uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "envsched", "envsched-paper",
+DEFAULT_SAMPLERS = ("uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "dps", "sec", "envsched",
+                    "envsched-paper",
                     "envsched-coverage-only", "envsched-exploitation-only", "envsched-no-within",
                     "envsched-no-cross")
 
@@ -60,6 +61,8 @@ _DESCRIPTIONS = {
     "mopps": "MoPPS: per-task Beta posterior, Thompson sampling toward p = 0.5 (candidates 8x, lambda 0.5)",
     "greso": "GRESO: skip tasks with zero-variance runs (1% floor, self-tuned rates) + residual DS filter",
     "plr": "prioritized level replay: rank(mean |advantage|), beta 0.1, staleness rho 0.1",
+    "dps": "DPS: per-task HMM of the solving state, top-B predicted partially solved (candidates 8x, lambda 0.5)",
+    "sec": "SEC: Boltzmann bandit over environments, TD(0) on mean |advantage| (alpha 0.5, tau 1.0)",
     "envsched": "EnvSched, envsched's default configuration (SchedulerConfig())",
     "envsched-paper": "EnvSched, the paper's preset (SchedulerConfig.paper())",
     "envsched-coverage-only": "EnvSched ablation: coverage only",
@@ -167,6 +170,14 @@ def make_bench_sampler(name: str, pool: TaskPool, *, seed: int, batch_size: int 
         return baselines.GRESOSampler(pool, seed=seed, **opts)
     if name == "plr":
         return baselines.PLRSampler(pool, seed=seed, **opts)
+    if name == "dps":
+        from envsched.samplers.dps import DPSSampler
+
+        return DPSSampler(pool, seed=seed, **opts)
+    if name == "sec":
+        from envsched.samplers.sec import SECSampler
+
+        return SECSampler(pool, seed=seed, **opts)
     if name in _ENVSCHED_VARIANTS:
         if not envsched_available():
             raise ValueError(f"sampler {name!r} needs envsched.method.sampler, which is not importable yet")

@@ -54,6 +54,10 @@ TUNING_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
     "mopps": {"forgetting": ("float", 0.0, 1.0, False), "candidate_ratio": ("float", 2.0, 16.0, True)},
     "greso": {"target_zero_variance": ("float", 0.1, 0.5, False), "floor": ("float", 0.005, 0.1, True)},
     "plr": {"temperature": ("float", 0.03, 1.0, True), "staleness_coef": ("float", 0.0, 0.5, False)},
+    # DPS scripts: lambda 0.5 (Countdown, Geometry3k) and 0.7 (MATH), candidates 8x and 32x
+    "dps": {"transition_decay": ("float", 0.3, 1.0, False), "candidate_ratio": ("float", 2.0, 32.0, True)},
+    # SEC: alpha 0.5 in every reported run (code default 0.1), tau 1.0 / 0.4 / 0.2 by domain
+    "sec": {"learning_rate": ("float", 0.1, 1.0, True), "temperature": ("float", 0.1, 2.0, True)},
     "envsched-paper": {"exposure_power": ("float", 0.0, 0.5, False),
                        "similarity_penalty": ("float", 0.0, 0.5, False),
                        "decline_penalty": ("float", 0.0, 0.5, False),

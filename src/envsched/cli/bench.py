@@ -13,7 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 QUICK = {"seeds": 3, "steps": 30, "coldstart_runs": 10, "coldstart_steps": 7,
-         "samplers": ["uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "envsched", "envsched-paper"]}
+         "samplers": ["uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "dps", "sec", "envsched",
+                      "envsched-paper"]}
 
 
 def _parse_kv(items: tuple[str, ...], what: str) -> dict[str, Any]:
@@ -31,7 +32,7 @@ def _parse_kv(items: tuple[str, ...], what: str) -> dict[str, Any]:
 
 @click.command("bench")
 @click.option("--samplers", default=None,
-              help="Comma-separated samplers (default: all 11; see --list-samplers).")
+              help="Comma-separated samplers (default: all 14; see --list-samplers).")
 @click.option("--seeds", default=None, type=click.IntRange(min=1), help="Number of seeds (0..N-1). Default 5.")
 @click.option("--steps", default=None, type=click.IntRange(min=1), help="Budget steps per run. Default 200.")
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1),
@@ -55,7 +56,7 @@ def _parse_kv(items: tuple[str, ...], what: str) -> dict[str, Any]:
 @click.option("--ray", "use_ray", is_flag=True, help="Run the (sampler, seed) jobs as Ray tasks (local Ray).")
 @click.option("--ray-address", default=None, help="Ray cluster address (implies --ray).")
 @click.option("--quick", is_flag=True,
-              help="Small setting: 8 samplers x 3 seeds x 30 steps, 10 cold starts (a few minutes on 2 cores).")
+              help="Small setting: 10 samplers x 3 seeds x 30 steps, 10 cold starts (a few minutes on 2 cores).")
 @click.option("--matrix", type=click.Choice(["quick", "full"]), default=None,
               help="Run the sensitivity matrix instead (batch size, reward, sharing, misleading features, pool "
                    "mixes): one table and one heat map of win/tie/loss per cell.")

@@ -23,7 +23,7 @@ from envsched.cli.common import load_pool_or_default, note, require_extra, requi
 
 #: the registry's sampler names (kept here so that `envsched run --help` imports no sampler module; a test
 #: checks that they match envsched.samplers.registry)
-SAMPLER_NAMES = ("envsched", "envsched-paper", "uniform", "curriculum", "mopps", "greso", "plr")
+SAMPLER_NAMES = ("envsched", "envsched-paper", "uniform", "curriculum", "mopps", "greso", "plr", "dps", "sec")
 #: the samplers that are EnvSchedSampler (graph from the cache, explanation records)
 ENVSCHED_NAMES = ("envsched", "envsched-paper")
 

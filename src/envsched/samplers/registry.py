@@ -30,6 +30,10 @@ SAMPLERS: dict[str, tuple[str, str]] = {
     "greso": ("GRESO: skip tasks with a run of zero-variance groups, exploration floor",
               "envsched.samplers.registry:_greso"),
     "plr": ("prioritized level replay: rank prioritisation with staleness", "envsched.samplers.registry:_plr"),
+    "dps": ("DPS: per-task HMM of the solving state, top tasks predicted partially solved",
+            "envsched.samplers.registry:_dps"),
+    "sec": ("SEC: Boltzmann bandit over environments, TD(0) values of mean |advantage|",
+            "envsched.samplers.registry:_sec"),
 }
 
 
@@ -80,3 +84,15 @@ def _plr(pool: TaskPool, *, seed: int, group_size: int, **options: Any) -> BaseS
     from envsched.samplers.baselines import PLRSampler
 
     return PLRSampler(pool, seed=seed, **options)
+
+
+def _dps(pool: TaskPool, *, seed: int, group_size: int, **options: Any) -> BaseSampler:
+    from envsched.samplers.dps import DPSSampler
+
+    return DPSSampler(pool, seed=seed, **options)
+
+
+def _sec(pool: TaskPool, *, seed: int, group_size: int, **options: Any) -> BaseSampler:
+    from envsched.samplers.sec import SECSampler
+
+    return SECSampler(pool, seed=seed, **options)

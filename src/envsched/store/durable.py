@@ -71,6 +71,8 @@ SAMPLER_CLASSES: set[str] = {
     "envsched.samplers.baselines:MoPPSSampler",
     "envsched.samplers.baselines:GRESOSampler",
     "envsched.samplers.baselines:PLRSampler",
+    "envsched.samplers.dps:DPSSampler",
+    "envsched.samplers.sec:SECSampler",
     "envsched.method.sampler:EnvSchedSampler",
 }
 
