@@ -535,6 +535,11 @@ class DurableSampler:
             if snap.digest != genesis:
                 raise StoreCorruptError(f"store {self.store.where}: the initial snapshot does not belong to "
                                         "this store (damaged or copied from another store)")
+        elif self.store.digest_at(tx, snap.seq) is None:
+            last = self.store.last_event(tx)[0]
+            raise StoreCorruptError(f"store {self.store.where}: the event log ends at event {last}, but a snapshot "
+                                    f"refers to event {snap.seq}: events at the end of the log were removed; "
+                                    "restore the store from a backup")
         elif self.store.digest_at(tx, snap.seq) != snap.digest:
             raise StoreCorruptError(f"store {self.store.where}: the snapshot after event {snap.seq} does not "
                                     "match the event log (damaged store)")
@@ -616,6 +621,11 @@ class DurableSampler:
                         f"{got[:8]} but the log holds {p['keys'][:8]}: {type(self.sampler).__name__} did not "
                         "reproduce its logged draws (non-deterministic sampler, or its code changed)")
             elif ev.kind == "update":
+                if self.group_size is not None and len(p["rewards"]) != self.group_size:
+                    self._broken = "replay failed"
+                    raise StoreCorruptError(f"store {self.store.where}: event {ev.seq} (update) has "
+                                            f"{len(p['rewards'])} rewards, but the store records group_size="
+                                            f"{self.group_size}: the metadata or the log was edited")
                 self.sampler.update(p["key"], p["rewards"], p["costs"])
             else:
                 self.sampler.discard(p["key"])

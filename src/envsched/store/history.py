@@ -258,10 +258,14 @@ class _SqliteBackend:
             raise StoreCorruptError(f"store file {self.where} is not an SQLite database (bad header; "
                                     f"{size} bytes): damaged, truncated or another kind of file")
         self._check_size(head, size)
-        try:
-            ro = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=self.busy_timeout_s)
-        except sqlite3.Error as exc:
-            raise _sqlite_error(exc, self.where) from exc
+        if self.read_only:
+            ro = self._connect_read_only(self.path)
+        else:
+            try:
+                ro = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
+                                     timeout=self.busy_timeout_s)
+            except sqlite3.Error as exc:
+                raise _sqlite_error(exc, self.where) from exc
         try:
             rows = ro.execute("PRAGMA quick_check").fetchall()
             problems = [r[0] for r in rows if r[0] != "ok"]
@@ -310,9 +314,12 @@ class _SqliteBackend:
 
     def _connect_read_only(self, path: Path) -> sqlite3.Connection:
         """A connection that cannot write: SQLite's ``mode=ro`` URI plus ``query_only`` (no journal-mode switch,
-        no schema change; a store in WAL mode is read through its existing -wal file)."""
+        no schema change). A store closed cleanly (no ``-wal`` file: no process has it open) is also opened
+        ``immutable``, so that SQLite creates no ``-wal``/``-shm`` file beside it; a store in use is read
+        through its write-ahead log, as SQLite requires (its ``-shm`` file may then be created)."""
+        query = "mode=ro" if Path(str(path) + "-wal").exists() else "mode=ro&immutable=1"
         try:
-            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=self.busy_timeout_s,
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?{query}", uri=True, timeout=self.busy_timeout_s,
                                    isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA query_only=ON")
         except sqlite3.Error as exc:
