@@ -737,3 +737,26 @@ def test_a_read_only_store_cannot_be_written_through_a_durable_sampler(tmp_path:
     with pytest.raises(StoreError, match="does not exist"):
         HistoryStore(tmp_path / "absent.sqlite", read_only=True)
     assert _tree(tmp_path) == before
+
+
+def test_resume_refuses_an_llm_graph_recipe_without_calling_it(tmp_path: Path, bases: dict[str, Path],
+                                                               listener: _Listener, watch: Watch,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = _prepare(tmp_path, bases, "envsched",
+                   lambda c: c.graph_config(abstraction="llm", llm_endpoint=c.url, llm_model="m"), listener.url)
+    monkeypatch.setenv("ENVSCHED_LLM_API_KEY", "secret-that-must-not-leave")
+    with pytest.raises(StoreError, match=r"graph\.config\.abstraction is 'llm'.*never chooses an address.*"
+                                         r"graph_path=PATH"):
+        _bounded(lambda: DurableSampler.resume(ctx.store))
+    assert watch.connects == [] and listener.accepted == 0 and watch.processes == []
+
+
+@pytest.mark.parametrize("command", [["store", "info"], ["store", "info", "--json"], ["store", "verify", "--json"]])
+def test_store_info_and_verify_write_nothing_beside_a_closed_store(command: list[str], tmp_path: Path,
+                                                                   bases: dict[str, Path]) -> None:
+    store = tmp_path / "h.sqlite"
+    shutil.copy(bases["uniform"], store)
+    before = _tree(tmp_path)
+    result = CliRunner().invoke(cli, [*command, str(store)])
+    assert result.exit_code == 0, result.output
+    assert _tree(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["h.sqlite"]
