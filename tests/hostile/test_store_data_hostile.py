@@ -760,3 +760,30 @@ def test_store_info_and_verify_write_nothing_beside_a_closed_store(command: list
     result = CliRunner().invoke(cli, [*command, str(store)])
     assert result.exit_code == 0, result.output
     assert _tree(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["h.sqlite"]
+
+
+class _LoggingSampler(UniformSampler):
+    """A user's sampler class whose constructor takes a file to write (a store must not choose it)."""
+
+    def __init__(self, tasks: Any, seed: int = 0, log_path: str = "") -> None:
+        super().__init__(tasks, seed=seed)
+        self.log_path = log_path
+
+
+@pytest.mark.parametrize("name", ["log_path", "endpoint_url", "num_workers"])
+def test_resume_refuses_a_user_class_argument_naming_a_file_address_or_process_count(name: str,
+                                                                                     tmp_path: Path) -> None:
+    store = tmp_path / "h.sqlite"
+    DurableSampler(_LoggingSampler(_pool(), seed=1, log_path=str(tmp_path / "log.txt")), store).close()
+    if name != "log_path":
+        conn = sqlite3.connect(store)
+        with conn:
+            params = json.loads(conn.execute("SELECT value FROM envsched_meta WHERE key='sampler_params'")
+                                .fetchone()[0])
+            params[name] = params.pop("log_path")
+            conn.execute("UPDATE envsched_meta SET value = ? WHERE key = 'sampler_params'", (json.dumps(params),))
+        conn.close()
+    with pytest.raises(StoreError, match=rf"sampler_params\.{name} of .*_LoggingSampler may name a file, address "
+                                         r"or process count.*DurableSampler\(sampler, store\)"):
+        DurableSampler.resume(store, sampler_classes=[_LoggingSampler])
+    assert not (tmp_path / "log.txt").exists()

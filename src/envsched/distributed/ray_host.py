@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envsched.pool.spec import task_key
-from envsched.store.durable import LeaseConflictError, LeaseExpiredError, UnknownLeaseError, _group_of
+from envsched.store.durable import LeaseConflictError, LeaseExpiredError, UnknownLeaseError, logged_group
 from envsched.store.history import StoreError
 
 __all__ = ["Lease", "LeaseConflictError", "LeaseExpiredError", "LeaseUnconfirmedError", "LocalClient",
@@ -383,11 +383,11 @@ class SamplerHost:
         if closed[0] is not None and closed[0] != key:
             raise UnknownLeaseError(f"lease {lease_id} belongs to task {closed[0]!r}, not {key!r}")
         if closed[1] == "update" and action == "update":
-            if group is not None and closed[2] is not None and _group_of(*group) != closed[2]:
+            if group is not None and closed[2] is not None and logged_group(*group) != closed[2]:
                 raise LeaseConflictError(f"lease {lease_id} of task {key!r} was already used by an update with "
                                          f"rewards {str(closed[2][0])[:120]}, costs {str(closed[2][1])[:60]}; this "
-                                         f"update has rewards {str(_group_of(*group)[0])[:120]}, costs "
-                                         f"{str(_group_of(*group)[1])[:60]}: it is not a retry of that update and "
+                                         f"update has rewards {str(logged_group(*group)[0])[:120]}, costs "
+                                         f"{str(logged_group(*group)[1])[:60]}: it is not a retry of that update and "
                                          "is refused (a lease reports one group, once)")
             return "already_applied"
         if closed[1] == "reclaim":
@@ -585,7 +585,7 @@ class SamplerHost:
                 self._leases.pop(lease.lease_id, None)
             elif not isinstance(res, BaseException):
                 self._leases.pop(lease.lease_id, None)
-                self._remember_closed(lease, "update", _group_of(item[1], item[2]))
+                self._remember_closed(lease, "update", logged_group(item[1], item[2]))
         if not batch and isinstance(results[0], BaseException):
             raise results[0]
         return results

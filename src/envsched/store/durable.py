@@ -100,6 +100,10 @@ _GRAPH_REBUILD_CAPS = {"k_within": 10_000, "k_cross": 10_000, "ann_m": 1_000, "a
                        "max_features_per_view": 10_000_000, "min_df": 1_000_000, "bandwidth_rank": 10_000}
 
 
+#: envsched's own sampler classes (their arguments name no file, address or process count).
+_BUILTIN_CLASSES: frozenset[str] = frozenset(SAMPLER_CLASSES)
+
+
 def _class_name(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
@@ -470,7 +474,7 @@ class DurableSampler:
         params = dict(header["sampler_params"])
         adapter = _RESUME_ADAPTERS.get(header["sampler_class"])
         notes: list[str] = []
-        if adapter is None and header["sampler_class"] not in SAMPLER_CLASSES:
+        if adapter is None and header["sampler_class"] not in _BUILTIN_CLASSES:
             for name in params:
                 if any(w in name.lower() for w in _CALLER_WORDS):
                     raise StoreError(f"store {store.where}: sampler_params.{name[:60]} of "
@@ -746,7 +750,7 @@ class DurableSampler:
         consumed ``lease`` (event ``closed``) recorded."""
         if group is None:
             return
-        mine = _group_of(*group)
+        mine = logged_group(*group)
         if lease in self._groups:
             logged: Any = self._groups[lease]
         else:
@@ -823,7 +827,7 @@ class DurableSampler:
 
         def post(tx: Any, seq: int) -> None:
             self._close(lease, seq, "update")  # type: ignore[arg-type]
-            self._groups[lease] = _group_of(rewards, costs)  # type: ignore[index]
+            self._groups[lease] = logged_group(rewards, costs)  # type: ignore[index]
 
         def apply() -> str:
             self.sampler.update(task, rewards, costs)
@@ -1038,7 +1042,7 @@ class DurableSampler:
         return f"DurableSampler({self.sampler!r}, {self.store!r}, events={self._seq})"
 
 
-def _group_of(rewards: Any, costs: Any) -> tuple[Any, Any]:
+def logged_group(rewards: Any, costs: Any) -> tuple[Any, Any]:
     """The logged form of a group's rewards and costs (as an update event records them), for comparing a
     retry with the update that consumed its lease; input that has no such form compares unequal."""
     try:
