@@ -61,9 +61,11 @@ def test_host_release_worker_and_adoption_of_outstanding_groups() -> None:
     sampler = CurriculumSampler(_pool(), group_size=2, seed=0)
     sampler.sample(3)  # outstanding before the host exists (e.g. rebuilt from a store)
     host = SamplerHost(sampler, lease_timeout_s=10, clock=clock)
-    assert len(host.leases()) == 3 and all(x["worker"] is None for x in host.leases())
+    assert host.lease_summary() == {"(anonymous)": 3}
     host.sample(2, worker="w9")
-    w9 = [x["lease"] for x in host.leases() if x["worker"] == "w9"]
+    assert host.lease_summary() == {"(anonymous)": 3, "w9": 2} and host.leases("w8") == []
+    w9 = [x["lease"] for x in host.leases("w9")]
+    assert all(x["worker"] == "w9" for x in host.leases("w9"))
     assert len(w9) == 2 and sorted(host.release_worker("w9")) == sorted(w9)
     assert sampler.outstanding_groups == 3 and sampler.metrics()["discarded_groups"] == 2
     clock.now += 11

@@ -47,7 +47,8 @@ def _digest(path: Path) -> str:
 def _crafted(tmp_path: Path, sampler_class: str, tasks: object, params: object = None) -> Path:
     path = tmp_path / "evil.sqlite"
     _make_store(path, steps=1).close()
-    _set_meta(path, sampler_class=sampler_class, tasks=tasks, sampler_params=params or {})
+    extra = {"num_tasks": len(tasks)} if isinstance(tasks, list) else {}  # consistent, so the class is what fails
+    _set_meta(path, sampler_class=sampler_class, tasks=tasks, sampler_params=params or {}, **extra)
     return path
 
 

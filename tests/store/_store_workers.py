@@ -1,6 +1,6 @@
 """Helpers run in child processes by the crash and concurrency tests (not collected by pytest).
 
-    python _store_workers.py crash STORE ACKS KILLS SEED      # supervisor: fork a worker, SIGKILL it, repeat
+    python _store_workers.py crash STORE ACKS KILLS SEED [PREFIX]  # supervisor: fork a worker, SIGKILL it, repeat
     python _store_workers.py writer STORE PREFIX ACKS WORKER ROUNDS WRITERS  # one of many concurrent writers
     python _store_workers.py opener STORE START PREFIX [PREFIX ...]  # open fresh stores at the same instant
 """
@@ -57,9 +57,20 @@ def step(sampler: DurableSampler) -> tuple[str, str]:
     return "sample", ",".join(t["id"] for t in tasks)
 
 
-def _worker(store_path: str, ack_path: str) -> None:
+def _worker(store_path: str, ack_path: str, prefix: str, snap_fd: int) -> None:
     fd = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    sampler = DurableSampler(make_sampler(), HistoryStore(store_path), snapshot_every=SNAPSHOT_EVERY)
+    store = HistoryStore(store_path, table_prefix=prefix)
+    real_write_snapshot = store.write_snapshot
+
+    def write_snapshot(tx: object, seq: int, digest: str, state: dict, **kwargs: object) -> None:
+        # announce the snapshot save (inside the transaction that logs the event), so that the supervisor can
+        # kill the worker while it writes the snapshot; a "snap" line is not an acknowledgement
+        os.write(fd, f"snap {seq}\n".encode())
+        os.write(snap_fd, b"S")
+        real_write_snapshot(tx, seq, digest, state, **kwargs)  # type: ignore[arg-type]
+
+    store.write_snapshot = write_snapshot  # type: ignore[method-assign]
+    sampler = DurableSampler(make_sampler(), store, snapshot_every=SNAPSHOT_EVERY)
     os.write(fd, f"start {sampler.seq}\n".encode())
     while True:
         kind, what = step(sampler)
@@ -79,22 +90,41 @@ def _count(ack_path: str, prefix: str) -> int:
         return 0
 
 
-def crash(store_path: str, ack_path: str, kills: int, seed: int) -> None:
-    """Fork a worker and SIGKILL it at a random point, ``kills`` times. A quarter of the kills land at a random
-    time from the fork (often while the worker opens or rebuilds the store); the others at a random time
-    after the worker reported that it is running and had three calls acknowledged (so the run makes progress
-    however loaded the machine is)."""
+def _last_line(ack_path: str) -> bytes:
+    with open(ack_path, "rb") as fh:
+        fh.seek(max(0, os.path.getsize(ack_path) - 200))
+        lines = [x for x in fh.read().split(b"\n") if x]
+    return lines[-1] if lines else b""
+
+
+def crash(store_path: str, ack_path: str, kills: int, seed: int, prefix: str = "envsched") -> None:
+    """Fork a worker and SIGKILL it at a random point, ``kills`` times. A third of the kills land right after
+    the worker announced a snapshot save (within 3 ms: inside the transaction that writes the snapshot);
+    of the others, a quarter land at a random time from the fork (often while the worker opens or rebuilds
+    the store) and the rest at a random time after the worker reported that it is running and had three calls
+    acknowledged (so the run makes progress however loaded the machine is). Prints the kills and how many
+    landed inside a snapshot save (the worker's last word was "snap")."""
     rng = random.Random(seed)
-    killed = 0
-    for _ in range(kills):
+    killed = in_snapshot = 0
+    open(ack_path, "ab").close()
+    for k in range(kills):
         started, acked = _starts(ack_path), _count(ack_path, "ack ")
+        r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # child: run the sampler until killed
+            os.close(r)
             try:
-                _worker(store_path, ack_path)
+                _worker(store_path, ack_path, prefix, w)
             finally:
                 os._exit(3)
-        if rng.random() < 0.25:
+        os.close(w)
+        if k % 3 == 2:  # inside a snapshot save
+            want = rng.randint(1, 3)
+            got = 0
+            while got < want and os.read(r, 1):
+                got += 1
+            time.sleep(rng.uniform(0.0, 0.003))
+        elif rng.random() < 0.25:
             time.sleep(rng.uniform(0.0, 0.05))
         else:
             deadline = time.time() + 20
@@ -104,11 +134,13 @@ def crash(store_path: str, ack_path: str, kills: int, seed: int) -> None:
             time.sleep(rng.uniform(0.0, 0.05))
         os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
+        os.close(r)
         if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
             killed += 1
+            in_snapshot += _last_line(ack_path).startswith(b"snap ")
         else:
             print(f"worker {pid} ended with status {status} before it was killed", flush=True)
-    print(f"killed {killed}", flush=True)
+    print(f"killed {killed} in_snapshot {in_snapshot}", flush=True)
 
 
 def writer(store: str, prefix: str, ack_path: str, worker: int, rounds: int, writers: int) -> None:
@@ -152,7 +184,7 @@ def opener(store: str, start: float, prefixes: list[str]) -> None:
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "crash":
-        crash(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+        crash(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), *sys.argv[6:7])
     elif mode == "writer":
         writer(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]))
     elif mode == "opener":

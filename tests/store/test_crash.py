@@ -4,9 +4,14 @@ and the resumed sampler continues exactly like one that never crashed."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from envsched.store import DurableSampler, HistoryStore
 
@@ -15,7 +20,8 @@ _spec = importlib.util.spec_from_file_location("_store_workers", HERE / "_store_
 workers = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(workers)
 
-KILLS = 60
+KILLS = {"sqlite": 60, "postgresql": 30}
+POSTGRES_URL = os.environ.get("ENVSCHED_TEST_POSTGRES_URL")
 
 
 def _read_acks(path: Path) -> tuple[int, list[tuple[int, str, str]]]:
@@ -29,17 +35,38 @@ def _read_acks(path: Path) -> tuple[int, list[tuple[int, str, str]]]:
     return starts, acks
 
 
-def test_sigkill_at_random_points_loses_no_acknowledged_update(tmp_path: Path) -> None:
-    store_path, ack_path = tmp_path / "history.sqlite", tmp_path / "acks.txt"
-    proc = subprocess.run([sys.executable, str(HERE / "_store_workers.py"), "crash", str(store_path),
-                           str(ack_path), str(KILLS), "20261202"], capture_output=True, text=True, timeout=240)
+@pytest.fixture(params=["sqlite", "postgresql"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
+    """``(backend, store, table prefix)``: a SQLite file, or fresh tables on the test PostgreSQL server."""
+    if request.param == "sqlite":
+        yield "sqlite", str(tmp_path / "history.sqlite"), "envsched"
+        return
+    if not POSTGRES_URL:
+        pytest.skip("ENVSCHED_TEST_POSTGRES_URL is not set (CI runs .ci/postgres.sh)")
+    prefix = f"crash_{uuid.uuid4().hex[:10]}"
+    yield "postgresql", POSTGRES_URL, prefix
+    store = HistoryStore(POSTGRES_URL, table_prefix=prefix)
+    store.drop()
+    store.close()
+
+
+def test_sigkill_at_random_points_loses_no_acknowledged_update(tmp_path: Path, target: tuple[str, str, str]) -> None:
+    backend, store_path, prefix = target
+    kills = KILLS[backend]
+    ack_path = tmp_path / "acks.txt"
+    proc = subprocess.run([sys.executable, str(HERE / "_store_workers.py"), "crash", store_path,
+                           str(ack_path), str(kills), "20261202", prefix], capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"killed {KILLS}" in proc.stdout, proc.stdout  # every worker died of SIGKILL, mid-run
+    words = proc.stdout.split()
+    assert words[:2] == ["killed", str(kills)], proc.stdout  # every worker died of SIGKILL, mid-run
+    in_snapshot = int(words[3])
+    assert in_snapshot >= kills // 6, f"only {in_snapshot} of {kills} kills landed inside a snapshot save"
+    print(f"{backend}: {kills} kills, {in_snapshot} inside a snapshot save")
 
     starts, acks = _read_acks(ack_path)
-    assert starts >= KILLS // 2, "too few workers got as far as rebuilding the sampler"
+    assert starts >= kills // 2, "too few workers got as far as rebuilding the sampler"
     assert len(acks) >= 100, "too little work between kills to test anything"
-    events = HistoryStore(store_path).events()
+    events = HistoryStore(store_path, table_prefix=prefix).events()
     assert len(events) >= max(seq for seq, _, _ in acks)
 
     # every acknowledged call is in the log, at the number it was acknowledged with
@@ -61,7 +88,8 @@ def test_sigkill_at_random_points_loses_no_acknowledged_update(tmp_path: Path) -
     assert [(e.kind, e.payload) for e in reference.store.events()] == [(e.kind, e.payload) for e in events]
 
     # resume the crashed run: same state (counters, statistics, outstanding groups, RNG) and same next draws
-    resumed = DurableSampler(workers.make_sampler(), HistoryStore(store_path), snapshot_every=workers.SNAPSHOT_EVERY)
+    resumed = DurableSampler(workers.make_sampler(), HistoryStore(store_path, table_prefix=prefix),
+                             snapshot_every=workers.SNAPSHOT_EVERY)
     assert resumed.sampler.state_dict() == reference.sampler.state_dict()
     assert resumed.sampler.groups == sum(1 for e in events if e.kind == "update")
     for _ in range(40):
@@ -69,6 +97,7 @@ def test_sigkill_at_random_points_loses_no_acknowledged_update(tmp_path: Path) -
     assert resumed.sample(5) == reference.sample(5)
 
     # and a full replay from the initial state (no snapshots) reproduces every logged draw
-    replayed = DurableSampler(workers.make_sampler(), HistoryStore(store_path), use_snapshots=False)
+    replayed = DurableSampler(workers.make_sampler(), HistoryStore(store_path, table_prefix=prefix),
+                              use_snapshots=False)
     assert replayed.replayed_events == resumed.seq
     assert replayed.sampler.state_dict() == resumed.sampler.state_dict()

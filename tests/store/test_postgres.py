@@ -6,6 +6,7 @@ import os
 import random
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -87,3 +88,52 @@ def test_unreachable_postgres_is_a_clear_error() -> None:
     store = HistoryStore("postgresql://nobody@127.0.0.1:9/none", table_prefix="t_x", busy_timeout_s=2)
     with pytest.raises(StoreError, match="cannot reach PostgreSQL"):
         DurableSampler(UniformSampler(_pool()), store)
+
+
+def _digest(prefix: str) -> list[Any]:
+    """Every row of the store's tables (what a write would change)."""
+    store = HistoryStore(URL, table_prefix=prefix, read_only=True)
+    with store.transaction() as tx:
+        rows = [tx.execute(f"SELECT * FROM {prefix}_{t} ORDER BY 1") for t in ("meta", "events", "snapshots")]
+        if store.has_lease_table(tx):
+            rows.append(tx.execute(f"SELECT * FROM {prefix}_leases ORDER BY 1"))
+    store.close()
+    return rows
+
+
+def test_postgres_verify_is_read_only_and_refuses_edited_schemas(prefix: str) -> None:
+    """``envsched store verify`` on PostgreSQL runs in read-only transactions (a write is refused by the
+    server), changes no row, and refuses a trigger or rule added to the store's tables and a dropped lease
+    table."""
+    from click.testing import CliRunner
+
+    from envsched.cli.main import cli
+
+    d = DurableSampler(UniformSampler(_pool(), seed=1), HistoryStore(URL, table_prefix=prefix), snapshot_every=3)
+    d.sample(3, leases=["a", "b", "c"])
+    for lid, key in d.open_leases():
+        assert d.update(key, [1.0], lease=lid) == "applied"
+    d.close()
+    before = _digest(prefix)
+    result = CliRunner().invoke(cli, ["store", "verify", URL, "--prefix", prefix])
+    assert result.exit_code == 0, result.output
+    assert _digest(prefix) == before
+
+    ro = HistoryStore(URL, table_prefix=prefix, read_only=True)
+    with pytest.raises(Exception, match="read-only transaction"), ro.transaction() as tx:
+        tx.execute(f"DELETE FROM {prefix}_events")
+    assert _digest(prefix) == before
+
+    rw = HistoryStore(URL, table_prefix=prefix)
+    with rw.transaction() as tx:
+        tx.execute(f"CREATE RULE evil AS ON INSERT TO {prefix}_events DO ALSO DELETE FROM {prefix}_snapshots")
+    result = CliRunner().invoke(cli, ["store", "verify", URL, "--prefix", prefix])
+    assert result.exit_code == 1 and "rule 'evil'" in result.output and "edited" in result.output, result.output
+    with rw.transaction() as tx:
+        tx.execute(f"DROP RULE evil ON {prefix}_events")
+        tx.execute(f"DROP TABLE {prefix}_leases")
+    result = CliRunner().invoke(cli, ["store", "verify", URL, "--prefix", prefix])
+    assert result.exit_code == 1 and "lease table" in result.output and "dropped" in result.output, result.output
+    with pytest.raises(StoreCorruptError, match="was dropped"):
+        DurableSampler(UniformSampler(_pool(), seed=1), rw)
+    rw.close()

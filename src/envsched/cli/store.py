@@ -33,7 +33,7 @@ def _open(target: str, prefix: str) -> Any:
     from envsched.store import HistoryStore, StoreError
 
     try:
-        return HistoryStore(target, table_prefix=prefix)
+        return HistoryStore(target, table_prefix=prefix, read_only=True)  # inspection never writes
     except (StoreError, ValueError, ImportError) as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -83,54 +83,48 @@ def info(target: str, prefix: str, as_json: bool) -> None:
 @store.command("verify")
 @click.argument("target")
 @click.option("--prefix", default="envsched", show_default=True, help="Table prefix of the store.")
+@click.option("--graph", "graph_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="An EnvSchedSampler's graph file (the store's recorded path is never opened).")
+@click.option("--workers", type=click.IntRange(1, 1024), default=1, show_default=True,
+              help="Processes and threads for rebuilding an EnvSchedSampler's graph (the store's counts are "
+                   "never used).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def verify(target: str, prefix: str, as_json: bool) -> None:
+def verify(target: str, prefix: str, graph_path: str | None, workers: int, as_json: bool) -> None:
     """Rebuild the sampler of TARGET twice -- from the latest snapshot and by replaying every event from the
     initial state, checking every logged draw -- and compare the two states. Exits with status 1 on any
-    difference or damage. Needs a sampler whose configuration the store could record as JSON; an
-    EnvSchedSampler (whose graph is not JSON) is rebuilt over the default graph of its task list, the graph
-    `envsched run` uses."""
-    from envsched.store import StoreError
+    difference or damage.
+
+    The store is opened read-only and is data only: nothing in it chooses a file to read or write, an
+    address to call, a number of processes or a class outside envsched's samplers. What a sampler needs that
+    a store cannot safely carry is given here: an EnvSchedSampler's graph with --graph (else it is rebuilt
+    from the recorded GraphConfig; an LLM-abstraction graph needs --graph), its explanation file is never
+    written. Each recorded field left unused is printed on one line."""
+    from envsched.store import DurableSampler, StoreError
 
     st = _open(target, prefix)
-    result: dict[str, Any] = {"store": st.where}
+    result: dict[str, Any] = {"store": st.where, "notes": []}
     try:
-        fast = _rebuild(st, use_snapshots=True)
-        full = _rebuild(st, use_snapshots=False)
-    except StoreError as exc:
+        fast = DurableSampler.resume(st, use_snapshots=True, graph_path=graph_path, workers=workers)
+        full = DurableSampler.resume(st, use_snapshots=False, graph_path=graph_path, workers=workers)
+    except (StoreError, ValueError, OSError) as exc:
         result.update(ok=False, error=str(exc))
     else:
         a, b = fast.sampler.state_dict(), full.sampler.state_dict()
         same = json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
         result.update(ok=same, events=full.seq, replayed_from_snapshot=fast.replayed_events,
-                      metrics=full.sampler.metrics())
+                      metrics=full.sampler.metrics(), notes=list(dict.fromkeys(fast.notes + full.notes)))
         if not same:
             result["error"] = "the snapshot rebuild and the full replay disagree"
     if as_json:
         click.echo(json.dumps(result, indent=2))
-    elif result["ok"]:
-        Console().print(f"[green]ok[/green]: {result['events']} events replayed; the snapshot rebuild "
-                        f"(replaying {result['replayed_from_snapshot']}) gives the same state")
     else:
-        click.echo(f"failed: {result['error']}", err=True)
+        for note in result["notes"]:
+            click.echo(f"note: {note}", err=True)
+        if result["ok"]:
+            Console().print(f"[green]ok[/green]: {result['events']} events replayed; the snapshot rebuild "
+                            f"(replaying {result['replayed_from_snapshot']}) gives the same state")
+        else:
+            click.echo(f"failed: {result['error']}", err=True)
     if not result["ok"]:
         sys.exit(1)
 
-
-ENVSCHED_CLASS = "envsched.method.sampler:EnvSchedSampler"
-
-
-def _rebuild(st: Any, *, use_snapshots: bool) -> Any:
-    """The store's sampler rebuilt from the store alone (``DurableSampler.resume``). An EnvSchedSampler gets
-    its recorded configuration and its graph from the recorded graph file, or rebuilt from the recorded
-    ``GraphConfig``; a graph whose fingerprint differs from the recorded one is refused."""
-    from envsched.store import DurableSampler, StoreError
-
-    header = st.header()
-    if header is not None and header.get("sampler_class") == ENVSCHED_CLASS:
-        params = dict(header.get("sampler_params") or {})
-        if params.get("run_file"):
-            raise StoreError(f"store {st.where}: its EnvSchedSampler wrote explanations to {params['run_file']}; "
-                             "rebuilding it here would append to that file, so construct it yourself and wrap "
-                             "it: DurableSampler(sampler, store)")
-    return DurableSampler.resume(st, use_snapshots=use_snapshots)

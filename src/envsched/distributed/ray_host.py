@@ -12,7 +12,8 @@ issued by the host. Every ``update`` and ``discard`` must name one, and a lease 
 * an update naming a live lease of that task is applied and consumes it;
 * a retry of an update that was applied (its reply was lost) is answered ``"already_applied"`` and changes
   nothing -- with a :class:`~envsched.store.DurableSampler` this is read from the store, so it holds across
-  host restarts;
+  host restarts; a second update under that lease with *other* rewards or costs is not a retry: it raises
+  :class:`LeaseConflictError` (rewards refused);
 * an update for a group that was reclaimed (its lease expired) or discarded raises
   :class:`LeaseExpiredError`; a lease the host never issued (nor its store), or a lease of another task,
   raises :class:`UnknownLeaseError`. Neither changes anything, and no update is ever matched to another
@@ -20,6 +21,9 @@ issued by the host. Every ``update`` and ``discard`` must name one, and a lease 
 
 A worker that dies leaves its groups outstanding; once a lease is older than ``lease_timeout_s`` (and not
 renewed) the host reclaims the group -- ``discard`` on the sampler, so the task can be drawn again.
+
+:meth:`SamplerHost.leases` lists only the leases of the worker that asks, so a worker never learns (and so
+cannot report) another worker's lease ids; :meth:`SamplerHost.lease_summary` gives operators counts only.
 
 **Durability.** Host a :class:`~envsched.store.DurableSampler` (build it in the factory) to survive the
 actor's death: with ``max_restarts`` Ray reruns the factory, which rebuilds the sampler from its store, and
@@ -50,11 +54,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from envsched.pool.spec import task_key
-from envsched.store.durable import LeaseExpiredError, UnknownLeaseError
+from envsched.store.durable import LeaseConflictError, LeaseExpiredError, UnknownLeaseError, logged_group
 from envsched.store.history import StoreError
 
-__all__ = ["Lease", "LeaseExpiredError", "LeaseUnconfirmedError", "LocalClient", "RemoteSampler", "SamplerHost",
-           "UnknownLeaseError", "UpdateBatchError", "launch_sampler", "release_name"]
+__all__ = ["Lease", "LeaseConflictError", "LeaseExpiredError", "LeaseUnconfirmedError", "LocalClient",
+           "RemoteSampler", "SamplerHost", "UnknownLeaseError", "UpdateBatchError", "launch_sampler", "release_name"]
 
 _CLOSED_MEMORY = 200_000
 
@@ -169,7 +173,8 @@ class SamplerHost:
         self._lock = threading.RLock()
         self._epoch = uuid.uuid4().hex[:8]
         self._leases: dict[str, Lease] = {}  # in deadline order (new and renewed leases go to the end)
-        self._closed: OrderedDict[str, tuple[str, str]] = OrderedDict()  # non-durable: lease -> (key, outcome)
+        # non-durable: lease -> (key, outcome, logged (rewards, costs) of the consuming update or None)
+        self._closed: OrderedDict[str, tuple[str, str, Any]] = OrderedDict()
         self._reclaimed_groups = 0
         self._needs_sync = False
         self._queue: list[_Request] = []
@@ -229,9 +234,11 @@ class SamplerHost:
     def _new_ids(self, n: int) -> list[str]:
         return [secrets.token_hex(16) for _ in range(n)]
 
-    def _remember_closed(self, lease: Lease, outcome: str) -> None:
+    def _remember_closed(self, lease: Lease, outcome: str, group: tuple[Any, Any] | None = None) -> None:
+        """Keep what consumed a lease (non-durable host; a durable one reads it from the store): the outcome
+        and, for an update, its logged rewards and costs, so that a retry is told from a conflicting update."""
         if not self.durable:
-            self._closed[lease.lease_id] = (lease.key, outcome)
+            self._closed[lease.lease_id] = (lease.key, outcome, group)
             while len(self._closed) > _CLOSED_MEMORY:
                 self._closed.popitem(last=False)
 
@@ -298,12 +305,26 @@ class SamplerHost:
                     self._leases[lid] = lease  # to the end: the leases stay in deadline order
             return live
 
-    def leases(self) -> list[dict[str, Any]]:
-        """The live leases (id, task key, worker, seconds left, anonymous)."""
+    def leases(self, worker: str) -> list[dict[str, Any]]:
+        """The live leases of ``worker`` (id, task key, worker, seconds left): only the caller's own, so that
+        no worker learns another's lease ids (and so cannot report another worker's group)."""
+        if not isinstance(worker, str) or not worker:
+            raise ValueError(f"leases(worker) lists one worker's leases: give its non-empty id, got {worker!r} "
+                             "(lease_summary() counts every worker's leases without their ids)")
         with self._lock:
             now = self._clock()
             return [{"lease": x.lease_id, "key": x.key, "worker": x.worker, "expires_in_s": x.deadline - now,
-                     "anonymous": x.anonymous} for x in self._leases.values()]
+                     "anonymous": x.anonymous} for x in self._leases.values() if x.worker == worker]
+
+    def lease_summary(self) -> dict[str, int]:
+        """Live leases counted by worker (``"(adopted)"``: leases of a previous incarnation whose worker is
+        not known; ``"(anonymous)"``: dispatches without a known lease). No lease ids."""
+        with self._lock:
+            out: dict[str, int] = {}
+            for x in self._leases.values():
+                who = "(anonymous)" if x.anonymous else (x.worker if x.worker is not None else "(adopted)")
+                out[who] = out.get(who, 0) + 1
+            return out
 
     def lease_status(self, lease_id: str) -> str:
         """``"live"`` (held, not yet reported), ``"applied"``, ``"discarded"``, ``"reclaimed"`` or
@@ -324,8 +345,10 @@ class SamplerHost:
         if inner is not None and hasattr(inner, "position_of"):
             inner.position_of(key)  # KeyError naming an unknown task
 
-    def _check_lease(self, key: str, lease_id: Any, action: str) -> Lease | str:
-        """The live lease ``lease_id`` of task ``key``, or ``"already_applied"``; else an error."""
+    def _check_lease(self, key: str, lease_id: Any, action: str, group: tuple[Any, Any] | None = None) -> Lease | str:
+        """The live lease ``lease_id`` of task ``key``, or ``"already_applied"`` (an update whose rewards and
+        costs, ``group``, equal those of the update that consumed the lease); else an error. For a durable
+        sampler a consumed lease is passed on as a :class:`Lease` (the store compares the rewards)."""
         if lease_id is None:
             self._position_of(key)
             raise UnknownLeaseError(f"{action} of task {key!r} names no lease: refused as an {action} without an "
@@ -347,8 +370,11 @@ class SamplerHost:
                 lease = self._leases.get(lease_id)
                 if lease is not None and lease.key == key:
                     return lease
+            if status == "applied" and action == "update":
+                # the store holds the consuming update: let the DurableSampler tell a retry from a conflict
+                return Lease(lease_id, key, None, self._clock(), self._clock())
             closed_outcome = {"applied": "update", "discarded": "discard", "reclaimed": "reclaim"}.get(status)
-            closed = None if closed_outcome is None else (None, closed_outcome)
+            closed = None if closed_outcome is None else (None, closed_outcome, None)
         else:
             closed = self._closed.get(lease_id)
         if closed is None:
@@ -357,6 +383,12 @@ class SamplerHost:
         if closed[0] is not None and closed[0] != key:
             raise UnknownLeaseError(f"lease {lease_id} belongs to task {closed[0]!r}, not {key!r}")
         if closed[1] == "update" and action == "update":
+            if group is not None and closed[2] is not None and logged_group(*group) != closed[2]:
+                raise LeaseConflictError(f"lease {lease_id} of task {key!r} was already used by an update with "
+                                         f"rewards {str(closed[2][0])[:120]}, costs {str(closed[2][1])[:60]}; this "
+                                         f"update has rewards {str(logged_group(*group)[0])[:120]}, costs "
+                                         f"{str(logged_group(*group)[1])[:60]}: it is not a retry of that update and "
+                                         "is refused (a lease reports one group, once)")
             return "already_applied"
         if closed[1] == "reclaim":
             raise LeaseExpiredError(f"the group of task {key!r} (lease {lease_id}) was reclaimed after "
@@ -521,7 +553,7 @@ class SamplerHost:
                 task, rewards, costs, lease_id = item
                 key = task if isinstance(task, str) else task_key(task)
                 self._check_size(key, rewards)
-                found = self._check_lease(key, lease_id, "update")
+                found = self._check_lease(key, lease_id, "update", (rewards, costs))
                 if isinstance(found, str):
                     results[i] = found
                     continue
@@ -547,13 +579,13 @@ class SamplerHost:
 
     def _finish_updates(self, results: list[Any], todo: list[tuple[int, Lease, tuple[Any, ...]]], done: list[Any],
                         batch: bool) -> list[Any]:
-        for (i, lease, _), res in zip(todo, done, strict=True):
+        for (i, lease, item), res in zip(todo, done, strict=True):
             results[i] = res
             if isinstance(res, LeaseExpiredError):  # the store knew better (a lost reply): forget it
                 self._leases.pop(lease.lease_id, None)
             elif not isinstance(res, BaseException):
                 self._leases.pop(lease.lease_id, None)
-                self._remember_closed(lease, "update")
+                self._remember_closed(lease, "update", logged_group(item[1], item[2]))
         if not batch and isinstance(results[0], BaseException):
             raise results[0]
         return results
@@ -721,7 +753,8 @@ class RemoteSampler:
     def __init__(self, actor: Any, *, worker: str | None = None, retry_s: float = 120.0) -> None:
         self.actor = actor
         self._explicit_worker = worker
-        self.worker = worker or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        # a random part no other worker can guess: the host lists a worker's leases to whoever names it
+        self.worker = worker or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
         self.retry_s = float(retry_s)
         self._leases: dict[str, deque[str]] = {}
         self.last_lease: str | None = None
@@ -911,7 +944,8 @@ class RemoteSampler:
         return self._call("release_worker", worker, retry=True)
 
     def leases(self) -> list[dict[str, Any]]:
-        return self._call("leases", retry=True)
+        """The live leases of this worker (the host shows no worker another's)."""
+        return self._call("leases", self.worker, retry=True)
 
     def ping(self) -> str:
         """The host's incarnation id; it changes when Ray restarts the actor."""
@@ -924,7 +958,7 @@ class LocalClient(RemoteSampler):
     unconfirmed)."""
 
     def __init__(self, host: SamplerHost, *, worker: str | None = None) -> None:
-        super().__init__(host, worker=worker or f"local:{uuid.uuid4().hex[:6]}", retry_s=0.0)
+        super().__init__(host, worker=worker or f"local:{uuid.uuid4().hex}", retry_s=0.0)
 
     def _transient_errors(self) -> tuple[type[BaseException], ...]:
         return (StoreError,)

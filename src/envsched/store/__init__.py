@@ -7,6 +7,7 @@ acknowledged and the sampler can be rebuilt exactly after a crash.
 
 from envsched.store.durable import (
     DurableSampler,
+    LeaseConflictError,
     LeaseExpiredError,
     ReplayDivergenceError,
     UnknownLeaseError,
@@ -29,6 +30,7 @@ __all__ = [
     "DurableSampler",
     "Event",
     "HistoryStore",
+    "LeaseConflictError",
     "LeaseExpiredError",
     "ReplayDivergenceError",
     "Snapshot",

@@ -38,7 +38,7 @@ from envsched.store.history import (
     genesis_digest,
 )
 
-__all__ = ["SAMPLER_CLASSES", "DurableSampler", "LeaseExpiredError", "ReplayDivergenceError",
+__all__ = ["SAMPLER_CLASSES", "DurableSampler", "LeaseConflictError", "LeaseExpiredError", "ReplayDivergenceError",
            "UnknownLeaseError", "describe_sampler", "graph_fingerprint", "register_sampler_class",
            "tasks_fingerprint"]
 
@@ -49,6 +49,12 @@ _GO = object()  # a pre-check's answer: go on and apply the call
 class LeaseExpiredError(ValueError):
     """An update (or discard) named a lease whose group was already given back: reclaimed after its lease
     expired, or discarded. Its rewards are not counted (the task can be drawn again)."""
+
+
+class LeaseConflictError(LeaseExpiredError):
+    """An update named a lease that an update with *other* rewards (or costs) already consumed: it is not a
+    retry of that update, and its rewards are refused (a retry with the same rewards is answered
+    ``"already_applied"``). Nothing is changed."""
 
 
 class UnknownLeaseError(ValueError):
@@ -75,6 +81,29 @@ SAMPLER_CLASSES: set[str] = {
     "envsched.samplers.sec:SECSampler",
     "envsched.method.sampler:EnvSchedSampler",
 }
+
+
+#: ``sampler_params`` a store records for information only: they name where a sampler writes, which a store
+#: never chooses (resume takes them from its caller), and they do not change the sampler's draws, so they are
+#: not compared when a sampler is wrapped on an existing store.
+CALLER_PARAMS: frozenset[str] = frozenset({"run_file"})
+
+#: Words that mark a constructor argument of a sampler class outside envsched as something a store must not
+#: choose (a file, folder, address, process or thread count); resume refuses such a recorded argument.
+_CALLER_WORDS = ("file", "path", "dir", "url", "endpoint", "host", "port", "worker", "process", "thread",
+                 "command", "module", "class", "callback")
+
+#: Upper bounds on the recorded GraphConfig numbers a rebuild accepts (a crafted store could otherwise ask for
+#: a graph that exhausts memory before its fingerprint is checked).
+_GRAPH_REBUILD_CAPS = {"k_within": 10_000, "k_cross": 10_000, "ann_m": 1_000, "ann_ef_construction": 100_000,
+                       "ann_ef_search": 100_000, "ann_oversample": 1_000, "ann_dense_dim": 100_000,
+                       "exact_block_rows": 1_000_000, "exact_max_nodes": 10_000_000,
+                       "initial_context_max_chars": 10_000_000, "recall_sample": 1_000_000,
+                       "max_features_per_view": 10_000_000, "min_df": 1_000_000, "bandwidth_rank": 10_000}
+
+
+#: envsched's own sampler classes (their arguments name no file, address or process count).
+_BUILTIN_CLASSES: frozenset[str] = frozenset(SAMPLER_CLASSES)
 
 
 def _class_name(cls: type) -> str:
@@ -206,13 +235,16 @@ def describe_sampler(sampler: Any, group_size: int | None = None, *,
 
 
 def _resume_envsched(cls: Any, tasks: Any, params: dict[str, Any], header: Mapping[str, Any], where: str,
-                     graph: Any) -> Any:
+                     caller: Mapping[str, Any]) -> tuple[Any, list[str]]:
     """Construct an ``EnvSchedSampler`` from a store: its ``SchedulerConfig`` from the recorded plain data,
-    its graph from ``graph`` (given), the recorded file, or a rebuild with the recorded ``GraphConfig`` --
-    refused unless the graph's fingerprint equals the recorded one."""
+    its graph from the caller (``graph`` or ``graph_path``) or a rebuild with the recorded ``GraphConfig`` --
+    refused unless the graph's fingerprint equals the recorded one. The recorded graph file, run file, worker
+    and thread counts, LLM endpoint and cache folder are never used (a store is data: it chooses no path,
+    address or process count); returns the sampler and one note per recorded field left unused."""
     from envsched.method.config import GraphConfig, SchedulerConfig
     from envsched.pool import TaskPool
 
+    notes: list[str] = []
     recorded = header.get("graph")
     if not isinstance(recorded, Mapping) or "fingerprint" not in recorded:
         raise StoreError(f"store {where} does not record the EnvSchedSampler's graph (written by an older "
@@ -220,37 +252,72 @@ def _resume_envsched(cls: Any, tasks: Any, params: dict[str, Any], header: Mappi
                          "store)")
     params = dict(params)
     config = SchedulerConfig.from_dict(params.pop("config"))
-    run_file = params.pop("run_file", "") or None
+    stored_run_file = params.pop("run_file", "") or None
+    run_file = caller.get("run_file")
+    if stored_run_file and run_file is None:
+        notes.append(f"sampler_params.run_file ({str(stored_run_file)[:120]}) is not written: a store never "
+                     "chooses a file to write; pass resume(..., run_file=PATH) to append explanations")
     reward_range = tuple(params.pop("reward_range", header.get("reward_range") or (0.0, 1.0)))
     pool = TaskPool(list(tasks), reward_range=reward_range)
+    graph, graph_path = caller.get("graph"), caller.get("graph_path")
     source = "the graph passed in"
-    if graph is None and recorded.get("path"):
+    if graph is None and graph_path is not None:
         from envsched.method.graph.io import load_graph
 
-        path = recorded["path"]
-        try:
-            graph = load_graph(path, expected_fingerprint=header["pool_fingerprint"])
-            source = f"graph file {path}"
-        except (FileNotFoundError, ValueError):
-            graph = None  # moved or rebuilt since: fall back to the recipe
+        graph = load_graph(graph_path, expected_fingerprint=header["pool_fingerprint"])
+        source = f"graph file {os.fspath(graph_path)}"
     if graph is None:
+        if recorded.get("path"):
+            notes.append(f"graph.path ({str(recorded['path'])[:120]}) is not opened: a store never chooses a file "
+                         "to read; the graph is rebuilt from the recorded GraphConfig (pass resume(..., "
+                         "graph_path=PATH) or `envsched store verify --graph PATH` to load it)")
+        graph_config = _safe_graph_config(dict(recorded.get("config") or {}), where, caller, notes)
         from envsched.method.graph.build import build_graph
 
-        graph = build_graph(pool, GraphConfig.from_dict(dict(recorded.get("config") or {})))
+        graph = build_graph(pool, GraphConfig.from_dict(graph_config))
         source = "the graph rebuilt from the recorded GraphConfig"
     got = graph_fingerprint(graph)
     if got != recorded["fingerprint"]:
         raise StoreMismatchError(f"store {where} was written with a graph of fingerprint "
-                                 f"{recorded['fingerprint'][:12]}..., but {source} has {got[:12]}...: pass the "
-                                 "run's graph (resume(store, graph=load_graph(path))) or use a new store")
-    return cls(pool, graph, config, run_file=run_file, reward_range=reward_range, **params)
+                                 f"{str(recorded['fingerprint'])[:12]}..., but {source} has {got[:12]}...: pass "
+                                 "the run's graph (resume(store, graph_path=PATH)) or use a new store")
+    return cls(pool, graph, config, run_file=run_file, reward_range=reward_range, **params), notes
+
+
+def _safe_graph_config(config: dict[str, Any], where: str, caller: Mapping[str, Any], notes: list[str]
+                       ) -> dict[str, Any]:
+    """The recorded ``GraphConfig`` with what a store must not choose taken from the caller: an LLM
+    abstraction (it would send the pool to the recorded endpoint) is refused; the worker and thread counts
+    are the caller's ``workers``; the LLM endpoint, model and cache folder are dropped. Numbers beyond
+    :data:`_GRAPH_REBUILD_CAPS` are refused."""
+    if config.get("abstraction", "static") != "static":
+        raise StoreError(f"store {where}: graph.config.abstraction is {str(config.get('abstraction'))[:40]!r} "
+                         f"(endpoint {str(config.get('llm_endpoint'))[:80]!r}): a store never chooses an address "
+                         "to call, so its graph is not rebuilt; pass the run's graph: resume(store, "
+                         "graph_path=PATH) (`envsched store verify --graph PATH`)")
+    for name, cap in _GRAPH_REBUILD_CAPS.items():
+        value = config.get(name)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value <= cap):
+            raise StoreError(f"store {where}: graph.config.{name} is {str(value)[:40]} (at most {cap} for a "
+                             "rebuild from the store): pass the run's graph: resume(store, graph_path=PATH)")
+    workers = int(caller.get("workers", 1))
+    for name in ("workers", "ann_threads"):
+        if name in config and config[name] not in (0, 1, workers):
+            notes.append(f"graph.config.{name} ({str(config[name])[:20]}) is not used: a store never chooses a "
+                         f"process or thread count; the rebuild uses {workers} (pass resume(..., workers=N))")
+        config[name] = workers
+    for name in ("llm_endpoint", "llm_model", "llm_cache_dir"):
+        if config.get(name) is not None:
+            notes.append(f"graph.config.{name} is not used: a store never chooses an address or folder")
+        config[name] = None
+    return config
 
 
 _RESUME_ADAPTERS: dict[str, Callable[..., Any]] = {"envsched.method.sampler:EnvSchedSampler": _resume_envsched}
 
 
 def _differences(stored: Any, mine: Any) -> list[str]:
-    keys = sorted(set(stored) | set(mine))
+    keys = sorted((set(stored) | set(mine)) - CALLER_PARAMS)
     missing = object()
     out = []
     for k in keys:
@@ -318,8 +385,14 @@ class DurableSampler:
         self._lease_cache: dict[str, Any] | None = None
         self._closing: list[tuple[str, int, str]] = []
         self._audit: dict[str, list[Any]] | None = None
+        self._groups: dict[str, tuple[Any, Any]] = {}
+        #: one line per thing this sampler noticed about its store and did not act on (e.g. a field
+        #: :meth:`resume` left unused, a missing lease table of an old store opened read-only)
+        self.notes: list[str] = []
         expected = describe_sampler(sampler, group_size, graph_path=graph_path)
         header = self.store.header()
+        if header is None and self.store.read_only:
+            raise StoreError(f"store {self.store.where} holds no history yet (opened read-only: nothing is created)")
         if header is None:
             try:
                 tasks_json: Any = json.loads(canonical_json(list(sampler.tasks)))
@@ -336,39 +409,64 @@ class DurableSampler:
         try:
             with self._lock, self.store.transaction() as tx:
                 if not self.store.has_lease_table(tx):
-                    self.store.ensure_lease_table(tx)  # a store written before leases existed
+                    self._missing_lease_table(tx, header)
                 self._rebuild(tx, latest=use_snapshots)
         except BaseException:
             with contextlib.suppress(Exception):  # the original error is the one to report
                 sampler.load_state_dict(state_before)
             raise
 
+    def _missing_lease_table(self, tx: Any, header: Mapping[str, Any]) -> None:
+        """A store without a lease table: refused when it was created with one, or when its events name
+        leases (the table was dropped); otherwise a store written before leases existed, which gets the table
+        -- or, opened read-only, a note saying it will get one on the first write."""
+        where = self.store.where
+        if header.get("lease_table") or self.store.events_name_leases(tx):
+            raise StoreCorruptError(f"store {where}: its lease table {self.store.t_leases} is missing, but the "
+                                    "store was created with one (or its events name leases): the table was "
+                                    "dropped; restore the store from a backup")
+        if self.store.read_only:
+            self.notes.append(f"store {where} has no lease table (written before leases existed); the first "
+                              "write adds it (opened read-only: nothing was written)")
+            return
+        self.store.ensure_lease_table(tx)
+
     # ------------------------------------------------------------------ construction helpers
     @classmethod
     def resume(cls, store: HistoryStore | str | os.PathLike[str], *, tasks: Sequence[Any] | None = None,
-               sampler_classes: Sequence[type] = (), graph: Any = None, **kwargs: Any) -> DurableSampler:
+               sampler_classes: Sequence[type] = (), graph: Any = None,
+               graph_path: str | os.PathLike[str] | None = None, run_file: str | os.PathLike[str] | None = None,
+               workers: int = 1, **kwargs: Any) -> DurableSampler:
         """Rebuild a sampler from the store alone: look up its class, construct it with the recorded task
         list (or ``tasks``) and configuration, then replay.
 
-        The class the store names is only ever one of envsched's registered sampler classes
-        (:data:`SAMPLER_CLASSES`, :func:`register_sampler_class`) or one of ``sampler_classes``; any other
-        name is refused with :class:`StoreError` before anything is imported or called, so a crafted store
-        cannot run code.
+        **A store is data, never instructions.** The class the store names is only ever one of envsched's
+        registered sampler classes (:data:`SAMPLER_CLASSES`, :func:`register_sampler_class`) or one of
+        ``sampler_classes``; any other name is refused with :class:`StoreError` before anything is imported or
+        called. Nothing read from the store chooses a file to read or write, an address to call, or a number
+        of processes or threads: those come from the caller --
 
-        An ``EnvSchedSampler`` gets its ``SchedulerConfig`` from the recorded plain data and its graph from
-        ``graph`` (if given), else the recorded graph file, else a rebuild with the recorded ``GraphConfig``;
-        the graph must match the recorded fingerprint (``StoreMismatchError`` otherwise). Samplers whose
-        configuration holds objects JSON cannot record (a client) must be constructed by the caller and
-        wrapped instead."""
+        * ``graph`` / ``graph_path``: an ``EnvSchedSampler``'s graph (the recorded graph file is never opened;
+          without either, the graph is rebuilt from the recorded ``GraphConfig``, which is refused for an LLM
+          abstraction -- it would send the pool to the recorded endpoint);
+        * ``run_file``: where an ``EnvSchedSampler`` appends explanations (the recorded one is never written);
+        * ``workers``: processes and threads of a graph rebuild (default 1; the recorded counts are not used).
+
+        Each recorded field left unused this way is named, with what to pass instead, in :attr:`notes` (one
+        line each). The graph must match the recorded fingerprint (``StoreMismatchError`` otherwise).
+        Samplers whose configuration holds objects JSON cannot record (a client), or arguments that name a
+        file, address or process count, must be constructed by the caller and wrapped instead."""
+        if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 1024:
+            raise ValueError(f"workers must be an integer in [1, 1024], got {workers!r}")
         store = store if isinstance(store, HistoryStore) else HistoryStore(store)
         header = store.header()
         if header is None:
             raise StoreError(f"store {store.where} holds no history yet: nothing to resume")
         if not header.get("params_rebuildable", False):
             objs = [k for k, v in header["sampler_params"].items() if not _rebuildable(v)]
-            raise StoreError(f"store {store.where}: the {header['sampler_class']} configuration holds objects "
-                             f"the store cannot record ({', '.join(objs)}); construct the sampler yourself and "
-                             "wrap it: DurableSampler(sampler, store)")
+            raise StoreError(f"store {store.where}: the {str(header['sampler_class'])[:120]} configuration holds "
+                             f"objects the store cannot record ({', '.join(objs)[:200]}); construct the sampler "
+                             "yourself and wrap it: DurableSampler(sampler, store)")
         obj = _resolve_sampler_class(header["sampler_class"], store.where, sampler_classes)
         if tasks is None:
             tasks = store.tasks()
@@ -377,19 +475,32 @@ class DurableSampler:
                              "pass tasks=...")
         params = dict(header["sampler_params"])
         adapter = _RESUME_ADAPTERS.get(header["sampler_class"])
+        notes: list[str] = []
+        if adapter is None and header["sampler_class"] not in _BUILTIN_CLASSES:
+            for name in params:
+                if any(w in name.lower() for w in _CALLER_WORDS):
+                    raise StoreError(f"store {store.where}: sampler_params.{name[:60]} of "
+                                     f"{header['sampler_class']} may name a file, address or process count, which "
+                                     "a store never chooses: construct the sampler yourself and wrap it: "
+                                     "DurableSampler(sampler, store)")
+        caller = {"graph": graph, "graph_path": graph_path, "run_file": run_file, "workers": workers}
         try:
             if adapter is not None:
-                sampler = adapter(obj, tasks, params, header, store.where, graph)
+                sampler, notes = adapter(obj, tasks, params, header, store.where, caller)
             else:
                 sampler = obj(tasks, **params)
-        except StoreMismatchError:
+        except StoreError:
             raise
-        except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        except (MemoryError, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:  # whatever the recorded values make the constructor raise: a clear refusal
             raise StoreError(f"store {store.where}: cannot construct {header['sampler_class']} from the recorded "
-                             f"configuration ({exc}); construct the sampler yourself and wrap it: "
-                             "DurableSampler(sampler, store)") from None
+                             f"configuration ({type(exc).__name__}: {str(exc)[:300]}); construct the sampler "
+                             "yourself and wrap it: DurableSampler(sampler, store)") from None
         kwargs.setdefault("group_size", header.get("group_size"))
-        return cls(sampler, store, **kwargs)
+        out = cls(sampler, store, **kwargs)
+        out.notes = notes + out.notes
+        return out
 
     def _check_header(self, header: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
         where = self.store.where
@@ -403,6 +514,10 @@ class DurableSampler:
                 f"({header['num_tasks']} tasks, reward range {header.get('reward_range')}), this sampler's "
                 f"pool is {expected['pool_fingerprint'][:12]}... ({expected['num_tasks']} tasks, reward range "
                 f"{expected['reward_range']})")
+        if header["num_tasks"] != expected["num_tasks"]:
+            raise StoreCorruptError(f"store {where}: its metadata says num_tasks={header['num_tasks']}, but its pool "
+                                    f"fingerprint is that of this sampler's {expected['num_tasks']} tasks: the "
+                                    "metadata was edited")
         diffs = _differences(header["sampler_params"], expected["sampler_params"])
         if diffs:
             raise StoreMismatchError(f"store {where} was written with another {expected['sampler_class']} "
@@ -426,6 +541,11 @@ class DurableSampler:
             if snap.digest != genesis:
                 raise StoreCorruptError(f"store {self.store.where}: the initial snapshot does not belong to "
                                         "this store (damaged or copied from another store)")
+        elif self.store.digest_at(tx, snap.seq) is None:
+            last = self.store.last_event(tx)[0]
+            raise StoreCorruptError(f"store {self.store.where}: the event log ends at event {last}, but a snapshot "
+                                    f"refers to event {snap.seq}: events at the end of the log were removed; "
+                                    "restore the store from a backup")
         elif self.store.digest_at(tx, snap.seq) != snap.digest:
             raise StoreCorruptError(f"store {self.store.where}: the snapshot after event {snap.seq} does not "
                                     "match the event log (damaged store)")
@@ -440,6 +560,7 @@ class DurableSampler:
         try:
             self._catch_up(tx)
             self.store.check_head(tx, self._seq, self._digest)
+            self.store.check_tail(tx, self._seq)
             if self._audit is not None and self.store.has_lease_table(tx):
                 self._check_lease_index(tx, self._audit)
         finally:
@@ -506,6 +627,11 @@ class DurableSampler:
                         f"{got[:8]} but the log holds {p['keys'][:8]}: {type(self.sampler).__name__} did not "
                         "reproduce its logged draws (non-deterministic sampler, or its code changed)")
             elif ev.kind == "update":
+                if self.group_size is not None and len(p["rewards"]) != self.group_size:
+                    self._broken = "replay failed"
+                    raise StoreCorruptError(f"store {self.store.where}: event {ev.seq} (update) has "
+                                            f"{len(p['rewards'])} rewards, but the store records group_size="
+                                            f"{self.group_size}: the metadata or the log was edited")
                 self.sampler.update(p["key"], p["rewards"], p["costs"])
             else:
                 self.sampler.discard(p["key"])
@@ -533,6 +659,9 @@ class DurableSampler:
         if self._broken is not None:
             raise StoreError(f"this DurableSampler is unusable ({self._broken}); fix the cause and resume it "
                              "from the store")
+        if self.store.read_only:
+            raise StoreError(f"store {self.store.where} is opened read-only: this DurableSampler can be read "
+                             "(metrics, state_dict), not sample, update or discard")
         results: list[Any] = []
         with self._lock:
             applied = committed = False
@@ -578,6 +707,7 @@ class DurableSampler:
             finally:
                 self._lease_cache = None
                 self._closing = []
+                self._groups = {}
                 if applied and not committed:
                     self._stale = True  # the local state is ahead of the store: rebuild before the next call
             self._seq, self._digest = seq, digest
@@ -590,10 +720,11 @@ class DurableSampler:
             key, issued, _, _ = self._lease_cache[lease]
             self._lease_cache[lease] = (key, issued, seq, outcome)  # a second use in this batch sees it consumed
 
-    def _lease_check(self, tx: Any, lease: str, key: str, action: str) -> Any:
+    def _lease_check(self, tx: Any, lease: str, key: str, action: str, group: tuple[Any, Any] | None = None) -> Any:
         """Pre-check of an update/discard naming ``lease``: ``_GO`` while the lease is open; the answer
-        ``"already_applied"`` for an update whose lease an update already consumed (a retry after a lost
-        reply); otherwise an error naming what is wrong."""
+        ``"already_applied"`` for an update whose lease an update with the same rewards and costs (``group``)
+        already consumed (a retry after a lost reply); otherwise an error naming what is wrong --
+        :class:`LeaseConflictError` for an update under a used lease with other rewards."""
         if not isinstance(lease, str) or not lease:
             raise UnknownLeaseError(f"lease must be a non-empty string, got {lease!r}")
         row = self._lease_cache.get(lease) if self._lease_cache is not None else self.store.lease(tx, lease)
@@ -606,6 +737,7 @@ class DurableSampler:
         if outcome is None:
             return _GO
         if outcome == "update" and action == "update":
+            self._same_group(tx, lease, key, closed, group)
             return "already_applied"
         if outcome == "reclaim":
             raise LeaseExpiredError(f"the group of task {key!r} (lease {lease}) was reclaimed (event {closed}) "
@@ -614,6 +746,24 @@ class DurableSampler:
         what = "reported by an update" if outcome == "update" else "discarded"
         raise LeaseExpiredError(f"the group of task {key!r} (lease {lease}) was already {what} (event {closed}); "
                                 f"this {action} is refused")
+
+    def _same_group(self, tx: Any, lease: str, key: str, closed: int | None, group: tuple[Any, Any] | None) -> None:
+        """Raise :class:`LeaseConflictError` unless ``group`` (rewards, costs) equals what the update that
+        consumed ``lease`` (event ``closed``) recorded."""
+        if group is None:
+            return
+        mine = logged_group(*group)
+        if lease in self._groups:
+            logged: Any = self._groups[lease]
+        else:
+            payload = self.store.event_payload(tx, int(closed)) if closed is not None else None
+            logged = None if payload is None else (payload.get("rewards"), payload.get("costs"))
+        if logged != mine:
+            got = "unreadable" if logged is None else f"rewards {str(logged[0])[:120]}, costs {str(logged[1])[:60]}"
+            raise LeaseConflictError(f"lease {lease} of task {key!r} was already used by an update (event {closed}) "
+                                     f"with {got}; this update has rewards {str(mine[0])[:120]}, costs "
+                                     f"{str(mine[1])[:60]}: it is not a retry of that update and is refused (a "
+                                     "lease reports one group, once)")
 
     # ------------------------------------------------------------------ the protocol
     def sample(self, n: int, *, leases: Sequence[str] | None = None) -> list[Any]:
@@ -675,10 +825,11 @@ class DurableSampler:
 
         def pre(tx: Any) -> Any:
             key = task if isinstance(task, str) else _safe_key(task)
-            return self._lease_check(tx, lease, key, "update")  # type: ignore[arg-type]
+            return self._lease_check(tx, lease, key, "update", (rewards, costs))  # type: ignore[arg-type]
 
         def post(tx: Any, seq: int) -> None:
             self._close(lease, seq, "update")  # type: ignore[arg-type]
+            self._groups[lease] = logged_group(rewards, costs)  # type: ignore[index]
 
         def apply() -> str:
             self.sampler.update(task, rewards, costs)
@@ -850,6 +1001,14 @@ class DurableSampler:
         if seq > self._seq:
             raise ValueError(f"state is at event {seq} but store {self.store.where} holds only {self._seq} "
                              "events: the store lost events (restored from an older copy?)")
+        digest = mark.get("digest")
+        if seq > 0 and isinstance(digest, str):
+            with self._lock, self.store.transaction() as tx:
+                logged = self.store.digest_at(tx, seq)
+            if logged != digest:
+                raise StoreCorruptError(f"store {self.store.where}: event {seq} differs from the one this state "
+                                        "was taken after (its digest changed): the log was rewritten since "
+                                        "the checkpoint; restore the store from a backup")
 
     # ------------------------------------------------------------------ introspection
     @property
@@ -883,6 +1042,17 @@ class DurableSampler:
 
     def __repr__(self) -> str:
         return f"DurableSampler({self.sampler!r}, {self.store!r}, events={self._seq})"
+
+
+def logged_group(rewards: Any, costs: Any) -> tuple[Any, Any]:
+    """The logged form of a group's rewards and costs (as an update event records them), for comparing a
+    retry with the update that consumed its lease; input that has no such form compares unequal."""
+    try:
+        r = [None if x is None else float(x) for x in rewards]
+        c = None if costs is None else [float(x) for x in costs]
+    except (TypeError, ValueError):
+        return ("unreadable", repr(rewards)[:60])
+    return r, c
 
 
 def _raiser(exc: BaseException) -> Callable[[], Any]:

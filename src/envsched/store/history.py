@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 import sqlite3
@@ -125,6 +126,56 @@ def genesis_digest(store_id: str) -> str:
     return hashlib.sha256(f"envsched-store:{store_id}".encode()).hexdigest()
 
 
+def _loads(text: Any, what: str) -> Any:
+    """``json.loads`` of a value read from a store: anything that is not JSON text of reasonable nesting is
+    :class:`StoreCorruptError` naming ``what`` (never a ``RecursionError`` traceback)."""
+    if not isinstance(text, str):
+        raise StoreCorruptError(f"{what} is a {type(text).__name__}, not JSON text (damaged or crafted store)")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise StoreCorruptError(f"{what} is JSON nested too deeply to read (damaged or crafted store)") from None
+    except ValueError as exc:
+        raise StoreCorruptError(f"{what} is not valid JSON ({str(exc)[:80]}; damaged store)") from None
+
+
+def _finite_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _meta_problems(meta: Mapping[str, Any]) -> list[str]:
+    """What is wrong with the optional metadata values (each a short phrase); empty when all is well."""
+    out: list[str] = []
+    gs = meta.get("group_size")
+    if gs is not None and (not isinstance(gs, int) or isinstance(gs, bool) or not 1 <= gs <= 1_000_000):
+        out.append(f"'group_size' is {str(gs)[:40]!r} ({type(gs).__name__}), expected a positive integer or null")
+    if meta["num_tasks"] < 0:
+        out.append(f"'num_tasks' is {meta['num_tasks']}, expected a count >= 0")
+    rr = meta.get("reward_range")
+    if rr is not None and not (isinstance(rr, list) and len(rr) == 2 and all(_finite_number(x) for x in rr)
+                               and rr[0] < rr[1]):
+        out.append(f"'reward_range' is {str(rr)[:60]!r}, expected [low, high] with finite low < high")
+    if "params_rebuildable" in meta and not isinstance(meta["params_rebuildable"], bool):
+        out.append("'params_rebuildable' is not true or false")
+    tasks = meta.get("tasks")
+    if tasks is not None:
+        if not isinstance(tasks, list):
+            out.append(f"'tasks' is a {type(tasks).__name__}, expected a list")
+        elif len(tasks) != meta["num_tasks"]:
+            out.append(f"'num_tasks' says {meta['num_tasks']} but the recorded task list has {len(tasks)} tasks")
+    graph = meta.get("graph")
+    if graph is not None:
+        if not isinstance(graph, dict):
+            out.append(f"'graph' is a {type(graph).__name__}, expected an object")
+        elif not (isinstance(graph.get("fingerprint"), str) and isinstance(graph.get("config", {}), dict)
+                  and isinstance(graph.get("path"), str | type(None))
+                  and isinstance(graph.get("num_nodes"), int) and not isinstance(graph.get("num_nodes"), bool)):
+            out.append("'graph' lacks a fingerprint, or its config, path or num_nodes has the wrong type")
+    if "lease_table" in meta and not isinstance(meta["lease_table"], bool):
+        out.append("'lease_table' is not true or false")
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- backends
 class _Tx:
     """A running transaction: ``execute(sql, params)`` returns all rows (as tuples)."""
@@ -177,10 +228,11 @@ def _sqlite_error(exc: sqlite3.Error, where: str) -> Exception:
 class _SqliteBackend:
     kind = "sqlite"
 
-    def __init__(self, path: Path, *, busy_timeout_s: float, synchronous: str) -> None:
+    def __init__(self, path: Path, *, busy_timeout_s: float, synchronous: str, read_only: bool = False) -> None:
         self.path = path
         self.where = str(path)
         self.busy_timeout_s = busy_timeout_s
+        self.read_only = read_only
         if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
             raise ValueError(f"synchronous must be FULL, NORMAL or EXTRA, got {synchronous!r}")
         self.synchronous = synchronous.upper()
@@ -206,10 +258,14 @@ class _SqliteBackend:
             raise StoreCorruptError(f"store file {self.where} is not an SQLite database (bad header; "
                                     f"{size} bytes): damaged, truncated or another kind of file")
         self._check_size(head, size)
-        try:
-            ro = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=self.busy_timeout_s)
-        except sqlite3.Error as exc:
-            raise _sqlite_error(exc, self.where) from exc
+        if self.read_only:
+            ro = self._connect_read_only(self.path)
+        else:
+            try:
+                ro = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
+                                     timeout=self.busy_timeout_s)
+            except sqlite3.Error as exc:
+                raise _sqlite_error(exc, self.where) from exc
         try:
             rows = ro.execute("PRAGMA quick_check").fetchall()
             problems = [r[0] for r in rows if r[0] != "ok"]
@@ -242,6 +298,8 @@ class _SqliteBackend:
                                     f"of {page_size} bytes ({pages * page_size} bytes) but the file has {size}")
 
     def _connect(self, path: Path) -> sqlite3.Connection:
+        if self.read_only:
+            return self._connect_read_only(path)
         try:
             conn = sqlite3.connect(str(path), timeout=self.busy_timeout_s, isolation_level=None,
                                    check_same_thread=False)
@@ -250,6 +308,20 @@ class _SqliteBackend:
                 raise StoreError(f"store {self.where}: cannot switch SQLite to WAL mode (got {mode!r}); "
                                  "is the file on a network file system?")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        except sqlite3.Error as exc:
+            raise _sqlite_error(exc, self.where) from exc
+        return conn
+
+    def _connect_read_only(self, path: Path) -> sqlite3.Connection:
+        """A connection that cannot write: SQLite's ``mode=ro`` URI plus ``query_only`` (no journal-mode switch,
+        no schema change). A store closed cleanly (no ``-wal`` file: no process has it open) is also opened
+        ``immutable``, so that SQLite creates no ``-wal``/``-shm`` file beside it; a store in use is read
+        through its write-ahead log, as SQLite requires (its ``-shm`` file may then be created)."""
+        query = "mode=ro" if Path(str(path) + "-wal").exists() else "mode=ro&immutable=1"
+        try:
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?{query}", uri=True, timeout=self.busy_timeout_s,
+                                   isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA query_only=ON")
         except sqlite3.Error as exc:
             raise _sqlite_error(exc, self.where) from exc
         return conn
@@ -266,7 +338,7 @@ class _SqliteBackend:
     def transaction(self) -> Iterator[_Tx]:
         conn = self.conn()
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("BEGIN" if self.read_only else "BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise _sqlite_error(exc, self.where) from exc
         try:
@@ -288,7 +360,10 @@ class _SqliteBackend:
         Returns ``False`` (and discards the temporary file) when another process created the store first.
         A crash at any point leaves either no store or a complete one, never a half-initialised file.
         """
+        if self.read_only:
+            raise StoreError(f"store {self.where} is opened read-only: it cannot be created")
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.clean_stale_init_files()
         tmp = self.path.with_name(f".{self.path.name}.init-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         try:
             conn = self._connect(tmp)
@@ -316,11 +391,45 @@ class _SqliteBackend:
             for extra in ("-wal", "-shm"):
                 Path(str(tmp) + extra).unlink(missing_ok=True)
 
+    def clean_stale_init_files(self) -> list[Path]:
+        """Remove the temporary files (``.NAME.init-PID-RANDOM`` and their -wal/-shm/-journal) that a process
+        killed while creating this store left behind; files of a process still alive are kept (it may be
+        creating the store right now). Returns what was removed."""
+        removed: list[Path] = []
+        pattern = re.compile(rf"^\.{re.escape(self.path.name)}\.init-(\d+)-[0-9a-f]{{8}}(-wal|-shm|-journal)?$")
+        try:
+            entries = list(self.path.parent.iterdir())
+        except OSError:
+            return removed
+        for entry in entries:
+            m = pattern.match(entry.name)
+            if m is None or entry.is_symlink() or not entry.is_file():
+                continue
+            if _pid_alive(int(m.group(1))):
+                continue
+            with contextlib.suppress(OSError):
+                entry.unlink()
+                removed.append(entry)
+        return removed
+
     def close(self) -> None:
         if self._conn is not None and self._pid == os.getpid():
             with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
         self._conn = None
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (on this machine)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
 
 
 def _fsync_dir(path: Path) -> None:
@@ -346,7 +455,8 @@ class _SqlAlchemyTx(_Tx):
 class _PostgresBackend:
     kind = "postgresql"
 
-    def __init__(self, url: str, *, prefix: str, connect_timeout_s: float) -> None:
+    def __init__(self, url: str, *, prefix: str, connect_timeout_s: float, read_only: bool = False) -> None:
+        self.read_only = read_only
         try:
             import sqlalchemy
         except ImportError:  # pragma: no cover - depends on the environment
@@ -374,7 +484,11 @@ class _PostgresBackend:
         sa = self._sa
         try:
             with self.engine.begin() as conn:
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": self.lock_key})
+                if self.read_only:  # the server refuses every write in this transaction
+                    conn.execute(sa.text("SET TRANSACTION READ ONLY"))
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock_shared(:k)"), {"k": self.lock_key})
+                else:
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": self.lock_key})
                 yield _SqlAlchemyTx(conn, sa.text, self.where)
         except sa.exc.OperationalError as exc:
             raise StoreError(f"store {self.where}: cannot reach PostgreSQL ({exc.orig})") from exc
@@ -400,10 +514,15 @@ class HistoryStore:
         busy_timeout_s: how long a writer waits for another process's transaction (SQLite).
         synchronous: SQLite ``synchronous`` pragma: ``FULL`` (default) makes every committed update survive
             a power loss, not only a process crash.
+        read_only: open the store so that nothing can be written (SQLite ``mode=ro`` and ``query_only``;
+            PostgreSQL ``SET TRANSACTION READ ONLY``): for inspection (``envsched store verify``). A
+            :class:`~envsched.store.durable.DurableSampler` on a read-only store can rebuild and be read, not
+            sample or update.
     """
 
     def __init__(self, target: str | os.PathLike[str], *, table_prefix: str = "envsched",
-                 busy_timeout_s: float = 60.0, synchronous: str = "FULL", check: bool = True) -> None:
+                 busy_timeout_s: float = 60.0, synchronous: str = "FULL", check: bool = True,
+                 read_only: bool = False) -> None:
         if not isinstance(table_prefix, str) or not _PREFIX_RE.match(table_prefix):
             raise ValueError(f"table_prefix must match {_PREFIX_RE.pattern}, got {table_prefix!r}")
         self.table_prefix = table_prefix
@@ -412,9 +531,11 @@ class HistoryStore:
         self.t_snap = f"{table_prefix}_snapshots"
         self.t_leases = f"{table_prefix}_leases"
         self._lock = threading.RLock()
+        self.read_only = bool(read_only)
         text = os.fspath(target)
         if text.startswith(("postgresql://", "postgresql+", "postgres://")):
-            self._backend: Any = _PostgresBackend(text, prefix=table_prefix, connect_timeout_s=busy_timeout_s)
+            self._backend: Any = _PostgresBackend(text, prefix=table_prefix, connect_timeout_s=busy_timeout_s,
+                                                  read_only=self.read_only)
         elif "://" in text and not text.startswith("sqlite:///"):
             raise ValueError(f"unsupported store URL {text!r}: give a file path, sqlite:///path or a "
                              "postgresql:// URL")
@@ -422,7 +543,13 @@ class HistoryStore:
             path = Path(text[len("sqlite:///"):] if text.startswith("sqlite:///") else text)
             if path.exists() and path.is_dir():
                 raise ValueError(f"store path {path} is a directory; give a file path such as {path}/history.sqlite")
-            self._backend = _SqliteBackend(path, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
+            if self.read_only and not path.exists():
+                raise StoreError(f"store file {path} does not exist (opened read-only: nothing is created)")
+            if path.exists() and not path.is_file():
+                raise ValueError(f"store path {path} is not a regular file (a named pipe, device or socket): a "
+                                 "SQLite store is a regular file")
+            self._backend = _SqliteBackend(path, busy_timeout_s=busy_timeout_s, synchronous=synchronous,
+                                           read_only=self.read_only)
         self.where: str = self._backend.where
         if self.kind == "postgresql":
             self.where = f"{self.where} (tables {table_prefix}_*)"
@@ -433,6 +560,8 @@ class HistoryStore:
                                         f"(no table {self.t_meta}; it has {sorted(names)[:5]})")
             if names:
                 self.header()  # validates the metadata
+        if self.kind == "sqlite" and not self.read_only:
+            self._backend.clean_stale_init_files()  # left by a process killed while creating this store
 
     @classmethod
     def open(cls, target: str | os.PathLike[str], **kwargs: Any) -> HistoryStore:
@@ -505,11 +634,7 @@ class HistoryStore:
             return None
         meta: dict[str, Any] = {}
         for key, value in rows:
-            try:
-                meta[key] = json.loads(value)
-            except (TypeError, ValueError):
-                raise StoreCorruptError(f"store {self.where}: metadata {key!r} is not valid JSON "
-                                        "(damaged store)") from None
+            meta[key] = _loads(value, f"store {self.where}: metadata {str(key)[:80]!r}")
         if meta.get("format") != STORE_FORMAT:
             raise StoreCorruptError(f"store {self.where} has format {meta.get('format')!r}, expected "
                                     f"{STORE_FORMAT!r}")
@@ -517,7 +642,29 @@ class HistoryStore:
             if key not in meta:
                 raise StoreCorruptError(f"store {self.where}: metadata lacks {key!r} (damaged store)")
         self._check_meta_types(meta)
+        self._check_schema(tx)
         return meta
+
+    def _check_schema(self, tx: _Tx) -> None:
+        """Refuse a store whose tables carry triggers or rules: the store's writes would run code (statements)
+        that nobody wrote into envsched -- an edited store. Views named like its tables are refused too."""
+        tables = (self.t_meta, self.t_events, self.t_snap, self.t_leases)
+        if self.kind == "sqlite":
+            rows = tx.execute("SELECT type, name, tbl_name FROM sqlite_master WHERE type IN ('trigger', 'view')")
+            extra = [(t, n) for t, n, tbl in rows if tbl in tables or n in tables]
+        else:
+            rows = tx.execute(
+                "SELECT 'trigger', t.tgname FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = "
+                "t.tgrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE NOT t.tgisinternal AND "
+                "n.nspname = current_schema() AND c.relname IN (:a, :b, :c, :d) UNION ALL "
+                "SELECT 'rule', r.rulename FROM pg_catalog.pg_rules r WHERE r.schemaname = current_schema() "
+                "AND r.tablename IN (:a, :b, :c, :d)", dict(zip("abcd", tables, strict=True)))
+            extra = [(t, n) for t, n in rows]
+        if extra:
+            kind, name = extra[0]
+            raise StoreCorruptError(f"store {self.where} has a {kind} {str(name)[:60]!r} on its tables, which "
+                                    "envsched never creates: the store was edited; refusing to use it (a store is "
+                                    "data, never code)")
 
     def _check_meta_types(self, meta: Mapping[str, Any]) -> None:
         """Refuse metadata of the wrong shape before anything reads it (a crafted store is data only)."""
@@ -527,6 +674,9 @@ class HistoryStore:
             if not isinstance(value, kinds) or isinstance(value, bool):
                 raise StoreCorruptError(f"store {self.where}: metadata {key!r} is a {type(value).__name__}, "
                                         f"expected {kinds.__name__} (damaged or crafted store)")
+        problems = _meta_problems(meta)
+        if problems:
+            raise StoreCorruptError(f"store {self.where}: metadata {problems[0]} (damaged or crafted store)")
         head = meta.get("head")
         if head is not None and not (isinstance(head, dict) and isinstance(head.get("seq"), int)
                                      and not isinstance(head.get("seq"), bool) and head["seq"] >= 0
@@ -558,7 +708,8 @@ class HistoryStore:
     def initialize(self, meta: Mapping[str, Any], initial_state: Mapping[str, Any]) -> bool:
         """Create the tables, the metadata and snapshot 0 (all or nothing). Returns ``False`` when the store
         already existed (then nothing is written). Called by :class:`DurableSampler`."""
-        full = {**meta, "format": STORE_FORMAT, "store_id": uuid.uuid4().hex, "created_at": time.time()}
+        full = {**meta, "format": STORE_FORMAT, "store_id": uuid.uuid4().hex, "created_at": time.time(),
+                "lease_table": True}
         state_json = canonical_json(initial_state, allow_nan=True)
 
         def init(tx: _Tx) -> None:
@@ -610,9 +761,9 @@ class HistoryStore:
         if not rows:
             return
         try:
-            head = json.loads(rows[0][0])
+            head = _loads(rows[0][0], f"store {self.where}: metadata 'head'")
             head_seq, head_digest = int(head["seq"]), str(head["digest"])
-        except (TypeError, ValueError, KeyError):
+        except (TypeError, ValueError, KeyError, StoreCorruptError):
             raise StoreCorruptError(f"store {self.where}: metadata 'head' is malformed (damaged store)") from None
         if head_seq != seq or head_digest != digest:
             if head_seq > seq:
@@ -663,15 +814,33 @@ class HistoryStore:
                                         "digest does not match the chain): the log was damaged or edited")
             if kind not in _EVENT_KINDS:
                 raise StoreCorruptError(f"store {self.where}: event {seq} has unknown kind {kind!r}")
-            try:
-                data = json.loads(payload)
-            except ValueError:
-                raise StoreCorruptError(f"store {self.where}: event {seq} payload is not JSON") from None
+            data = _loads(payload, f"store {self.where}: event {seq} payload")
             if not isinstance(data, dict):
                 raise StoreCorruptError(f"store {self.where}: event {seq} payload is not an object")
             out.append(Event(seq, str(kind), data, str(digest)))
             expected, prev = seq + 1, str(digest)
         return out
+
+    def event_payload(self, tx: _Tx, seq: int) -> dict[str, Any] | None:
+        """The decoded payload of event ``seq`` (``None`` if there is none); the caller has verified the chain."""
+        rows = tx.execute(f"SELECT payload FROM {self.t_events} WHERE seq = :s", {"s": seq})
+        if not rows:
+            return None
+        data = _loads(rows[0][0], f"store {self.where}: event {seq} payload")
+        return data if isinstance(data, dict) else None
+
+    def check_tail(self, tx: _Tx, seq: int) -> None:
+        """Raise :class:`StoreCorruptError` when a snapshot or a lease row refers to an event after ``seq``, the
+        verified end of the log: events were cut off the end (even if the head was rewritten to match)."""
+        snap = tx.execute(f"SELECT MAX(seq) FROM {self.t_snap}")
+        last_snap = snap[0][0] if snap else None
+        lease = (tx.execute(f"SELECT MAX(issued_seq), MAX(closed_seq) FROM {self.t_leases}")
+                 if self.has_lease_table(tx) else [(None, None)])
+        for what, value in (("a snapshot", last_snap), ("a lease", lease[0][0]), ("a consumed lease", lease[0][1])):
+            if value is not None and int(value) > seq:
+                raise StoreCorruptError(f"store {self.where}: the event log ends at event {seq}, but {what} refers "
+                                        f"to event {int(value)}: events at the end of the log were removed; "
+                                        "restore the store from a backup")
 
     def digest_at(self, tx: _Tx, seq: int) -> str | None:
         rows = tx.execute(f"SELECT digest FROM {self.t_events} WHERE seq = :s", {"s": seq})
@@ -700,11 +869,7 @@ class HistoryStore:
         if not rows:
             raise StoreCorruptError(f"store {self.where}: the initial snapshot is missing (damaged store)")
         seq, state, digest = rows[0]
-        try:
-            data = json.loads(state)
-        except (TypeError, ValueError):
-            raise StoreCorruptError(f"store {self.where}: snapshot after event {seq} is not valid JSON "
-                                    "(damaged store)") from None
+        data = _loads(state, f"store {self.where}: snapshot after event {seq}")
         if not isinstance(data, dict):
             raise StoreCorruptError(f"store {self.where}: snapshot after event {seq} is not an object")
         return Snapshot(int(seq), data, str(digest))
@@ -810,6 +975,13 @@ class HistoryStore:
         return {str(r[0]): (str(r[1]), int(r[2]), None if r[3] is None else int(r[3]), r[4])
                 for r in tx.execute(f"SELECT lease, key, issued_seq, closed_seq, outcome FROM {self.t_leases}")}
 
+    def events_name_leases(self, tx: _Tx) -> bool:
+        """Whether any event's payload carries a lease id (``"lease":`` or ``"leases":`` as a key of the
+        canonical JSON: inside a string value the quote would be escaped)."""
+        rows = tx.execute(f"SELECT 1 FROM {self.t_events} WHERE payload LIKE :a OR payload LIKE :b LIMIT 1",
+                          {"a": '%"lease":%', "b": '%"leases":%'})
+        return bool(rows)
+
     def has_lease_table(self, tx: _Tx) -> bool:
         if self.kind == "sqlite":
             rows = tx.execute("SELECT name FROM sqlite_master WHERE type='table' AND name = :t",
@@ -848,6 +1020,8 @@ class HistoryStore:
 
     def drop(self) -> None:
         """Delete the store's tables (PostgreSQL) or file (SQLite). Irreversible; for tests and cleanup."""
+        if self.read_only:
+            raise StoreError(f"store {self.where} is opened read-only: it cannot be dropped")
         if self.kind == "sqlite":
             self.close()
             for extra in ("", "-wal", "-shm"):
