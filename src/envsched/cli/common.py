@@ -63,7 +63,8 @@ def load_pool(path: Path) -> TaskPool:
 
     try:
         pool = TaskPool.from_file(path)
-    except (TaskSpecError, FileNotFoundError, IsADirectoryError) as exc:
+    except (TaskSpecError, FileNotFoundError, IsADirectoryError, ValueError) as exc:
+        # ValueError: a malformed ENVSCHED_POOL_MAX_* limit (TaskSpecError is one too)
         raise click.ClickException(str(exc)) from None
     if len(pool) == 0:
         raise click.ClickException(f"{path} holds no task specs (an empty pool): expected one JSON task spec per "
