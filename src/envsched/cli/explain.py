@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from envsched.cli.common import MAX_EXPLAIN_STEP, int_range
 from envsched.method.explain import read_run_file
 
 
@@ -103,7 +104,7 @@ def _detail(console: Console, rec: dict[str, Any]) -> None:
 
 @click.command("explain")
 @click.argument("run_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--step", type=click.IntRange(min=1), default=None,
+@click.option("--step", type=int_range(1, MAX_EXPLAIN_STEP), default=None,
               help="Only this step (counted from 1, as `envsched run` prints them).")
 @click.option("--task", "task_id", default=None, help="Only this task id (a detailed view per step).")
 @click.option("--json", "as_json", is_flag=True,

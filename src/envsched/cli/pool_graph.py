@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from envsched.cli.common import load_pool, require_extra
+from envsched.cli.common import MAX_EXACT_NODES, MAX_NEIGHBOURS, MAX_TOP, int_range, load_pool, require_extra
 
 __all__ = ["graph", "graph_summary", "task_neighbours"]
 
@@ -98,10 +98,13 @@ def task_neighbours(g: Any, task_id: str, top: int = 5) -> dict[str, Any]:
 @click.option("--reuse", is_flag=True,
               help="Load the saved graph instead of building when it was built from this very pool.")
 @click.option("--task", "task_id", default=None, help="Show this task's neighbours and what they share.")
-@click.option("--top", default=5, show_default=True, help="Shared features shown per neighbour.")
-@click.option("--k-within", type=int, default=6, show_default=True, help="K_within: same-environment neighbours.")
-@click.option("--k-cross", type=int, default=12, show_default=True, help="K_cross: other-environment neighbours.")
-@click.option("--exact-max-nodes", type=int, default=None,
+@click.option("--top", default=5, show_default=True, type=int_range(1, MAX_TOP),
+              help="Shared features shown per neighbour.")
+@click.option("--k-within", type=int_range(1, MAX_NEIGHBOURS), default=6, show_default=True,
+              help="K_within: same-environment neighbours.")
+@click.option("--k-cross", type=int_range(1, MAX_NEIGHBOURS), default=12, show_default=True,
+              help="K_cross: other-environment neighbours.")
+@click.option("--exact-max-nodes", type=int_range(1, MAX_EXACT_NODES), default=None,
               help="Largest pool searched exactly (default 20000); above it, approximate search.")
 @click.option("--llm-endpoint", default=None, help="OpenAI-compatible endpoint for the LLM abstraction.")
 @click.option("--model", "llm_model", default=None, help="Model name for --llm-endpoint.")

@@ -41,8 +41,17 @@ from envsched.method.graph.dual_graph import DualRelationGraph
 from envsched.method.graph.features import FeatureSpace
 from envsched.pool import TaskPool
 
-__all__ = ["DEFAULT_MAX_BYTES", "FORMAT_NAME", "FORMAT_VERSION", "GraphFileError", "MAX_COMPRESSION_RATIO",
-           "load_graph", "max_graph_bytes", "read_graph_header", "save_graph"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "MAX_COMPRESSION_RATIO",
+    "GraphFileError",
+    "load_graph",
+    "max_graph_bytes",
+    "read_graph_header",
+    "save_graph",
+]
 
 FORMAT_NAME = "envsched-dual-relation-graph"
 FORMAT_VERSION = 1
