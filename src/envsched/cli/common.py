@@ -67,6 +67,25 @@ def float_range(low: float, high: float, *, min_open: bool = False) -> click.Flo
     return FiniteFloatRange(low, high, min_open=min_open)
 
 
+# ----------------------------------------------------------------------------------------- terminal text
+def visible(value: object) -> str:
+    """``value`` as text safe for a terminal: every character that is not printable (control characters
+    such as ESC, so ANSI escape sequences; bidi overrides and other format characters; line and paragraph
+    separators) is shown as its Python escape (``\\x1b``, ``\\u202e``) instead of being sent raw.
+    Task ids, environment names and other pool- or store-derived text pass through this before printing."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def shown(value: object) -> str:
+    """:func:`visible` text with rich markup escaped, for ``console.print`` and rich table cells."""
+    from rich.markup import escape
+
+    return escape(visible(value))
+
+
 #: extra -> the import names it provides that commands check for before doing any work
 EXTRAS: dict[str, tuple[str, ...]] = {
     "bench": ("pyarrow", "matplotlib"),

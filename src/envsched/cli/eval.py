@@ -26,6 +26,7 @@ from envsched.cli.common import (
     MAX_TURNS,
     float_range,
     int_range,
+    shown,
 )
 
 __all__ = ["eval_cmd", "resolve_spec"]
@@ -430,7 +431,7 @@ def _print_result(console: Any, result: Any) -> None:
             for col in ("key", "episodes", "success_rate", "± se", "mean_reward", "error_rate"):
                 bt.add_column(col, justify="right" if col != "key" else "left")
             for key, row in table.items():
-                bt.add_row(key, str(row["episodes"]), _fmt(row["success_rate"]), _fmt(row["success_rate_se"]),
+                bt.add_row(shown(key), str(row["episodes"]), _fmt(row["success_rate"]), _fmt(row["success_rate_se"]),
                            _fmt(row["mean_reward"]), _fmt(row["error_rate"]))
             console.print(bt)
 
@@ -444,10 +445,10 @@ def _print_comparison(console: Any, comparison: Any) -> None:
     for m, d in comparison.deltas.items():
         t.add_row(m, _fmt(d["before"]), _fmt(d["after"]), _fmt(d["delta"]), d["note"])
     console.print(t)
-    console.print(f"fixed ({len(comparison.fixed)}): {', '.join(comparison.fixed) or '-'}")
-    console.print(f"regressed ({len(comparison.regressed)}): {', '.join(comparison.regressed) or '-'}")
+    console.print(f"fixed ({len(comparison.fixed)}): {', '.join(map(shown, comparison.fixed)) or '-'}")
+    console.print(f"regressed ({len(comparison.regressed)}): {', '.join(map(shown, comparison.regressed)) or '-'}")
     console.print(f"left out ({len(comparison.left_out)}): "
-                  + (", ".join(f"{k} [{v}]" for k, v in comparison.left_out.items()) or "-"))
+                  + (", ".join(f"{shown(k)} \\[{shown(v)}]" for k, v in comparison.left_out.items()) or "-"))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from envsched.cli.common import MAX_SEED, MAX_TASKS, MAX_TASKS_PER_DATASET, MAX_TIERS, int_range
+from envsched.cli.common import MAX_SEED, MAX_TASKS, MAX_TASKS_PER_DATASET, MAX_TIERS, int_range, shown
 from envsched.envs.base import EnvironmentUnavailable
 
 CORPUS_CHOICES = ("bfcl", "reasoning_gym", "tau2", "acebench", "combined", "benchmark")
@@ -140,11 +140,11 @@ def build(corpus: str, out: Path, data_dirs: tuple[str, ...], categories: tuple[
     table.add_column("environment")
     table.add_column("tasks", justify="right")
     for env, count in sorted(summary["by_env"].items()):
-        table.add_row(env, str(count))
+        table.add_row(shown(env), str(count))
     console.print(table)
     missing = ", ".join(f"{k}: {v}" for k, v in summary["missing"].items() if v) or "none"
     console.print(f"static fields missing (tasks without): {missing}")
-    console.print(f"wrote {out} in {seconds:.1f} s (fingerprint {summary['fingerprint'][:16]}...)")
+    console.print(f"wrote {shown(out)} in {seconds:.1f} s (fingerprint {summary['fingerprint'][:16]}...)")
 
 
 def _build(corpus: str, single: Path | None, named: dict[str, Path], opts: dict[str, dict[str, Any]],
