@@ -24,6 +24,7 @@ from envsched.cli.common import (
     MAX_GROUP_SIZE,
     MAX_SEED,
     MAX_STEPS,
+    float_range,
     int_range,
     load_pool_or_default,
     note,
@@ -85,7 +86,7 @@ class _Progress:
               help="Rollouts per pair.")
 @click.option("--seed", default=0, show_default=True, type=int_range(0, MAX_SEED),
               help="Seed of the sampler and of the reward source.")
-@click.option("--unscored-rate", default=0.0, show_default=True, type=click.FloatRange(0.0, 0.99),
+@click.option("--unscored-rate", default=0.0, show_default=True, type=float_range(0.0, 0.99),
               help="Share of simulated rollouts returned unscored (reward None).")
 @click.option("--output", "run_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Run directory: steps.jsonl, checkpoint.json, summary.json.")

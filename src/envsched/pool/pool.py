@@ -80,6 +80,10 @@ def _open_regular(path: Path) -> Any:
         raise TaskSpecError(f"is a special file under /{real.split('/')[1]} ({real[:200]}), not a pool file on disk",
                             source=source)
     try:
+        mode = os.stat(path).st_mode  # a socket cannot even be opened: say what it is first
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            raise TaskSpecError(f"is {_file_kind(mode)}, not a regular file: a pool is a .json or .jsonl file on "
+                                "disk", source=source)
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise FileNotFoundError(f"task pool file not found: {source}") from None

@@ -192,6 +192,12 @@ def _open(path: Path, max_bytes: int) -> Iterator[Any]:
     blocking and checked on the open descriptor), a bounded zip directory, every member's decompressed
     size and compression ratio within the limits. Nothing is decompressed here."""
     try:
+        mode = os.stat(path).st_mode  # a socket cannot even be opened: say what it is first
+        if not stat.S_ISREG(mode):
+            if stat.S_ISDIR(mode):
+                raise GraphFileError(f"{path}: is a directory, not a graph file")
+            raise GraphFileError(f"{path}: not a regular file ({_file_kind(mode)}); a graph file is a .npz file "
+                                 "on disk")
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise FileNotFoundError(f"graph file not found: {path}") from None
