@@ -166,8 +166,6 @@ RULES: dict[str, tuple[Callable[[dict[str, np.ndarray]], None], str, str]] = {
                                     "L2-normalised"),
     "abstract rows not normalised": (_put("abstract_features/data", lambda a: a * 0.5), "abstract_features/data",
                                      "L2-normalised"),
-    "a feature column twice in a row": (_put("full_features/indices", lambda a: _at(a[0], (1,))(a)),
-                                        "full_features/indices", "twice"),
     "environment names repeated": (_put("envs", lambda a: np.array([a[0]] * len(a))), "envs", "not unique"),
 }
 

@@ -153,7 +153,7 @@ def graph(file: Path, output: Path | None, no_save: bool, reuse: bool, task_id: 
                 g = None
             else:
                 console.print(shown(f"reusing {output}"))
-        except GraphFileError as exc:
+        except (GraphFileError, ValueError) as exc:  # ValueError: a malformed ENVSCHED_GRAPH_MAX_BYTES
             console.print(f"[yellow]{shown(f'not reusing {output}: {exc}')}[/yellow]")
     if g is None:
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
