@@ -649,3 +649,13 @@ def test_the_library_and_cli_bounds_agree() -> None:
     cfg = GraphConfig(k_within=common.MAX_NEIGHBOURS, k_cross=common.MAX_NEIGHBOURS,
                       exact_max_nodes=common.MAX_EXACT_NODES)
     assert (cfg.k_within, cfg.exact_max_nodes) == (1024, 200_000)
+
+
+def test_the_run_title_shows_an_escaped_pool_name(tmp_path: Path) -> None:
+    path = tmp_path / "named.json"
+    path.write_text(json.dumps({"name": "\x1b[2J\x1b[3Jwiped", "tasks": [{"id": f"t{i}", "env": f"e{i % 2}"}
+                                                                       for i in range(4)]}))
+    result = CliRunner().invoke(cli, ["run", "--pool", str(path), "--sampler", "uniform", "--steps", "1",
+                                      "--batch-size", "2"])
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "uniform on \\x1b[2J\\x1b[3Jwiped" in result.output

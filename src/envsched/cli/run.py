@@ -30,6 +30,7 @@ from envsched.cli.common import (
     note,
     require_extra,
     require_store_backend,
+    visible,
 )
 
 #: the registry's sampler names (kept here so that `envsched run --help` imports no sampler module; a test
@@ -157,7 +158,7 @@ def run(pool_file: Path | None, sampler_name: str, steps: int, batch_size: int, 
         note(f"the run in {run_dir} has already done {start} of {steps} steps; nothing to do "
              "(ask for more with a larger --steps)")
     progress = _Progress(steps, start)
-    title = f"{sampler_name} on {pool.name or 'pool'} ({len(pool)} tasks, {len(pool.envs)} envs)"
+    title = f"{sampler_name} on {visible(pool.name or 'pool')} ({len(pool)} tasks, {len(pool.envs)} envs)"
     if not as_json and start < steps:
         click.echo(title)
         click.echo(_row([c for c, _ in _COLUMNS]))
