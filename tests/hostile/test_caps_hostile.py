@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -659,3 +660,11 @@ def test_the_run_title_shows_an_escaped_pool_name(tmp_path: Path) -> None:
                                       "--batch-size", "2"])
     assert result.exit_code == 0, result.output
     assert "\x1b" not in result.output and "uniform on \\x1b[2J\\x1b[3Jwiped" in result.output
+
+
+def test_a_bare_npy_array_holding_a_zip_end_record_is_not_a_graph(tmp_path: Path) -> None:
+    path = tmp_path / "array.graph.npz"
+    with path.open("wb") as fh:
+        np.save(fh, np.frombuffer(b"PK\x05\x06" + bytes(18), dtype=np.uint8))
+    with pytest.raises(GraphFileError, match=r"a single array, not an \.npz archive"):
+        load_graph(path)

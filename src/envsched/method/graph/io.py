@@ -218,6 +218,8 @@ def _open(path: Path, max_bytes: int) -> Iterator[Any]:
             data = np.load(fh, allow_pickle=False)
         except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
             raise GraphFileError(f"{path}: not an envsched graph file ({exc})") from None
+        if not isinstance(data, np.lib.npyio.NpzFile):  # a bare .npy array that happens to hold an end record
+            raise GraphFileError(f"{path}: not an envsched graph file (a single array, not an .npz archive)")
         with data:
             if not hasattr(data, "files") or "__header__" not in data.files:
                 raise GraphFileError(f"{path}: not an envsched graph file (no header)")
