@@ -59,4 +59,4 @@ def test_graph_command_builds_saves_and_explains(tmp_path: Path) -> None:
     res = runner.invoke(cli, ["pool", "graph", str(tmp_path / "p.jsonl"), "--llm-endpoint", "http://127.0.0.1:1"])
     assert res.exit_code == 2 and "--model" in res.output
     res = runner.invoke(cli, ["pool", "graph", str(tmp_path / "p.jsonl"), "--k-cross", "0"])
-    assert res.exit_code == 2 and "k_cross" in res.output
+    assert res.exit_code == 2 and "--k-cross" in res.output and "1<=x<=1024" in res.output

@@ -34,7 +34,7 @@ def test_rows_reach_a_pipe_while_the_run_goes_on(tmp_path):
     closed pipe instead of writing a traceback."""
     env = {**os.environ, "ENVSCHED_CACHE_DIR": str(tmp_path / "cache")}
     proc = subprocess.Popen([sys.executable, "-m", "envsched.cli.main", *ARGS, "--sampler", "uniform",
-                             "--steps", "1000000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                             "--steps", "1000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     assert proc.stdout is not None and proc.stderr is not None
     try:
         title = proc.stdout.readline().decode()
@@ -50,7 +50,7 @@ def test_rows_reach_a_pipe_while_the_run_goes_on(tmp_path):
             proc.wait()
     err = proc.stderr.read().decode()
     assert rc == 0 and "Traceback" not in err
-    assert "envsched: scheduling 1000000000 batches" in err  # progress goes to stderr, piped or not
+    assert "envsched: scheduling 1000000 batches" in err  # progress goes to stderr, piped or not
 
 
 def test_json_lines_one_per_step_then_summary(tmp_path):
@@ -77,7 +77,7 @@ def test_explain_and_store_from_the_cli_alone(tmp_path):
     assert len(records) == 8 and {r["step"] for r in records} == {2}
     assert {r["env"] for r in records} and steps[1]["envs_covered"] == len({r["env"] for r in records})
     res = runner.invoke(cli, ["explain", str(explain_file), "--step", "0"])
-    assert res.exit_code == 2 and "0 is not in the range x>=1" in res.output
+    assert res.exit_code == 2 and "0 is not in the range 1<=x<=" in res.output
     res = runner.invoke(cli, ["explain", str(explain_file), "--step", "4"])
     assert res.exit_code == 1 and "no explanation records for step 4" in res.output
     # the store holds the run: 3 draws and 24 updates, and it rebuilds

@@ -4,6 +4,7 @@ before anything uses it; the error is a GraphFileError naming the field."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,86 @@ CASES: dict[str, tuple[Callable[[dict[str, np.ndarray]], None], str]] = {
 }
 
 
+def _both(*mutations: Callable[[dict[str, np.ndarray]], None]) -> Callable[[dict[str, np.ndarray]], None]:
+    def mutate(arrays: dict[str, np.ndarray]) -> None:
+        for m in mutations:
+            m(arrays)
+    return mutate
+
+
+def _add(name: str, value: np.ndarray) -> Callable[[dict[str, np.ndarray]], None]:
+    def mutate(arrays: dict[str, np.ndarray]) -> None:
+        arrays[name] = value
+    return mutate
+
+
+def _swap_rows(name: str) -> Callable[[np.ndarray], np.ndarray]:
+    """Row 0 of an index array pointing at the row's own second entry twice."""
+    def fn(a: np.ndarray) -> np.ndarray:
+        a[0, 1] = a[0, 0]
+        return a
+    return fn
+
+
+# Graph files that break the format's own rules (docs/graph.md, dual_graph.py); the pool has three
+# environments of five tasks: nodes 0-4 are env0, 5-9 env1, 10-14 env2; within rows hold 4 neighbours
+# and 2 pads, cross rows 10 neighbours and 2 pads.
+RULES: dict[str, tuple[Callable[[dict[str, np.ndarray]], None], str, str]] = {
+    "within self-loop": (_put("within_index", _at(0)), "within_index", "own neighbour"),
+    "cross self-loop": (_put("cross_index", _at(0)), "cross_index", "own neighbour"),
+    "within edge into another environment": (_put("within_index", _at(5)), "within_index", "another environment"),
+    "within edge into the last environment": (_put("within_index", _at(14, (4, 0))), "within_index",
+                                              "another environment"),
+    "cross edge inside the own environment": (_put("cross_index", _at(1)), "cross_index", "own environment"),
+    "cross edge inside env2": (_put("cross_index", _at(11, (10, 0))), "cross_index", "own environment"),
+    "within neighbour named twice": (_put("within_index", _swap_rows("within_index")), "within_index", "twice"),
+    "cross neighbour named twice": (_put("cross_index", _swap_rows("cross_index")), "cross_index", "twice"),
+    "padding with a weight": (_put("within_weight", _at(0.25, (0, 5))), "within_weight", "padding"),
+    "padding with a similarity": (_put("cross_similarity", _at(0.5, (0, 11))), "cross_similarity", "padding"),
+    "row weights summing to one half": (_put("within_weight", lambda a: _at(a[0, 0] - 0.5)(a) if a[0, 0] > 0.5
+                                             else _at(0.0, (0, 0))(a)), "within_weight", "sum to"),
+    "row weights summing to two": (_put("cross_weight", lambda a: np.where(a > 0, a * 2, a) / 1.0000001),
+                                   "cross_weight", "sum to|weights must lie"),
+    "edge with similarity 0": (_put("within_similarity", _at(0.0)), "within_similarity", r"\(0, 1\]"),
+    "edge with negative similarity": (_put("cross_similarity", _at(-0.5)), "cross_similarity", r"\(0, 1\]"),
+    "edge with similarity 1.5": (_put("within_similarity", _at(1.5)), "within_similarity", r"\(0, 1\]"),
+    "vocabulary shorter than the feature columns": (
+        _both(_put("vocab/full/task_text", lambda a: a[:-1]), _put("idf/full/task_text", lambda a: a[:-1])),
+        "full_features/shape", "vocabularies name"),
+    "abstract vocabulary shorter than its columns": (
+        _both(_put("vocab/abstract/literals", lambda a: a[:-1]), _put("idf/abstract/literals", lambda a: a[:-1])),
+        "abstract_features/shape", "vocabularies name"),
+    "vocabulary longer than the feature columns": (
+        _both(_put("vocab/full/operation_names", lambda a: np.append(a, "zzz")),
+              _put("idf/full/operation_names", lambda a: np.append(a, 1.0))), "full_features/shape",
+        "vocabularies name"),
+    "a term twice in one vocabulary": (_put("vocab/full/operation_names", lambda a: np.array([a[0]] * len(a))),
+                                       "vocab/full/operation_names", "twice"),
+    "vocabulary of no fitted view": (_add("vocab/full/bogus", np.array(["x"])), "vocab/full/bogus", "no fitted view"),
+    "fitted view without its vocabulary": (_drop("vocab/full/task_text"), "vocab/full/task_text", "missing"),
+    "an array the format does not have": (_add("payload", np.zeros(4)), "payload", "not an array of the graph"),
+    "feature rows not normalised": (_put("full_features/data", lambda a: a * 2), "full_features/data",
+                                    "L2-normalised"),
+    "abstract rows not normalised": (_put("abstract_features/data", lambda a: a * 0.5), "abstract_features/data",
+                                     "L2-normalised"),
+    "environment names repeated": (_put("envs", lambda a: np.array([a[0]] * len(a))), "envs", "not unique"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RULES))
+def test_a_file_breaking_the_format_rules_is_refused(tmp_path: Path, good: Any, case: str) -> None:
+    pool, arrays = good
+    arrays = {k: v.copy() for k, v in arrays.items()}
+    mutate, field, words = RULES[case]
+    mutate(arrays)
+    path = tmp_path / "rule.graph.npz"
+    np.savez(path, **arrays)
+    with pytest.raises(GraphFileError, match=f"field '{field}'") as info:
+        load_graph(path, pool)
+    assert info.value.field == field
+    assert re.search(words, str(info.value)), str(info.value)
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_malformed_graph_file_is_refused_naming_the_field(tmp_path: Path, good: Any, case: str) -> None:
     pool, arrays = good
@@ -132,7 +213,7 @@ def test_declared_size_beyond_the_limit_is_refused_before_reading(tmp_path: Path
                 header = header + " " * (117 - len(header)) + "\n"
                 data = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + data[128:]
             dst.writestr(item, data)
-    with pytest.raises(GraphFileError, match=r"field 'within_weight'.*byte limit"):
+    with pytest.raises(GraphFileError, match=r"field 'within_weight'.*declares \(15, 10000000000\)"):
         load_graph(huge, pool)
 
 

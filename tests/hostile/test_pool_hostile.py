@@ -1,7 +1,7 @@
 """Hostile pool files and task ids: refused with TaskSpecError naming the field, no pool created.
 
 The id rule (README, Reliability): 1 to 256 printable characters, no leading or trailing whitespace, unique
-after NFKC normalisation."""
+after NFKC normalisation and folding of Unicode confusables (Latin a / Cyrillic a, 0 / O, 1 / l)."""
 
 from __future__ import annotations
 
@@ -45,6 +45,9 @@ LOOKALIKES = {
     "ligature fi": ("fi", "\ufb01"),
     "composed e-acute": ("caf\u00e9", "cafe\u0301"),
     "superscript two": ("x2", "x\u00b2"),
+    "Cyrillic dze for s": ("steps", "\u0455teps"),
+    "Greek capital epsilon for E": ("E-1", "\u0395-1"),
+    "Cyrillic je for j": ("job", "\u0458ob"),
 }
 
 

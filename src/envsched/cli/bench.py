@@ -12,6 +12,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from envsched.cli.common import (
+    MAX_BATCH_SIZE,
+    MAX_BENCH_SEEDS,
+    MAX_BENCH_STEPS,
+    MAX_COLDSTART_RUNS,
+    MAX_GROUP_SIZE,
+    MAX_TRIALS,
+    MAX_WORKERS,
+    int_range,
+)
+
 QUICK = {"seeds": 3, "steps": 30, "coldstart_runs": 10, "coldstart_steps": 7,
          "samplers": ["uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "dps", "sec", "envsched",
                       "envsched-paper"]}
@@ -33,25 +44,27 @@ def _parse_kv(items: tuple[str, ...], what: str) -> dict[str, Any]:
 @click.command("bench")
 @click.option("--samplers", default=None,
               help="Comma-separated samplers (default: all 14; see --list-samplers).")
-@click.option("--seeds", default=None, type=click.IntRange(min=1), help="Number of seeds (0..N-1). Default 5.")
-@click.option("--steps", default=None, type=click.IntRange(min=1), help="Budget steps per run. Default 200.")
-@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1),
+@click.option("--seeds", default=None, type=int_range(1, MAX_BENCH_SEEDS), help="Number of seeds (0..N-1). Default 5.")
+@click.option("--steps", default=None, type=int_range(1, MAX_BENCH_STEPS), help="Budget steps per run. Default 200.")
+@click.option("--batch-size", default=64, show_default=True, type=int_range(1, MAX_BATCH_SIZE),
               help="Groups (environment-task pairs) per step.")
-@click.option("--group-size", default=8, show_default=True, type=click.IntRange(min=2), help="Rollouts per group.")
+@click.option("--group-size", default=8, show_default=True, type=int_range(2, MAX_GROUP_SIZE),
+              help="Rollouts per group.")
 @click.option("--pool", "pool_arg", default="default", show_default=True,
               help="'default' (the 2,550-task benchmark pool), 'reasoning-gym' (generated fallback) or a pool file.")
 @click.option("--learner", "learner_opts", multiple=True, metavar="KEY=VALUE",
               help="Learner model option, e.g. --learner sharing=0 --learner reward=binary (repeatable).")
 @click.option("--sampler-option", "sampler_opts", multiple=True, metavar="SAMPLER.KEY=VALUE",
               help="Option of one sampler, e.g. --sampler-option mopps.forgetting=1.0 (repeatable).")
-@click.option("--coldstart-runs", default=None, type=click.IntRange(min=0),
+@click.option("--coldstart-runs", default=None, type=int_range(0, MAX_COLDSTART_RUNS),
               help="Cold-start runs for the Table 4 figures (default 100; 0 to skip).")
-@click.option("--coldstart-steps", default=None, type=click.IntRange(min=1), help="Steps per cold-start run (10).")
+@click.option("--coldstart-steps", default=None, type=int_range(1, MAX_BENCH_STEPS),
+              help="Steps per cold-start run (10).")
 @click.option("--coldstart-samplers", default="envsched,envsched-paper,uniform", show_default=True,
               help="Samplers given cold-start runs.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Run directory (default bench-runs/<timestamp>); an existing one with the same settings is resumed.")
-@click.option("--workers", default=None, type=click.IntRange(min=1),
+@click.option("--workers", default=None, type=int_range(1, MAX_WORKERS),
               help="Worker processes (default: CPU count).")
 @click.option("--ray", "use_ray", is_flag=True, help="Run the (sampler, seed) jobs as Ray tasks (local Ray).")
 @click.option("--ray-address", default=None, help="Ray cluster address (implies --ray).")
@@ -63,7 +76,7 @@ def _parse_kv(items: tuple[str, ...], what: str) -> dict[str, Any]:
 @click.option("--tune", is_flag=True,
               help="Run the symmetric tuning protocol (tuning pool and seeds, same budget per sampler) and write "
                    "the tuned values (--tuned-file, default: the packaged tuned.json).")
-@click.option("--trials", default=8, show_default=True, type=click.IntRange(min=1),
+@click.option("--trials", default=8, show_default=True, type=int_range(1, MAX_TRIALS),
               help="--tune: configurations tried per sampler (the first is its defaults).")
 @click.option("--tuned-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Tuned sampler options to apply (default: the packaged tuned.json); with --tune, where to write.")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,6 +14,77 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from envsched.pool.pool import TaskPool
+
+# ------------------------------------------------------------------------------------------ numeric bounds
+# Upper bounds of the CLI's numeric options, sized for a 2-core, 24 GiB machine (docs/limits-files.md,
+# "Command-line numbers"). A value beyond one is a one-line usage error naming the option and the range.
+MAX_STEPS = 1_000_000           #: batches of `run` (a run file line each) and `run --log-every`
+MAX_BENCH_STEPS = 100_000       #: budget steps of one benchmark run (every sampler x seed runs them)
+MAX_BATCH_SIZE = 16_384         #: pairs per batch
+MAX_GROUP_SIZE = 1_024          #: rollouts per pair (batch x group rewards are drawn each step)
+MAX_SEED = 2**63 - 1            #: a seed (numpy's generators take 64-bit seeds)
+MAX_BENCH_SEEDS = 100           #: seeds of a benchmark (each a full run per sampler)
+MAX_EVAL_SEEDS = 1_000          #: seeds listed in `eval --seeds` (each one more pass over the tasks)
+MAX_WORKERS = 64                #: worker processes
+MAX_TRIALS = 1_000              #: tuning trials per sampler
+MAX_COLDSTART_RUNS = 1_000      #: cold-start runs of the benchmark
+MAX_TASKS = 10_000_000          #: task counts (--limit, --num-tasks, --num-episodes): 10x the largest tested pool
+MAX_TASKS_PER_DATASET = 100_000  #: reasoning-gym tasks generated per dataset
+MAX_TIERS = 100                 #: difficulty tiers
+MAX_NEIGHBOURS = 1_024          #: K_within / K_cross (GraphConfig's bound; N x K x 20 bytes of arrays)
+MAX_EXACT_NODES = 200_000       #: exact neighbour search (O(N^2) time, block x N scores in memory)
+MAX_TOP = 1_000                 #: shared features shown per neighbour
+MAX_SAMPLES_PER_TASK = 1_000    #: evaluation samples per task and seed
+MAX_CONCURRENCY = 256           #: concurrent evaluation episodes (threads and open connections)
+MAX_TURNS = 1_000               #: turns per evaluation episode
+MAX_TOKENS = 1_048_576          #: tokens per model reply
+MAX_TEMPERATURE = 10.0          #: sampling temperature
+MAX_RETRIES = 100               #: retries of a failed model call
+MAX_BACKOFF_S = 3_600.0         #: base backoff between retries, seconds
+MAX_EPISODE_TIMEOUT_S = 86_400.0  #: one evaluation episode, seconds
+MAX_THRESHOLD = 1e9             #: |success threshold| (rewards are finite numbers of modest size)
+MAX_EXPLAIN_STEP = 1_000_000_000  #: a step number to explain
+
+
+def int_range(low: int, high: int) -> click.IntRange:
+    """An integer option bounded on both sides; click's error names the option and the range."""
+    return click.IntRange(low, high)
+
+
+class FiniteFloatRange(click.FloatRange):
+    """``click.FloatRange`` that also refuses NaN and infinities (which compare false with any bound and
+    would slip through a plain range)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number (the range is {self._describe_range()}).", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+def float_range(low: float, high: float, *, min_open: bool = False) -> click.FloatRange:
+    """A finite float option bounded on both sides."""
+    return FiniteFloatRange(low, high, min_open=min_open)
+
+
+# ----------------------------------------------------------------------------------------- terminal text
+def visible(value: object) -> str:
+    """``value`` as text safe for a terminal: every character that is not printable (control characters
+    such as ESC, so ANSI escape sequences; bidi overrides and other format characters; line and paragraph
+    separators) is shown as its Python escape (``\\x1b``, ``\\u202e``) instead of being sent raw.
+    Task ids, environment names and other pool- or store-derived text pass through this before printing."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def shown(value: object) -> str:
+    """:func:`visible` text with rich markup escaped, for ``console.print`` and rich table cells."""
+    from rich.markup import escape
+
+    return escape(visible(value))
+
 
 #: extra -> the import names it provides that commands check for before doing any work
 EXTRAS: dict[str, tuple[str, ...]] = {
@@ -63,7 +135,8 @@ def load_pool(path: Path) -> TaskPool:
 
     try:
         pool = TaskPool.from_file(path)
-    except (TaskSpecError, FileNotFoundError, IsADirectoryError) as exc:
+    except (TaskSpecError, FileNotFoundError, IsADirectoryError, ValueError) as exc:
+        # ValueError: a malformed ENVSCHED_POOL_MAX_* limit (TaskSpecError is one too)
         raise click.ClickException(str(exc)) from None
     if len(pool) == 0:
         raise click.ClickException(f"{path} holds no task specs (an empty pool): expected one JSON task spec per "

@@ -11,6 +11,24 @@ from typing import Any
 
 import click
 
+from envsched.cli.common import (
+    MAX_BACKOFF_S,
+    MAX_CONCURRENCY,
+    MAX_EPISODE_TIMEOUT_S,
+    MAX_EVAL_SEEDS,
+    MAX_RETRIES,
+    MAX_SAMPLES_PER_TASK,
+    MAX_SEED,
+    MAX_TASKS,
+    MAX_TEMPERATURE,
+    MAX_THRESHOLD,
+    MAX_TOKENS,
+    MAX_TURNS,
+    float_range,
+    int_range,
+    shown,
+)
+
 __all__ = ["eval_cmd", "resolve_spec"]
 
 _URL = re.compile(r"^(https?|wss?)://", re.I)
@@ -211,9 +229,11 @@ def _seeds(values: tuple[str, ...]) -> list[int]:
                 seed = int(part)
             except ValueError:
                 raise click.BadParameter(f"{part!r} is not an integer", param_hint="--seeds") from None
-            if seed < 0:
-                raise click.BadParameter(f"seeds must be >= 0, got {seed}", param_hint="--seeds")
+            if not 0 <= seed <= MAX_SEED:
+                raise click.BadParameter(f"seeds must lie in 0..{MAX_SEED}, got {part[:40]}", param_hint="--seeds")
             out.append(seed)
+            if len(out) > MAX_EVAL_SEEDS:
+                raise click.BadParameter(f"at most {MAX_EVAL_SEEDS} seeds", param_hint="--seeds")
     if len(set(out)) != len(out):
         raise click.BadParameter(f"seeds repeat: {out}", param_hint="--seeds")
     return out or [0]
@@ -243,7 +263,7 @@ def _fmt(x: Any, pct: bool = False) -> str:
 @click.option("--model", default=None, help="Model name the endpoint knows the checkpoint by.")
 @click.option("--output-dir", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Where episodes.jsonl and result.json go (an existing run there is resumed).")
-@click.option("--num-episodes", "-n", type=click.IntRange(min=1), default=None,
+@click.option("--num-episodes", "-n", type=int_range(1, MAX_TASKS), default=None,
               help="Run only the first N episodes of the (task, seed, sample) enumeration (openenv's -n).")
 @click.option("--dataset-config", default=None,
               help="JSON object: the dataset configuration (reasoning_gym: specs; sent to an OpenEnv "
@@ -254,27 +274,29 @@ def _fmt(x: Any, pct: bool = False) -> str:
                    "every episode, so this is accepted for command-line compatibility and changes nothing.")
 @click.option("--compare", "compare_to", type=click.Path(exists=True, path_type=Path), default=None,
               help="Another result.json (or its folder) to compare with: fixed, regressed, left out.")
-@click.option("--samples-per-task", default=1, show_default=True, type=click.IntRange(min=1),
+@click.option("--samples-per-task", default=1, show_default=True, type=int_range(1, MAX_SAMPLES_PER_TASK),
               help="Completions per (task, seed); pass@k for k up to it.")
 @click.option("--seeds", multiple=True, default=("0",), show_default=True,
               help="Episode seeds, comma-separated or repeated.")
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N tasks of the split.")
-@click.option("--num-tasks", type=click.IntRange(min=1), default=100, show_default=True,
+@click.option("--limit", type=int_range(1, MAX_TASKS), default=None, help="Only the first N tasks of the split.")
+@click.option("--num-tasks", type=int_range(1, MAX_TASKS), default=100, show_default=True,
               help="Tasks generated per dataset / category for in-process specs (reasoning_gym:, bfcl:).")
-@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1),
+@click.option("--concurrency", default=1, show_default=True, type=int_range(1, MAX_CONCURRENCY),
               help="Episodes run at once.")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="Spread episodes over Ray workers (a local Ray, or the cluster at ADDRESS).")
 @click.option("--env-name", default=None, help="Task API environment name (OpenEnv servers with several).")
-@click.option("--max-turns", default=10, show_default=True, type=click.IntRange(min=1))
-@click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0))
-@click.option("--max-tokens", default=512, show_default=True, type=click.IntRange(min=1))
-@click.option("--success-threshold", default=1.0, show_default=True, type=float)
-@click.option("--episode-timeout", default=300.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--max-turns", default=10, show_default=True, type=int_range(1, MAX_TURNS))
+@click.option("--temperature", default=0.0, show_default=True, type=float_range(0.0, MAX_TEMPERATURE))
+@click.option("--max-tokens", default=512, show_default=True, type=int_range(1, MAX_TOKENS))
+@click.option("--success-threshold", default=1.0, show_default=True,
+              type=float_range(-MAX_THRESHOLD, MAX_THRESHOLD))
+@click.option("--episode-timeout", default=300.0, show_default=True,
+              type=float_range(0.0, MAX_EPISODE_TIMEOUT_S, min_open=True),
               help="Seconds per episode (a timeout is an infrastructure failure).")
-@click.option("--retries", default=3, show_default=True, type=click.IntRange(min=0),
+@click.option("--retries", default=3, show_default=True, type=int_range(0, MAX_RETRIES),
               help="Retries of an episode after an infrastructure failure (exponential backoff).")
-@click.option("--backoff", default=1.0, show_default=True, type=click.FloatRange(min=0),
+@click.option("--backoff", default=1.0, show_default=True, type=float_range(0.0, MAX_BACKOFF_S),
               help="First backoff in seconds (doubles per retry, at most 30 s).")
 @click.option("--no-repro-check", is_flag=True, help="Skip the reproducibility check.")
 @click.option("--json", "as_json", is_flag=True, help="Print result.json instead of tables.")
@@ -409,7 +431,7 @@ def _print_result(console: Any, result: Any) -> None:
             for col in ("key", "episodes", "success_rate", "± se", "mean_reward", "error_rate"):
                 bt.add_column(col, justify="right" if col != "key" else "left")
             for key, row in table.items():
-                bt.add_row(key, str(row["episodes"]), _fmt(row["success_rate"]), _fmt(row["success_rate_se"]),
+                bt.add_row(shown(key), str(row["episodes"]), _fmt(row["success_rate"]), _fmt(row["success_rate_se"]),
                            _fmt(row["mean_reward"]), _fmt(row["error_rate"]))
             console.print(bt)
 
@@ -423,10 +445,10 @@ def _print_comparison(console: Any, comparison: Any) -> None:
     for m, d in comparison.deltas.items():
         t.add_row(m, _fmt(d["before"]), _fmt(d["after"]), _fmt(d["delta"]), d["note"])
     console.print(t)
-    console.print(f"fixed ({len(comparison.fixed)}): {', '.join(comparison.fixed) or '-'}")
-    console.print(f"regressed ({len(comparison.regressed)}): {', '.join(comparison.regressed) or '-'}")
+    console.print(f"fixed ({len(comparison.fixed)}): {', '.join(map(shown, comparison.fixed)) or '-'}")
+    console.print(f"regressed ({len(comparison.regressed)}): {', '.join(map(shown, comparison.regressed)) or '-'}")
     console.print(f"left out ({len(comparison.left_out)}): "
-                  + (", ".join(f"{k} [{v}]" for k, v in comparison.left_out.items()) or "-"))
+                  + (", ".join(f"{shown(k)} \\[{shown(v)}]" for k, v in comparison.left_out.items()) or "-"))
 
 
 if __name__ == "__main__":  # pragma: no cover

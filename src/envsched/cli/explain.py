@@ -9,9 +9,9 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from envsched.cli.common import MAX_EXPLAIN_STEP, int_range, shown
 from envsched.method.explain import read_run_file
 
 
@@ -41,14 +41,14 @@ def _caps(rec: dict[str, Any]) -> str:
     """The caps the pick reached; a cap the pick relaxed to fill the batch is shown as relaxed (its count may
     then exceed its limit without the cap being broken)."""
     relaxed = _relaxed_caps(rec)
-    shown = []
+    parts = []
     for name, c in rec.get("caps", {}).items():
         if name in relaxed:
-            shown.append(f"{name} {relaxed[name]} ({c['count']}/{c['limit']})")
+            parts.append(f"{name} {relaxed[name]} ({c['count']}/{c['limit']})")
         elif c.get("reached"):
-            shown.append(f"{name}={c['count']}/{c['limit']}")
-    shown += [f"{name} {how}" for name, how in relaxed.items() if name not in rec.get("caps", {})]
-    return ", ".join(shown) if shown else "-"
+            parts.append(f"{name}={c['count']}/{c['limit']}")
+    parts += [f"{name} {how}" for name, how in relaxed.items() if name not in rec.get("caps", {})]
+    return ", ".join(parts) if parts else "-"
 
 
 def _one_based(rec: dict[str, Any]) -> dict[str, Any]:
@@ -57,7 +57,7 @@ def _one_based(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _detail(console: Console, rec: dict[str, Any]) -> None:
-    console.print(f"[bold]{escape(rec['task_id'])}[/bold] ({escape(rec['env'])}) at step {rec['step']}: "
+    console.print(f"[bold]{shown(rec['task_id'])}[/bold] ({shown(rec['env'])}) at step {rec['step']}: "
                   f"{rec['phase']} pick, "
                   f"batch rank {rec['rank']}, score {_num(rec['score'])}")
     pred = rec.get("predicted")
@@ -77,7 +77,7 @@ def _detail(console: Console, rec: dict[str, Any]) -> None:
             for col in ("neighbour", "env", "weight", "similarity", "groups", "mean", "variance"):
                 t.add_column(col, justify="left" if col in ("neighbour", "env") else "right")
             for nb in rel["neighbors"]:
-                t.add_row(escape(nb["id"]), escape(nb["env"]), _num(nb["weight"], 3), _num(nb["similarity"], 3),
+                t.add_row(shown(nb["id"]), shown(nb["env"]), _num(nb["weight"], 3), _num(nb["similarity"], 3),
                           str(nb["groups"]),
                           _num(nb["mean"], 3), _num(nb["variance"]))
             console.print(t)
@@ -103,7 +103,7 @@ def _detail(console: Console, rec: dict[str, Any]) -> None:
 
 @click.command("explain")
 @click.argument("run_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--step", type=click.IntRange(min=1), default=None,
+@click.option("--step", type=int_range(1, MAX_EXPLAIN_STEP), default=None,
               help="Only this step (counted from 1, as `envsched run` prints them).")
 @click.option("--task", "task_id", default=None, help="Only this task id (a detailed view per step).")
 @click.option("--json", "as_json", is_flag=True,
@@ -144,7 +144,7 @@ def explain(run_file: Path, step: int | None, task_id: str | None, as_json: bool
         table.add_column(col, justify="right" if col in ("step", "rank", "q", "mean", "disp.", "variance") else "left")
     for rec in records:
         pred = rec.get("predicted") or {}
-        table.add_row(str(rec["step"]), str(rec["rank"]), escape(rec["task_id"]), escape(rec["env"]), rec["phase"],
+        table.add_row(str(rec["step"]), str(rec["rank"]), shown(rec["task_id"]), shown(rec["env"]), rec["phase"],
                       _num(rec.get("q")),
                       _num(pred.get("mean"), 3), _num(pred.get("dispersion"), 3), _num(pred.get("variance")),
                       _est(rec, "within"), _est(rec, "cross"), _caps(rec))

@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from envsched.cli.common import load_pool, load_pool_or_default
+from envsched.cli.common import load_pool, load_pool_or_default, shown
 
 
 @click.group()
@@ -32,16 +32,16 @@ def inspect_pool(file: Path | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    console.print(f"[bold]{summary['name'] or file}[/bold]: {summary['tasks']} tasks in "
+    console.print(f"[bold]{shown(summary['name'] or file)}[/bold]: {summary['tasks']} tasks in "
                   f"{summary['environments']} environments, reward range {summary['reward_range']}")
     console.print(f"fingerprint {summary['fingerprint'][:16]}...")
     envs = Table(title="tasks by environment")
     envs.add_column("environment")
     envs.add_column("tasks", justify="right")
     for env, count in sorted(summary["by_env"].items()):
-        envs.add_row(env, str(count))
+        envs.add_row(shown(env), str(count))
     console.print(envs)
-    splits = ", ".join(f"{k}: {v}" for k, v in sorted(summary["by_split"].items()))
+    splits = ", ".join(f"{shown(k)}: {v}" for k, v in sorted(summary["by_split"].items()))
     console.print(f"splits: {splits}")
     missing = Table(title="static fields missing (EnvSched reads them; a missing one leaves its view empty)")
     missing.add_column("field")

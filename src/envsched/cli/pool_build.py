@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from envsched.cli.common import MAX_SEED, MAX_TASKS, MAX_TASKS_PER_DATASET, MAX_TIERS, int_range, shown
 from envsched.envs.base import EnvironmentUnavailable
 
 CORPUS_CHOICES = ("bfcl", "reasoning_gym", "tau2", "acebench", "combined", "benchmark")
@@ -55,14 +56,15 @@ def _parse_data_dirs(values: tuple[str, ...], corpus: str) -> tuple[Path | None,
                    "combined give tau2=DIR and/or acebench=DIR.")
 @click.option("--categories", multiple=True, help="bfcl: multi-turn categories (base, miss_func, miss_param, "
               "long_context; comma-separated or repeated). Default: all four.")
-@click.option("--limit", type=click.IntRange(min=0), default=None, help="bfcl: first N questions per category.")
+@click.option("--limit", type=int_range(0, MAX_TASKS), default=None, help="bfcl: first N questions per category.")
 @click.option("--datasets", multiple=True, help="reasoning_gym: dataset names (comma-separated or repeated), "
               "or 'all'. Default: the 51 checked datasets.")
-@click.option("--tasks-per-dataset", type=click.IntRange(min=0), default=50, show_default=True,
+@click.option("--tasks-per-dataset", type=int_range(0, MAX_TASKS_PER_DATASET), default=50, show_default=True,
               help="reasoning_gym: tasks per dataset.")
-@click.option("--tiers", type=click.IntRange(min=1), default=5, show_default=True,
+@click.option("--tiers", type=int_range(1, MAX_TIERS), default=5, show_default=True,
               help="reasoning_gym: most difficulty tiers per dataset.")
-@click.option("--seed", type=int, default=0, show_default=True, help="reasoning_gym / benchmark: base seed.")
+@click.option("--seed", type=int_range(0, MAX_SEED), default=0, show_default=True,
+              help="reasoning_gym / benchmark: base seed.")
 @click.option("--split", default="train", show_default=True,
               help="The split of every task (tau2: 'upstream' keeps tau2's own train/test split).")
 @click.option("--domains", multiple=True, help="tau2: domains (airline, retail, telecom). Default: all found.")
@@ -138,11 +140,11 @@ def build(corpus: str, out: Path, data_dirs: tuple[str, ...], categories: tuple[
     table.add_column("environment")
     table.add_column("tasks", justify="right")
     for env, count in sorted(summary["by_env"].items()):
-        table.add_row(env, str(count))
+        table.add_row(shown(env), str(count))
     console.print(table)
     missing = ", ".join(f"{k}: {v}" for k, v in summary["missing"].items() if v) or "none"
     console.print(f"static fields missing (tasks without): {missing}")
-    console.print(f"wrote {out} in {seconds:.1f} s (fingerprint {summary['fingerprint'][:16]}...)")
+    console.print(f"wrote {shown(out)} in {seconds:.1f} s (fingerprint {summary['fingerprint'][:16]}...)")
 
 
 def _build(corpus: str, single: Path | None, named: dict[str, Path], opts: dict[str, dict[str, Any]],

@@ -9,11 +9,10 @@ from typing import Any
 import click
 import numpy as np
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from envsched.cli.common import load_pool, require_extra
+from envsched.cli.common import MAX_EXACT_NODES, MAX_NEIGHBOURS, MAX_TOP, int_range, load_pool, require_extra, shown
 
 __all__ = ["graph", "graph_summary", "task_neighbours"]
 
@@ -98,10 +97,13 @@ def task_neighbours(g: Any, task_id: str, top: int = 5) -> dict[str, Any]:
 @click.option("--reuse", is_flag=True,
               help="Load the saved graph instead of building when it was built from this very pool.")
 @click.option("--task", "task_id", default=None, help="Show this task's neighbours and what they share.")
-@click.option("--top", default=5, show_default=True, help="Shared features shown per neighbour.")
-@click.option("--k-within", type=int, default=6, show_default=True, help="K_within: same-environment neighbours.")
-@click.option("--k-cross", type=int, default=12, show_default=True, help="K_cross: other-environment neighbours.")
-@click.option("--exact-max-nodes", type=int, default=None,
+@click.option("--top", default=5, show_default=True, type=int_range(1, MAX_TOP),
+              help="Shared features shown per neighbour.")
+@click.option("--k-within", type=int_range(1, MAX_NEIGHBOURS), default=6, show_default=True,
+              help="K_within: same-environment neighbours.")
+@click.option("--k-cross", type=int_range(1, MAX_NEIGHBOURS), default=12, show_default=True,
+              help="K_cross: other-environment neighbours.")
+@click.option("--exact-max-nodes", type=int_range(1, MAX_EXACT_NODES), default=None,
               help="Largest pool searched exactly (default 20000); above it, approximate search.")
 @click.option("--llm-endpoint", default=None, help="OpenAI-compatible endpoint for the LLM abstraction.")
 @click.option("--model", "llm_model", default=None, help="Model name for --llm-endpoint.")
@@ -150,9 +152,9 @@ def graph(file: Path, output: Path | None, no_save: bool, reuse: bool, task_id: 
                     {k: getattr(config, k) for k in ("k_within", "k_cross", "abstraction")}:
                 g = None
             else:
-                console.print(escape(f"reusing {output}"))
-        except GraphFileError as exc:
-            console.print(f"[yellow]{escape(f'not reusing {output}: {exc}')}[/yellow]")
+                console.print(shown(f"reusing {output}"))
+        except (GraphFileError, ValueError) as exc:  # ValueError: a malformed ENVSCHED_GRAPH_MAX_BYTES
+            console.print(f"[yellow]{shown(f'not reusing {output}: {exc}')}[/yellow]")
     if g is None:
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                       TimeElapsedColumn(), console=console, transient=True, disable=False) as bar:
@@ -197,7 +199,7 @@ def _print(console: Console, s: dict[str, Any]) -> None:
     console.print(f"features: {b['feature_dims']['full']} concrete, {b['feature_dims']['abstract']} abstract "
                   f"columns; sparse size {b['sparse_feature_bytes'] / 2**20:.2f} MiB")
     if s.get("saved_to"):
-        console.print(escape(f"saved to {s['saved_to']}"))
+        console.print(shown(f"saved to {s['saved_to']}"))
     t = Table(title="neighbours per relation")
     for col in ("relation", "K", "mean degree", "isolated", "weight mean", "weight median", "weight max",
                 "similarity mean", "similarity min"):
@@ -213,7 +215,7 @@ def _print(console: Console, s: dict[str, Any]) -> None:
     for col in ("environment", "tasks", "within degree", "cross degree", "cross-neighbour envs"):
         t.add_column(col, justify="right" if col != "environment" else "left")
     for e in envs[:30]:
-        t.add_row(escape(e["env"]), str(e["tasks"]), f"{e['within_degree']:.2f}", f"{e['cross_degree']:.2f}",
+        t.add_row(shown(e["env"]), str(e["tasks"]), f"{e['within_degree']:.2f}", f"{e['cross_degree']:.2f}",
                   str(e["cross_neighbour_envs"]))
     console.print(t)
     missing = {k: v for k, v in (b.get("missing_fields") or {}).items() if v}
@@ -223,10 +225,10 @@ def _print(console: Console, s: dict[str, Any]) -> None:
     tn = s.get("task_neighbours")
     if tn:
         for rel in ("within", "cross"):
-            t = Table(title=escape(f"{rel} neighbours of {tn['task']} ({tn['env']})"))
+            t = Table(title=shown(f"{rel} neighbours of {tn['task']} ({tn['env']})"))
             for col in ("task", "env", "similarity", "weight", "shared features"):
                 t.add_column(col)
             for r in tn[rel]:
-                t.add_row(escape(r["task"]), escape(r["env"]), f"{r['similarity']:.3f}", f"{r['weight']:.3f}",
-                          escape(", ".join(f["feature"] for f in r["shared_features"])))
+                t.add_row(shown(r["task"]), shown(r["env"]), f"{r['similarity']:.3f}", f"{r['weight']:.3f}",
+                          shown(", ".join(f["feature"] for f in r["shared_features"])))
             console.print(t)

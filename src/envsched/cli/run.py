@@ -19,7 +19,19 @@ from typing import Any
 
 import click
 
-from envsched.cli.common import load_pool_or_default, note, require_extra, require_store_backend
+from envsched.cli.common import (
+    MAX_BATCH_SIZE,
+    MAX_GROUP_SIZE,
+    MAX_SEED,
+    MAX_STEPS,
+    float_range,
+    int_range,
+    load_pool_or_default,
+    note,
+    require_extra,
+    require_store_backend,
+    visible,
+)
 
 #: the registry's sampler names (kept here so that `envsched run --help` imports no sampler module; a test
 #: checks that they match envsched.samplers.registry)
@@ -68,13 +80,14 @@ class _Progress:
               help="Task pool (JSONL/JSON). Default: the bundled pool, built on first use and cached.")
 @click.option("--sampler", "sampler_name", default="envsched", show_default=True,
               help="Sampler to drive: " + ", ".join(sorted(SAMPLER_NAMES)) + " (see `--list-samplers`).")
-@click.option("--steps", default=50, show_default=True, type=click.IntRange(min=1), help="Batches to schedule.")
-@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1),
+@click.option("--steps", default=50, show_default=True, type=int_range(1, MAX_STEPS), help="Batches to schedule.")
+@click.option("--batch-size", default=64, show_default=True, type=int_range(1, MAX_BATCH_SIZE),
               help="Environment-task pairs (GRPO groups) per batch.")
-@click.option("--group-size", default=8, show_default=True, type=click.IntRange(min=1), help="Rollouts per pair.")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
+@click.option("--group-size", default=8, show_default=True, type=int_range(1, MAX_GROUP_SIZE),
+              help="Rollouts per pair.")
+@click.option("--seed", default=0, show_default=True, type=int_range(0, MAX_SEED),
               help="Seed of the sampler and of the reward source.")
-@click.option("--unscored-rate", default=0.0, show_default=True, type=click.FloatRange(0.0, 0.99),
+@click.option("--unscored-rate", default=0.0, show_default=True, type=float_range(0.0, 0.99),
               help="Share of simulated rollouts returned unscored (reward None).")
 @click.option("--output", "run_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Run directory: steps.jsonl, checkpoint.json, summary.json.")
@@ -85,7 +98,7 @@ class _Progress:
 @click.option("--store", "store_target", default=None, metavar="PATH|URL",
               help="Run the sampler on a durable history store (a SQLite file, or a postgresql:// URL with the "
                    "'postgres' extra); read it with `envsched store info|verify PATH`.")
-@click.option("--log-every", default=1, show_default=True, type=click.IntRange(min=1),
+@click.option("--log-every", default=1, show_default=True, type=int_range(1, MAX_STEPS),
               help="Print one row every this many steps.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object per step (JSON lines), then a summary object (\"kind\": \"summary\").")
@@ -145,7 +158,7 @@ def run(pool_file: Path | None, sampler_name: str, steps: int, batch_size: int, 
         note(f"the run in {run_dir} has already done {start} of {steps} steps; nothing to do "
              "(ask for more with a larger --steps)")
     progress = _Progress(steps, start)
-    title = f"{sampler_name} on {pool.name or 'pool'} ({len(pool)} tasks, {len(pool.envs)} envs)"
+    title = f"{sampler_name} on {visible(pool.name or 'pool')} ({len(pool)} tasks, {len(pool.envs)} envs)"
     if not as_json and start < steps:
         click.echo(title)
         click.echo(_row([c for c, _ in _COLUMNS]))

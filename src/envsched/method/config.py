@@ -186,6 +186,19 @@ DEFAULT_ABSTRACT_VIEW_WEIGHTS: dict[str, float] = {
 }
 
 
+#: Upper bounds of GraphConfig's integer fields, sized for a 24 GiB machine (docs/limits-files.md): the
+#: neighbour arrays take N x (k_within + k_cross) x 20 bytes, exact search holds exact_block_rows x N
+#: scores and is O(N^2) up to exact_max_nodes tasks, the HNSW index N x ann_dense_dim x 4 bytes plus
+#: N x ann_m links. The CLI's options use the same bounds.
+GRAPH_INT_BOUNDS: dict[str, int] = {
+    "k_within": 1_024, "k_cross": 1_024, "bandwidth_rank": 1_024, "min_df": 1_000_000_000,
+    "max_features_per_view": 10_000_000, "initial_context_max_chars": 10_000_000, "exact_max_nodes": 200_000,
+    "exact_block_rows": 65_536, "ann_dense_dim": 4_096, "ann_m": 256, "ann_ef_construction": 4_096,
+    "ann_ef_search": 4_096, "ann_oversample": 64, "ann_threads": 256, "recall_sample": 100_000, "workers": 64,
+    "parallel_min_tasks": 1_000_000_000, "seed": 2**63 - 1,
+}
+
+
 @dataclass(frozen=True)
 class GraphConfig:
     """Every hyperparameter of the dual-relation graph, with the paper's defaults.
@@ -260,6 +273,20 @@ class GraphConfig:
 
     def __post_init__(self) -> None:
         problems = []
+        for name, high in GRAPH_INT_BOUNDS.items():
+            value = getattr(self, name)
+            if value is None and name == "max_features_per_view":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                problems.append(f"{name} must be an integer, got {type(value).__name__}")
+            elif value > high:
+                problems.append(f"{name} must be <= {high:,}, got {value:,}")
+        for name in ("min_bandwidth", "min_similarity"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                problems.append(f"{name} must be a finite number, got {value!r}")
+        if problems:  # wrong types or sizes: stop before comparisons that would fail on them
+            raise ValueError("invalid GraphConfig: " + "; ".join(problems))
         if self.k_within < 1:
             problems.append(f"k_within must be >= 1, got {self.k_within}")
         if self.k_cross < 1:

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -16,10 +17,90 @@ import numpy as np
 
 from envsched.pool.spec import OPTIONAL_STATIC_FIELDS, TaskSpecError, normalized_id, validate_task_spec
 
-__all__ = ["DEFAULT_MAX_LINE_BYTES", "TaskPool"]
+__all__ = ["DEFAULT_MAX_FILE_BYTES", "DEFAULT_MAX_JSON_BYTES", "DEFAULT_MAX_LINE_BYTES", "TaskPool"]
 
-#: A JSONL line longer than this is refused (a corrupt or hostile file, not a task spec).
+#: A JSONL line longer than this is refused (a corrupt or hostile file, not a task spec). Environment
+#: variable ``ENVSCHED_POOL_MAX_LINE_BYTES`` or ``from_file(max_line_bytes=)`` changes it.
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
+#: A pool file larger than this is refused before it is read (JSONL is read line by line up to it). A
+#: pool in memory takes about 2.5 times its JSONL size (the 1,000,000-task benchmark pool: 2.7 GiB), so
+#: 4 GiB of file stays within a 24 GiB machine. ``ENVSCHED_POOL_MAX_BYTES`` or ``from_file(max_file_bytes=)``.
+DEFAULT_MAX_FILE_BYTES = 4 * 2**30
+#: A ``.json`` pool is one JSON document, parsed whole (text and objects in memory at once), so it has a
+#: smaller bound; larger pools belong in JSONL. ``ENVSCHED_POOL_MAX_JSON_BYTES`` or ``max_json_bytes=``.
+DEFAULT_MAX_JSON_BYTES = 256 * 2**20
+
+_LIMIT_ENV = {"max_line_bytes": "ENVSCHED_POOL_MAX_LINE_BYTES", "max_file_bytes": "ENVSCHED_POOL_MAX_BYTES",
+              "max_json_bytes": "ENVSCHED_POOL_MAX_JSON_BYTES"}
+_LIMIT_DEFAULT = {"max_line_bytes": DEFAULT_MAX_LINE_BYTES, "max_file_bytes": DEFAULT_MAX_FILE_BYTES,
+                  "max_json_bytes": DEFAULT_MAX_JSON_BYTES}
+#: Pseudo-file systems whose files claim to be regular but are generated on reading (sizes are lies).
+_PSEUDO_ROOTS = ("/proc/", "/sys/")
+
+
+def _limit(name: str, value: int | None) -> int:
+    """A byte limit: ``value``, else its environment variable, else its default; positive integers only."""
+    if value is None:
+        raw = os.environ.get(_LIMIT_ENV[name], "").strip()
+        if not raw:
+            return _LIMIT_DEFAULT[name]
+        try:
+            value = int(raw.replace("_", ""))
+        except ValueError:
+            raise ValueError(f"{_LIMIT_ENV[name]}={raw[:40]!r} is not a whole number of bytes") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive whole number of bytes, got {value!r}")
+    return value
+
+
+def _reward_range(rr: Any, source: str) -> tuple[float, float]:
+    if (isinstance(rr, str | bytes | Mapping) or not isinstance(rr, Sequence) or len(rr) != 2
+            or not all(isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool) for x in rr)
+            or not (np.isfinite(float(rr[0])) and np.isfinite(float(rr[1])) and float(rr[0]) < float(rr[1]))):
+        raise TaskSpecError(f"reward_range must be two finite numbers [low, high] with low < high, got {rr!r:.200}",
+                            source=source, field="reward_range")
+    return (float(rr[0]), float(rr[1]))
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
+def _open_regular(path: Path) -> Any:
+    """``path`` opened for reading in binary, refused unless it is a regular file outside /proc and /sys.
+    Opened without blocking (a FIFO swapped in after a check cannot hang the open) and checked on
+    the open descriptor."""
+    source = str(path)
+    real = os.path.realpath(path)
+    if real.startswith(_PSEUDO_ROOTS):
+        raise TaskSpecError(f"is a special file under /{real.split('/')[1]} ({real[:200]}), not a pool file on disk",
+                            source=source)
+    try:
+        mode = os.stat(path).st_mode  # a socket cannot even be opened: say what it is first
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            raise TaskSpecError(f"is {_file_kind(mode)}, not a regular file: a pool is a .json or .jsonl file on "
+                                "disk", source=source)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"task pool file not found: {source}") from None
+    except IsADirectoryError:
+        raise TaskSpecError("is a directory, expected a .json or .jsonl file", source=source) from None
+    except OSError as exc:
+        raise TaskSpecError(f"cannot be opened ({exc.strerror or exc})", source=source) from None
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISDIR(mode):
+        os.close(fd)
+        raise TaskSpecError("is a directory, expected a .json or .jsonl file", source=source)
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise TaskSpecError(f"is {_file_kind(mode)}, not a regular file: a pool is a .json or .jsonl file on "
+                            "disk", source=source)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 class _DuplicateKey(ValueError):
@@ -107,9 +188,10 @@ class TaskPool(Sequence[dict[str, Any]]):
             norm = normalized_id(spec["id"])
             if norm in normal:
                 first = normal[norm]
-                raise TaskSpecError(f"task id {spec['id']!r} equals {specs[first]['id']!r} (at {unit} "
-                                    f"{lines[first]}) after Unicode NFKC normalisation: look-alike ids are "
-                                    "refused", source=source, line=line, field="id", unit=unit)
+                raise TaskSpecError(f"task id {spec['id']!r} looks like {specs[first]['id']!r} (at {unit} "
+                                    f"{lines[first]}): equal after Unicode NFKC normalisation and folding of "
+                                    "confusable characters (UTS #39); look-alike ids are refused",
+                                    source=source, line=line, field="id", unit=unit)
             normal[norm] = len(specs)
             index[spec["id"]] = len(specs)
             specs.append(spec)
@@ -133,69 +215,98 @@ class TaskPool(Sequence[dict[str, Any]]):
     # ------------------------------------------------------------------ loading
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], *, reward_range: tuple[float, float] | None = None,
-                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> TaskPool:
+                  max_line_bytes: int | None = None, max_file_bytes: int | None = None,
+                  max_json_bytes: int | None = None) -> TaskPool:
         """Load a pool from a ``.jsonl`` file (one spec per line) or a ``.json`` file.
 
         A JSON file holds either a list of specs or an object ``{"tasks": [...], "reward_range": [lo, hi],
         "name": ...}``. Blank lines in JSONL are skipped. Errors name the file, line and field.
+
+        The file is untrusted input: only a regular file is read (a FIFO, a device such as ``/dev/zero``,
+        a socket or anything under ``/proc`` or ``/sys`` is refused), JSONL is streamed line by
+        line, and three byte limits apply (``None``: the environment variable, else the default):
+
+        * ``max_file_bytes``: the whole file (``ENVSCHED_POOL_MAX_BYTES``, default 4 GiB);
+        * ``max_line_bytes``: one JSONL line (``ENVSCHED_POOL_MAX_LINE_BYTES``, default 16 MiB);
+        * ``max_json_bytes``: a ``.json`` file, which is parsed whole (``ENVSCHED_POOL_MAX_JSON_BYTES``,
+          default 256 MiB; convert larger pools to JSONL).
         """
         path = Path(path)
         source = str(path)
-        if not path.exists():
-            raise FileNotFoundError(f"task pool file not found: {source}")
-        if path.is_dir():
-            raise TaskSpecError("is a directory, expected a .json or .jsonl file", source=source)
+        max_line_bytes = _limit("max_line_bytes", max_line_bytes)
+        max_file_bytes = _limit("max_file_bytes", max_file_bytes)
+        max_json_bytes = _limit("max_json_bytes", max_json_bytes)
         meta: dict[str, Any] = {}
-        if path.suffix.lower() == ".jsonl":
-            tasks = list(cls._read_jsonl(path, max_line_bytes))
+        with _open_regular(path) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            jsonl = path.suffix.lower() == ".jsonl"
+            cap = max_file_bytes if jsonl else min(max_file_bytes, max_json_bytes)
+            if size > cap:
+                raise TaskSpecError(cls._too_big(size, cap, jsonl), source=source)
+            if jsonl:  # streamed: each line is validated as it is read, no list of raw objects is kept
+                rr = _reward_range(reward_range if reward_range is not None else (0.0, 1.0), source)
+                return cls(cls._read_jsonl(fh, source, max_line_bytes, max_file_bytes), reward_range=rr,
+                           name=path.stem, source=source)
+            raw = fh.read(cap + 1)
+            if len(raw) > cap:
+                raise TaskSpecError(cls._too_big(len(raw), cap, jsonl), source=source)
+        if raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        text = _decode(raw, source=source, line=None)
+        del raw
+        data = _parse_json(text, source=source, line=None)
+        del text
+        if isinstance(data, list):
+            tasks = data
+        elif isinstance(data, Mapping) and isinstance(data.get("tasks"), list):
+            tasks = data["tasks"]
+            meta = {k: v for k, v in data.items() if k in ("reward_range", "name")}
         else:
-            raw = path.read_bytes()
-            if raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
-            text = _decode(raw, source=source, line=None)
-            data = _parse_json(text, source=source, line=None)
-            if isinstance(data, list):
-                tasks = data
-            elif isinstance(data, Mapping) and isinstance(data.get("tasks"), list):
-                tasks = data["tasks"]
-                meta = {k: v for k, v in data.items() if k in ("reward_range", "name")}
-            else:
-                raise TaskSpecError("a .json pool must be a list of task specs or an object with a 'tasks' list",
-                                    source=source)
-        rr = reward_range if reward_range is not None else meta.get("reward_range", (0.0, 1.0))
-        if (isinstance(rr, str | bytes | Mapping) or not isinstance(rr, Sequence) or len(rr) != 2
-                or not all(isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
-                           for x in rr)
-                or not (np.isfinite(float(rr[0])) and np.isfinite(float(rr[1])) and float(rr[0]) < float(rr[1]))):
-            raise TaskSpecError(f"reward_range must be two finite numbers [low, high] with low < high, got {rr!r}",
-                                source=source, field="reward_range")
+            raise TaskSpecError("a .json pool must be a list of task specs or an object with a 'tasks' list",
+                                source=source)
+        rr = _reward_range(reward_range if reward_range is not None else meta.get("reward_range", (0.0, 1.0)),
+                           source)
         name = meta.get("name", path.stem)
         if name is not None and not isinstance(name, str):
             raise TaskSpecError(f"name must be a string, got {type(name).__name__}", source=source, field="name")
-        return cls(tasks, reward_range=tuple(rr), name=name, source=source)  # type: ignore[arg-type]
+        return cls(tasks, reward_range=rr, name=name, source=source)
 
     @staticmethod
-    def _read_jsonl(path: Path, max_line_bytes: int) -> Iterator[Any]:
-        source = str(path)
-        with path.open("rb") as fh:
-            lineno = 0
-            while True:
-                raw = fh.readline(max_line_bytes + 1)
-                if not raw:
-                    break
-                lineno += 1
-                if len(raw) > max_line_bytes:
-                    raise TaskSpecError(f"line longer than {max_line_bytes} bytes", source=source, line=lineno)
-                if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                    raw = raw[3:]
-                text = _decode(raw, source=source, line=lineno).strip()
-                if not text:
-                    continue
-                obj = _parse_json(text, source=source, line=lineno)
-                if not isinstance(obj, Mapping):
-                    raise TaskSpecError(f"each line must be a JSON object, got {type(obj).__name__}",
-                                        source=source, line=lineno)
-                yield _Located(obj, lineno)
+    def _too_big(size: int, cap: int, jsonl: bool) -> str:
+        if jsonl:
+            return (f"is {size} bytes, more than the {cap}-byte limit of a pool file; raise it with "
+                    "ENVSCHED_POOL_MAX_BYTES or from_file(max_file_bytes=)")
+        return (f"is {size} bytes, more than the {cap}-byte limit of a .json pool (parsed whole); convert "
+                "it to JSONL (one spec per line) or raise ENVSCHED_POOL_MAX_JSON_BYTES / from_file(max_json_bytes=)")
+
+    @staticmethod
+    def _read_jsonl(fh: Any, source: str, max_line_bytes: int, max_file_bytes: int) -> Iterator[Any]:
+        lineno = 0
+        total = 0
+        while True:
+            raw = fh.readline(max_line_bytes + 1)
+            if not raw:
+                break
+            lineno += 1
+            total += len(raw)
+            if len(raw) > max_line_bytes:
+                raise TaskSpecError(f"line longer than {max_line_bytes} bytes (raise it with "
+                                    "ENVSCHED_POOL_MAX_LINE_BYTES or from_file(max_line_bytes=))",
+                                    source=source, line=lineno)
+            if total > max_file_bytes:  # a file that grew, or lied about its size, while being read
+                raise TaskSpecError(f"holds more than {max_file_bytes} bytes, above the pool file limit; raise "
+                                    "it with ENVSCHED_POOL_MAX_BYTES or from_file(max_file_bytes=)",
+                                    source=source, line=lineno)
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            text = _decode(raw, source=source, line=lineno).strip()
+            if not text:
+                continue
+            obj = _parse_json(text, source=source, line=lineno)
+            if not isinstance(obj, Mapping):
+                raise TaskSpecError(f"each line must be a JSON object, got {type(obj).__name__}",
+                                    source=source, line=lineno)
+            yield _Located(obj, lineno)
 
     # ------------------------------------------------------------------ sequence API
     def __len__(self) -> int:

@@ -23,13 +23,17 @@ key                       type               meaning
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import unicodedata
 from collections.abc import Mapping
+from importlib import resources
 from typing import Any
 
 __all__ = [
     "MAX_ID_CHARS",
+    "MAX_NESTING",
     "OPTIONAL_STATIC_FIELDS",
     "REQUIRED_FIELDS",
     "TaskSpecError",
@@ -46,6 +50,10 @@ OPTIONAL_STATIC_FIELDS: tuple[str, ...] = ("instruction", "tools", "initial_stat
 
 #: Longest task id, in characters.
 MAX_ID_CHARS = 256
+#: Deepest nesting of lists and objects inside one task spec (the spec itself is level 1). Deeper data is
+#: refused: it is no real task's content, and serialising it later (fingerprint, store) would overflow
+#: Python's recursion limit.
+MAX_NESTING = 256
 
 
 def id_problem(value: str) -> str | None:
@@ -54,8 +62,8 @@ def id_problem(value: str) -> str | None:
     The rule (README, "Reliability"): an id is 1 to :data:`MAX_ID_CHARS` printable characters
     (``str.isprintable``: no control characters such as newline, NUL or ANSI escapes, no format or
     separator characters other than the ASCII space) without leading or trailing whitespace. Two ids of
-    one pool may not be equal after NFKC normalisation (:func:`normalized_id`), so look-alikes cannot
-    both appear.
+    one pool may not have the same look-alike key (:func:`normalized_id`: NFKC, then Unicode confusables
+    folded), so look-alikes cannot both appear.
     """
     if len(value) > MAX_ID_CHARS:
         return f"is {len(value)} characters long, more than the limit of {MAX_ID_CHARS}"
@@ -67,22 +75,67 @@ def id_problem(value: str) -> str | None:
     return None
 
 
+@functools.cache
+def _confusable_map() -> dict[str, str]:
+    """Each character listed in Unicode's confusables table (UTS #39, as shipped by the
+    ``confusable-homoglyphs`` package) mapped to one representative of its look-alike class.
+
+    Classes are the connected groups of single-character confusable pairs (Latin ``a`` with Cyrillic
+    ``а`` and Greek ``α``; ``O`` with ``0``; ``l`` with ``1``, ``I`` and ``|``), the representative the
+    smallest code point of the group, so the key of a string does not depend on which member it uses.
+    Multi-character look-alikes (``rn`` / ``m``) are not folded."""
+    import confusable_homoglyphs
+
+    table = json.loads(resources.files(confusable_homoglyphs).joinpath("confusables.json").read_text("utf-8"))
+    parent: dict[str, str] = {}
+
+    def find(c: str) -> str:
+        root = c
+        while parent.get(root, root) != root:
+            root = parent[root]
+        while parent.get(c, c) != root:  # path compression
+            parent[c], c = root, parent[c]
+        return root
+
+    for char, glyphs in table.items():
+        if len(char) != 1:
+            continue
+        for glyph in glyphs:
+            other = glyph.get("c", "")
+            if len(other) == 1:
+                a, b = find(char), find(other)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    return {c: find(c) for c in parent}
+
+
 def normalized_id(value: str) -> str:
-    """The form under which task ids are compared for duplicates (NFKC)."""
-    return unicodedata.normalize("NFKC", value)
+    """The look-alike key under which task ids are compared for duplicates.
+
+    NFKC normalisation (fullwidth forms, ligatures, composed accents), then every character replaced by
+    the representative of its Unicode confusable class (:func:`_confusable_map`), so ids that differ only
+    by homoglyphs (Latin ``a`` / Cyrillic ``а`` / Greek ``α``, ``0`` / ``O``, ``l`` / ``1`` / ``I``) share a
+    key and cannot both be in one pool. Case is kept: ``Task`` and ``task`` are different ids."""
+    table = _confusable_map()
+    folded = unicodedata.normalize("NFKC", value)
+    return "".join(table.get(c, c) for c in folded)
 
 
-def _first_non_finite(obj: Any) -> str | None:
-    """Path of the first NaN or infinite number inside a spec (JSON cannot hold them), else ``None``."""
-    stack: list[tuple[Any, str]] = [(obj, "")]
+def _first_problem(obj: Any) -> tuple[str, str] | None:
+    """``(path, what)`` of the first NaN or infinite number inside a spec (JSON cannot hold them) or of
+    the first value nested deeper than :data:`MAX_NESTING`, else ``None``. Iterative (no recursion)."""
+    stack: list[tuple[Any, str, int]] = [(obj, "", 1)]
     while stack:
-        value, where = stack.pop()
+        value, where, depth = stack.pop()
         if isinstance(value, float) and not math.isfinite(value):
-            return where or "(root)"
-        if isinstance(value, Mapping):
-            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in value.items())
-        elif isinstance(value, list | tuple):
-            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(value))
+            return where or "(root)", "nan"
+        if isinstance(value, Mapping | list | tuple):
+            if depth > MAX_NESTING:
+                return where or "(root)", "deep"
+            if isinstance(value, Mapping):
+                stack.extend((v, f"{where}.{k}" if where else str(k), depth + 1) for k, v in value.items())
+            else:
+                stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value))
     return None
 
 
@@ -171,9 +224,12 @@ def validate_task_spec(obj: Any, *, source: str | None = None, line: int | None 
         code = verifier.get("code")
         if code is not None:
             _check(isinstance(code, str), "verifier.code must be a string", "verifier", source, line)
-    bad = _first_non_finite(spec)
-    _check(bad is None, f"holds a NaN or infinite number at {bad} (JSON has no such numbers)",
-           bad.split(".")[0].split("[")[0] if bad else None, source, line)
+    problem_at = _first_problem(spec)
+    if problem_at is not None:
+        bad, what = problem_at
+        message = (f"holds a NaN or infinite number at {bad} (JSON has no such numbers)" if what == "nan" else
+                   f"JSON nested too deeply: more than {MAX_NESTING} levels at {bad[:200]}")
+        _check(False, message, bad.split(".")[0].split("[")[0], source, line)
     return spec
 
 
