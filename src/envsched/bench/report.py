@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from envsched.bench.variants import ENVSCHED_ABLATIONS
+
 __all__ = ["TARGET_METRIC", "load_records", "paired_difference", "summarise", "write_report"]
 
 #: The score the benchmark judges by: the held-out score (held-out tasks and environments together).
@@ -93,12 +95,17 @@ def summarise(runs: list[dict[str, Any]], cold: list[dict[str, Any]], config: An
         d["signal_per_cost"] = _ms([recs[-1]["signal_per_cost"] for recs in rows])
         d["updates"] = _ms([recs[-1]["updates"] for recs in rows])
         d["score_start"] = _ms([recs[0]["score"] for recs in rows])
+        d["heldout_initial"] = _ms([recs[0].get("heldout_initial", math.nan) for recs in rows])
         d["cost"] = _ms([recs[-1]["cum_cost"] for recs in rows])
         for t in config.score_steps:
             d[f"score@{t}"] = _ms([recs[t - 1]["score"] for recs in rows if len(recs) >= t])
             for key in ("heldout", "heldout_a", "heldout_b"):
                 name = "heldout_score" if key == "heldout" else key
                 d[f"{name}@{t}"] = _ms([recs[t - 1].get(key, math.nan) for recs in rows if len(recs) >= t])
+            # the neural learner's expected sampled success beside its greedy success (the keys above)
+            for key in ("heldout_expected", "heldout_a_expected", "heldout_b_expected", "score_expected"):
+                if any(key in recs[0] for recs in rows):
+                    d[f"{key}@{t}"] = _ms([recs[t - 1].get(key, math.nan) for recs in rows if len(recs) >= t])
         if any("heldout_sampled" in recs[-1] for recs in rows):
             d["heldout_sampled"] = _ms([recs[-1].get("heldout_sampled", math.nan) for recs in rows])
         reach, missed, steps_reach, cost_reach = [], 0, [], []
@@ -260,8 +267,6 @@ def _goals(per: dict[str, Any], t4: dict[str, Any], config: Any) -> dict[str, An
                 rel = ds["mean"] / us["mean"] - 1
                 g["final_score_vs_uniform"] = _goal(rel, 0.0, rel >= 0, f"EnvSched's held-out score at step "
                                                     f"{config.steps} is {rel:+.1%} relative to uniform's.")
-            from envsched.bench.runner import ENVSCHED_ABLATIONS
-
             # EnvSched's own ablations are variants of it, not alternatives a user would pick instead
             rivals = [s for s in per if s not in ENVSCHED_ABLATIONS]
             best = max(rivals, key=lambda s: per[s]["signal_per_episode"]["mean"])
