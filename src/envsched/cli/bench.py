@@ -15,7 +15,7 @@ from rich.table import Table
 QUICK = {"seeds": 3, "steps": 30, "coldstart_runs": 10, "coldstart_steps": 7,
          "samplers": ["uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "envsched", "envsched-paper"]}
 #: ``--learner neural`` settings (docs/benchmark.md, "The neural learner": sized for 2 CPU cores).
-NEURAL = {"seeds": 5, "steps": 200, "batch_size": 16, "coldstart_runs": 0}
+NEURAL = {"seeds": 5, "steps": 200, "batch_size": 32, "coldstart_runs": 0}
 NEURAL_QUICK = {"seeds": 2, "steps": 40, "samplers": ["uniform", "mopps", "plr", "envsched"]}
 
 
@@ -51,7 +51,7 @@ def _parse_kv(items: tuple[str, ...], what: str) -> dict[str, Any]:
 @click.option("--seeds", default=None, type=click.IntRange(min=1), help="Number of seeds (0..N-1). Default 5.")
 @click.option("--steps", default=None, type=click.IntRange(min=1), help="Budget steps per run. Default 200.")
 @click.option("--batch-size", default=None, type=click.IntRange(min=1),
-              help="Groups (environment-task pairs) per step. Default 64 (16 with --learner neural).")
+              help="Groups (environment-task pairs) per step. Default 64 (32 with --learner neural).")
 @click.option("--group-size", default=8, show_default=True, type=click.IntRange(min=2), help="Rollouts per group.")
 @click.option("--pool", "pool_arg", default="default", show_default=True,
               help="'default' (the 2,550-task benchmark pool), 'reasoning-gym' (generated fallback) or a pool file.")

@@ -72,30 +72,36 @@ def decode(tokens: torch.Tensor) -> list[str]:
 
 @torch.no_grad()
 def generate(model: TinyTransformer, prompt: torch.Tensor, max_new: int, *, greedy: bool = False,
-             generator: torch.Generator | None = None, temperature: float = 1.0) -> Completions:
-    """Autoregressive completions of each prompt row (sampling at ``temperature``, or greedy)."""
+             generator: torch.Generator | None = None, temperature: float = 1.0, repeats: int = 1) -> Completions:
+    """Autoregressive completions of each prompt row, ``repeats`` of them per row (sampling at ``temperature``,
+    or greedy), with a key/value cache: the prompt is read once per row."""
+    logits, (kv, real) = model.prefill(prompt)
+    logits = logits[:, -1]
+    if repeats > 1:
+        kv = [(k.repeat_interleave(repeats, 0), v.repeat_interleave(repeats, 0)) for k, v in kv]
+        real = real.repeat_interleave(repeats, 0)
+        logits = logits.repeat_interleave(repeats, 0)
+        prompt = prompt.repeat_interleave(repeats, 0)
+    cache = (kv, real)
     n = prompt.shape[0]
-    seq = prompt
     toks, logps = [], []
     done = torch.zeros(n, dtype=torch.bool)
-    for _ in range(max_new):
-        logits = model(seq)[:, -1].float()
+    for t in range(max_new):
+        if t:
+            logits, cache = model.extend(toks[-1], cache)
+        logits = _outputs_only(logits.float())
         logp_all = F.log_softmax(logits if greedy else logits / temperature, dim=-1)
         nxt = logp_all.argmax(-1) if greedy else torch.multinomial(logp_all.exp(), 1, generator=generator)[:, 0]
         nxt = torch.where(done, torch.full_like(nxt, PAD), nxt)
         toks.append(nxt)
         logps.append(torch.where(done, torch.zeros(n), logp_all.gather(1, nxt[:, None]).squeeze(1)))
         done = done | (nxt == EOS) | (nxt == PAD)
-        seq = torch.cat([seq, nxt[:, None]], dim=1)
         if bool(done.all()):
             break
     tokens = torch.stack(toks, 1)
-    mask = torch.ones_like(tokens, dtype=torch.bool)
-    ended = torch.zeros(n, dtype=torch.bool)
-    for t in range(tokens.shape[1]):
-        mask[:, t] = ~ended
-        ended = ended | (tokens[:, t] == EOS) | (tokens[:, t] == PAD)
-    mask &= tokens != PAD
+    # a completion's tokens: everything up to and including its EOS (PAD rows after it are not part of it)
+    ended_before = torch.cumsum((tokens == EOS).long(), dim=1) - (tokens == EOS).long()
+    mask = (ended_before == 0) & (tokens != PAD)
     return Completions(prompt, tokens, torch.stack(logps, 1), mask)
 
 
@@ -103,8 +109,17 @@ def token_logprobs(model: TinyTransformer, prompt: torch.Tensor, tokens: torch.T
     """Log-probability of each completion token given the prompt and the tokens before it: ``(N, T)``."""
     seq = torch.cat([prompt, tokens], dim=1)
     p, t = prompt.shape[1], tokens.shape[1]
-    logits = model(seq)[:, p - 1:p - 1 + t]
-    return F.log_softmax(logits.float(), dim=-1).gather(2, tokens[..., None]).squeeze(2)
+    logits = _outputs_only(model(seq)[:, p - 1:p - 1 + t].float())
+    lp = F.log_softmax(logits, dim=-1).gather(2, tokens[..., None]).squeeze(2)
+    return torch.where(tokens == PAD, torch.zeros_like(lp), lp)  # PAD after the end: not a token (0, not -inf)
+
+
+def _outputs_only(logits: torch.Tensor) -> torch.Tensor:
+    """Logits with PAD and SEP removed: a completion is characters ended by EOS (or by the length limit)."""
+    out = logits.clone()
+    out[..., PAD] = float("-inf")
+    out[..., SEP] = float("-inf")
+    return out
 
 
 def answer_tokens(answers: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,11 +11,16 @@ learner is built (both are process-wide torch settings).
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import hashlib
 import io
 import math
+import os
+import pickle
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,12 +57,12 @@ class NeuralConfig:
     epochs: int = 2
     """Adam steps per GRPO batch (inner epochs over the whole batch)."""
     temperature: float = 1.0
-    max_new_tokens: int = 6
+    max_new_tokens: int = 5
     warmup_steps: int = 300
     """Supervised steps on the warm-up families (envsched.bench.families.warmup), 0 for none."""
     warmup_batch: int = 64
     warmup_lr: float = 3e-3
-    eval_every: int = 5
+    eval_every: int = 10
     """Held-out and training-pool scores are computed every ``eval_every`` GRPO steps (and at the last step);
     records in between carry the last evaluation (``evaluated`` says which steps were measured)."""
     train_eval_tasks: int = 200
@@ -104,6 +109,19 @@ def _warm_key(cfg: NeuralConfig) -> str:
     return repr(sorted(d.items()))
 
 
+def _warm_path(seed: int, cfg: NeuralConfig) -> Path:
+    """The warmed-up weights' cache file in the benchmark cache (``$ENVSCHED_CACHE_DIR/bench``), keyed by the
+    seed, the warm-up settings and the source of the network, the warm-up and the warm-up families."""
+    from envsched.bench.families import base, warmup
+    from envsched.bench.neural import grpo, model
+    from envsched.bench.runner import bench_cache_dir
+
+    h = hashlib.sha256(f"{seed}:{_warm_key(cfg)}:{torch.__version__}".encode())
+    for mod in (model, grpo, warmup, base):
+        h.update(Path(str(mod.__file__)).read_bytes())
+    return bench_cache_dir() / f"neural-warmup-{h.hexdigest()[:20]}.pt"
+
+
 class NeuralLearner:
     """GRPO on a small transformer over a :class:`~envsched.bench.families.FamilyPool` (positions index its pool)."""
 
@@ -143,11 +161,21 @@ class NeuralLearner:
             self.warmup_loss = math.nan
             return
         key = (self.seed, _warm_key(cfg))
+        path = _warm_path(self.seed, cfg)
+        if key not in _WARM and path.exists():
+            with contextlib.suppress(OSError):
+                _WARM[key] = path.read_bytes()
         if key in _WARM:
-            blob = _WARM[key]
-            self.model.load_state_dict(torch.load(io.BytesIO(blob), weights_only=True))
-            self.warmup_loss = float("nan")
-            return
+            try:
+                self.model.load_state_dict(torch.load(io.BytesIO(_WARM[key]), weights_only=True))
+                self.warmup_loss = float("nan")
+                return
+            except (RuntimeError, ValueError, EOFError, OSError, pickle.UnpicklingError):
+                del _WARM[key]  # a damaged cache file: warm up again (and rewrite it)
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(self.seed)
+                    self.model = TinyTransformer(d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+                                                 max_len=cfg.max_len)
         rng = np.random.default_rng([self.seed, 4242])
         opt = torch.optim.Adam(self.model.parameters(), lr=cfg.warmup_lr)
         loss = math.nan
@@ -163,6 +191,11 @@ class NeuralLearner:
         buf = io.BytesIO()
         torch.save(self.model.state_dict(), buf)
         _WARM[key] = buf.getvalue()
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(_WARM[key])
+            os.replace(tmp, path)
 
     # ------------------------------------------------------------------ the learner interface
     def rollout(self, positions: Sequence[int] | np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, list[Any]]:
@@ -171,9 +204,9 @@ class NeuralLearner:
         pos = self._positions(positions)
         if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
             raise ValueError(f"n must be a positive integer, got {n!r}")
-        prompts = [self.fpool.prompts[i] for i in pos.tolist() for _ in range(n)]
+        prompts = [self.fpool.prompts[i] for i in pos.tolist()]
         comp = generate(self.model, encode_prompts(prompts), self.config.max_new_tokens, generator=self._gen,
-                        temperature=self.config.temperature)
+                        temperature=self.config.temperature, repeats=int(n))
         texts = decode(comp.tokens)
         rewards = np.array([self.fpool.reward(int(pos[k // n]), s) for k, s in enumerate(texts)],
                            dtype=float).reshape(pos.size, n)
@@ -223,9 +256,9 @@ class NeuralLearner:
         return {"greedy": greedy, "expected": expected}
 
     def _mc(self, pos: np.ndarray, k: int, gen: torch.Generator) -> np.ndarray:
-        prompts = [self.fpool.prompts[i] for i in pos.tolist() for _ in range(k)]
+        prompts = [self.fpool.prompts[i] for i in pos.tolist()]
         comp = generate(self.model, encode_prompts(prompts), self.config.max_new_tokens, generator=gen,
-                        temperature=self.config.temperature)
+                        temperature=self.config.temperature, repeats=k)
         r = [self.fpool.reward(int(pos[j // k]), c) for j, c in enumerate(decode(comp.tokens))]
         return np.asarray(r, dtype=float).reshape(pos.size, k).mean(1)
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["EOS", "PAD", "SEP", "VOCAB_SIZE", "CharTokenizer", "TinyTransformer"]
+__all__ = ["EOS", "PAD", "SEP", "VOCAB_SIZE", "Cache", "CharTokenizer", "TinyTransformer"]
 
 PAD, EOS, SEP = 0, 1, 2
 _FIRST, _LAST = 32, 126  # printable ASCII
@@ -53,12 +53,20 @@ class _Block(nn.Module):
         self.ln2 = nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None = None
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """The block's output and its keys and values (``past``'s, then the new positions')."""
         b, n, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         x = x + self.proj(a.transpose(1, 2).reshape(b, n, d))
-        return x + self.mlp(self.ln2(x))
+        return x + self.mlp(self.ln2(x)), (k, v)
+
+
+Cache = tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]
+"""Per layer (keys, values), and which cached positions are real tokens (not PAD)."""
 
 
 class TinyTransformer(nn.Module):
@@ -89,14 +97,38 @@ class TinyTransformer(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, L, vocab)`` for token rows ``ids`` ``(B, L)``."""
+        return self.prefill(ids)[0]
+
+    def prefill(self, ids: torch.Tensor) -> tuple[torch.Tensor, Cache]:
+        """Logits for every position of ``ids`` and the cache :meth:`extend` continues from."""
         real = ids != PAD
         pos = (real.long().cumsum(1) - 1).clamp(min=0)
-        if int(pos.max()) >= self.max_len:
-            raise ValueError(f"a sequence is longer than the model's max_len ({self.max_len})")
+        self._check_len(pos)
         n = ids.shape[1]
         causal = torch.ones(n, n, dtype=torch.bool, device=ids.device).tril()
         mask = causal[None] & (real[:, None, :] | torch.eye(n, dtype=torch.bool, device=ids.device)[None])
         x = self.tok(ids) + self.pos(pos)
+        kv = []
         for blk in self.blocks:
-            x = blk(x, mask[:, None])
-        return self.head(self.ln(x))
+            x, layer_kv = blk(x, mask[:, None])
+            kv.append(layer_kv)
+        return self.head(self.ln(x)), (kv, real)
+
+    def extend(self, tok: torch.Tensor, cache: Cache) -> tuple[torch.Tensor, Cache]:
+        """Logits ``(B, vocab)`` after appending one token per row (``tok`` ``(B,)``) to the cached rows."""
+        kv, real = cache
+        real = torch.cat([real, (tok != PAD)[:, None]], dim=1)
+        pos = (real.long().sum(1) - 1).clamp(min=0)
+        self._check_len(pos)
+        mask = real.clone()
+        mask[:, -1] = True  # a PAD query (a finished row) sees itself, which keeps its softmax finite
+        x = self.tok(tok[:, None]) + self.pos(pos[:, None])
+        new_kv = []
+        for blk, past in zip(self.blocks, kv, strict=True):
+            x, layer_kv = blk(x, mask[:, None, None, :], past)
+            new_kv.append(layer_kv)
+        return self.head(self.ln(x))[:, 0], (new_kv, real)
+
+    def _check_len(self, pos: torch.Tensor) -> None:
+        if pos.numel() and int(pos.max()) >= self.max_len:
+            raise ValueError(f"a sequence is longer than the model's max_len ({self.max_len})")
