@@ -234,6 +234,11 @@ def _goal(value: float, goal: float, met: bool, sentence: str, **extra: Any) -> 
     return {"value": value, "goal": goal, "met": bool(met), "sentence": sentence, **extra}
 
 
+def _relative(value: float, base: float) -> float:
+    """``value / base - 1``; NaN when ``base`` is 0 (a tiny neural run where uniform saw no reward variance)."""
+    return value / base - 1 if base else math.nan
+
+
 def _goals(per: dict[str, Any], t4: dict[str, Any], config: Any) -> dict[str, Any]:
     """The paper's and the scheduler issue's goals, each with a sentence saying what was measured."""
     g: dict[str, Any] = {}
@@ -244,8 +249,8 @@ def _goals(per: dict[str, Any], t4: dict[str, Any], config: Any) -> dict[str, An
             if not name or name not in per:
                 continue
             e = per[name]
-            dv = e["batch_variance"]["mean"] / u["batch_variance"]["mean"] - 1
-            de = e["envs_covered"]["mean"] / u["envs_covered"]["mean"] - 1
+            dv = _relative(e["batch_variance"]["mean"], u["batch_variance"]["mean"])
+            de = _relative(e["envs_covered"]["mean"], u["envs_covered"]["mean"])
             prefix = "" if name == "envsched" else "paper_"
             g[f"{prefix}variance_gain"] = _goal(dv, 0.34, dv >= 0.34, f"{label}: within-task variance per batch "
                                                 f"{dv:+.1%} over uniform (paper: at least +34%).")
@@ -264,7 +269,7 @@ def _goals(per: dict[str, Any], t4: dict[str, Any], config: Any) -> dict[str, An
                                                missed=e["target_missed"])
             ds, us = e.get(f"heldout_score@{config.steps}", {}), u.get(f"heldout_score@{config.steps}", {})
             if ds.get("n") and us.get("n"):
-                rel = ds["mean"] / us["mean"] - 1
+                rel = _relative(ds["mean"], us["mean"])
                 g["final_score_vs_uniform"] = _goal(rel, 0.0, rel >= 0, f"EnvSched's held-out score at step "
                                                     f"{config.steps} is {rel:+.1%} relative to uniform's.")
             # EnvSched's own ablations are variants of it, not alternatives a user would pick instead
