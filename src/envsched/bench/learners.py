@@ -95,8 +95,10 @@ def validate_learner_options(kind: str, options: Mapping[str, Any] | None) -> No
     if kind == "model":
         LearnerConfig.from_dict(dict(options or {}))
     else:
-        from envsched.bench.neural.learner import NeuralConfig
-
+        try:
+            from envsched.bench.neural.learner import NeuralConfig
+        except ImportError as exc:
+            raise ValueError(f"--learner neural needs torch ({exc}): pip install 'envsched[neural]'") from None
         NeuralConfig.from_dict(options)
 
 

@@ -420,7 +420,8 @@ def _plots(run_dir: Path, runs: list[dict[str, Any]], config: Any) -> list[str]:
          [("heldout_a", "held-out score (x100)", "(a) held-out tasks of training envs"),
           ("heldout_b", "held-out score (x100)", "(b) held-out environments")], band),
         ("heldout_vs_cost.png", "cum_cost", [("heldout", "held-out score (x100)", "held-out score against cost")],
-         band + " Cost: BFCL calls, checks of other tool tasks, 1 per reasoning-gym rollout."),
+         band + (" Cost: generated tokens (EOS included)." if getattr(config, "learner_kind", "model") == "neural"
+                 else " Cost: BFCL calls, checks of other tool tasks, 1 per reasoning-gym rollout.")),
         ("score_vs_rollouts.png", "rollouts", [("score", "training-pool score (x100)", "training pool")], band),
         ("batch_variance.png", "rollouts", [("batch_variance", "mean within-task reward variance",
                                              "within-task variance per batch")], plain),
