@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from envsched.bench.cache import bench_cache_dir
 from envsched.bench.learner import LearnerConfig, LearnerModel, sharing_degree, task_structure
 from envsched.bench.learners import LEARNERS, Learner, make_learner, validate_learner_options
 from envsched.bench.split import PoolSplit, SplitConfig, split_pool
@@ -50,7 +51,7 @@ from envsched.pool.pool import TaskPool
 from envsched.samplers.base import BaseSampler
 
 __all__ = ["ENVSCHED_ABLATIONS", "LEARNERS", "SAMPLER_NAMES", "BenchConfig", "available_samplers",
-           "make_bench_sampler", "run_benchmark", "run_one"]
+           "bench_cache_dir", "make_bench_sampler", "run_benchmark", "run_one"]
 
 DEFAULT_SAMPLERS = ("uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "envsched", "envsched-paper",
                     "envsched-coverage-only", "envsched-exploitation-only", "envsched-no-within",
@@ -93,12 +94,6 @@ def envsched_available() -> bool:
 _ENVSCHED_VARIANTS = ENVSCHED_VARIANTS
 
 _GRAPH_CACHE: dict[str, Any] = {}
-
-
-def bench_cache_dir() -> Path:
-    """``$ENVSCHED_CACHE_DIR/bench`` (default ``~/.cache/envsched/bench``): graphs and BFCL checker memos."""
-    root = os.environ.get("ENVSCHED_CACHE_DIR")
-    return (Path(root) if root else Path.home() / ".cache" / "envsched") / "bench"
 
 
 def envsched_graph(pool: TaskPool) -> Any:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from envsched.bench.cache import bench_cache_dir
 from envsched.bench.families import WARMUP_FAMILIES, FamilyPool
 from envsched.bench.neural.grpo import (
     Completions,
@@ -114,7 +115,6 @@ def _warm_path(seed: int, cfg: NeuralConfig) -> Path:
     seed, the warm-up settings and the source of the network, the warm-up and the warm-up families."""
     from envsched.bench.families import base, warmup
     from envsched.bench.neural import grpo, model
-    from envsched.bench.runner import bench_cache_dir
 
     h = hashlib.sha256(f"{seed}:{_warm_key(cfg)}:{torch.__version__}".encode())
     for mod in (model, grpo, warmup, base):
