@@ -314,8 +314,8 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
     ``learner_kind`` picks the learner (:mod:`envsched.bench.learners`; ``families``: the neural learner's).
     """
     psplit = bench_split(pool, split)
-    model: Learner = make_learner(learner_kind, pool, learner, seed=seed if learner_seed is None else learner_seed,
-                         families=families)
+    model: Learner = make_learner(learner_kind, pool, learner, families=families,
+                                  seed=seed if learner_seed is None else learner_seed)
     sampler = make_bench_sampler(sampler_name, psplit.train, seed=seed, batch_size=batch_size,
                                  group_size=group_size, options=sampler_options)
     to_full = psplit.train_positions
