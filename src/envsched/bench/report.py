@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from envsched.bench.variants import ENVSCHED_ABLATIONS
+
 __all__ = ["TARGET_METRIC", "load_records", "paired_difference", "summarise", "write_report"]
 
 #: The score the benchmark judges by: the held-out score (held-out tasks and environments together).
@@ -93,12 +95,17 @@ def summarise(runs: list[dict[str, Any]], cold: list[dict[str, Any]], config: An
         d["signal_per_cost"] = _ms([recs[-1]["signal_per_cost"] for recs in rows])
         d["updates"] = _ms([recs[-1]["updates"] for recs in rows])
         d["score_start"] = _ms([recs[0]["score"] for recs in rows])
+        d["heldout_initial"] = _ms([recs[0].get("heldout_initial", math.nan) for recs in rows])
         d["cost"] = _ms([recs[-1]["cum_cost"] for recs in rows])
         for t in config.score_steps:
             d[f"score@{t}"] = _ms([recs[t - 1]["score"] for recs in rows if len(recs) >= t])
             for key in ("heldout", "heldout_a", "heldout_b"):
                 name = "heldout_score" if key == "heldout" else key
                 d[f"{name}@{t}"] = _ms([recs[t - 1].get(key, math.nan) for recs in rows if len(recs) >= t])
+            # the neural learner's expected sampled success beside its greedy success (the keys above)
+            for key in ("heldout_expected", "heldout_a_expected", "heldout_b_expected", "score_expected"):
+                if any(key in recs[0] for recs in rows):
+                    d[f"{key}@{t}"] = _ms([recs[t - 1].get(key, math.nan) for recs in rows if len(recs) >= t])
         if any("heldout_sampled" in recs[-1] for recs in rows):
             d["heldout_sampled"] = _ms([recs[-1].get("heldout_sampled", math.nan) for recs in rows])
         reach, missed, steps_reach, cost_reach = [], 0, [], []
@@ -229,6 +236,11 @@ def _goal(value: float, goal: float, met: bool, sentence: str, **extra: Any) -> 
     return {"value": value, "goal": goal, "met": bool(met), "sentence": sentence, **extra}
 
 
+def _relative(value: float, base: float) -> float:
+    """``value / base - 1``; NaN when ``base`` is 0 (a tiny neural run where uniform saw no reward variance)."""
+    return value / base - 1 if base else math.nan
+
+
 def _goals(per: dict[str, Any], t4: dict[str, Any], config: Any) -> dict[str, Any]:
     """The paper's and the scheduler issue's goals, each with a sentence saying what was measured."""
     g: dict[str, Any] = {}
@@ -239,8 +251,8 @@ def _goals(per: dict[str, Any], t4: dict[str, Any], config: Any) -> dict[str, An
             if not name or name not in per:
                 continue
             e = per[name]
-            dv = e["batch_variance"]["mean"] / u["batch_variance"]["mean"] - 1
-            de = e["envs_covered"]["mean"] / u["envs_covered"]["mean"] - 1
+            dv = _relative(e["batch_variance"]["mean"], u["batch_variance"]["mean"])
+            de = _relative(e["envs_covered"]["mean"], u["envs_covered"]["mean"])
             prefix = "" if name == "envsched" else "paper_"
             g[f"{prefix}variance_gain"] = _goal(dv, 0.34, dv >= 0.34, f"{label}: within-task variance per batch "
                                                 f"{dv:+.1%} over uniform (paper: at least +34%).")
@@ -259,11 +271,9 @@ def _goals(per: dict[str, Any], t4: dict[str, Any], config: Any) -> dict[str, An
                                                missed=e["target_missed"])
             ds, us = e.get(f"heldout_score@{config.steps}", {}), u.get(f"heldout_score@{config.steps}", {})
             if ds.get("n") and us.get("n"):
-                rel = ds["mean"] / us["mean"] - 1
+                rel = _relative(ds["mean"], us["mean"])
                 g["final_score_vs_uniform"] = _goal(rel, 0.0, rel >= 0, f"EnvSched's held-out score at step "
                                                     f"{config.steps} is {rel:+.1%} relative to uniform's.")
-            from envsched.bench.runner import ENVSCHED_ABLATIONS
-
             # EnvSched's own ablations are variants of it, not alternatives a user would pick instead
             rivals = [s for s in per if s not in ENVSCHED_ABLATIONS]
             best = max(rivals, key=lambda s: per[s]["signal_per_episode"]["mean"])
@@ -412,7 +422,8 @@ def _plots(run_dir: Path, runs: list[dict[str, Any]], config: Any) -> list[str]:
          [("heldout_a", "held-out score (x100)", "(a) held-out tasks of training envs"),
           ("heldout_b", "held-out score (x100)", "(b) held-out environments")], band),
         ("heldout_vs_cost.png", "cum_cost", [("heldout", "held-out score (x100)", "held-out score against cost")],
-         band + " Cost: BFCL calls, checks of other tool tasks, 1 per reasoning-gym rollout."),
+         band + (" Cost: generated tokens (EOS included)." if getattr(config, "learner_kind", "model") == "neural"
+                 else " Cost: BFCL calls, checks of other tool tasks, 1 per reasoning-gym rollout.")),
         ("score_vs_rollouts.png", "rollouts", [("score", "training-pool score (x100)", "training pool")], band),
         ("batch_variance.png", "rollouts", [("batch_variance", "mean within-task reward variance",
                                              "within-task variance per batch")], plain),

@@ -42,12 +42,16 @@ from typing import Any
 
 import numpy as np
 
+from envsched.bench.cache import bench_cache_dir
 from envsched.bench.learner import LearnerConfig, LearnerModel, sharing_degree, task_structure
+from envsched.bench.learners import LEARNERS, Learner, make_learner, validate_learner_options
 from envsched.bench.split import PoolSplit, SplitConfig, split_pool
+from envsched.bench.variants import ENVSCHED_ABLATIONS, ENVSCHED_VARIANTS
 from envsched.pool.pool import TaskPool
 from envsched.samplers.base import BaseSampler
 
-__all__ = ["SAMPLER_NAMES", "BenchConfig", "available_samplers", "make_bench_sampler", "run_benchmark", "run_one"]
+__all__ = ["ENVSCHED_ABLATIONS", "LEARNERS", "SAMPLER_NAMES", "BenchConfig", "available_samplers",
+           "bench_cache_dir", "make_bench_sampler", "run_benchmark", "run_one"]
 
 DEFAULT_SAMPLERS = ("uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "dps", "sec", "envsched",
                     "envsched-paper",
@@ -90,25 +94,9 @@ def envsched_available() -> bool:
     return True
 
 
-_ENVSCHED_VARIANTS: dict[str, dict[str, Any]] = {
-    "envsched": {},
-    "envsched-paper": {},
-    "envsched-coverage-only": {"mode": "coverage_only"},
-    "envsched-exploitation-only": {"mode": "exploitation_only"},
-    "envsched-no-within": {"use_within_edges": False},
-    "envsched-no-cross": {"use_cross_edges": False},
-}
-
-#: EnvSched's ablations: the default configuration with one mechanism switched off.
-ENVSCHED_ABLATIONS = tuple(name for name, overrides in _ENVSCHED_VARIANTS.items() if overrides)
+_ENVSCHED_VARIANTS = ENVSCHED_VARIANTS
 
 _GRAPH_CACHE: dict[str, Any] = {}
-
-
-def bench_cache_dir() -> Path:
-    """``$ENVSCHED_CACHE_DIR/bench`` (default ``~/.cache/envsched/bench``): graphs and BFCL checker memos."""
-    root = os.environ.get("ENVSCHED_CACHE_DIR")
-    return (Path(root) if root else Path.home() / ".cache" / "envsched") / "bench"
 
 
 def envsched_graph(pool: TaskPool) -> Any:
@@ -231,6 +219,11 @@ class BenchConfig:
     """:class:`~envsched.bench.split.SplitConfig` fields (default: the documented held-out split)."""
     eval_rollouts: int = 0
     """Sampled rollouts per held-out task for a Monte-Carlo held-out score at the last step (tuning)."""
+    learner_kind: str = "model"
+    """``model`` (the simulated learner; ``learner`` holds LearnerConfig fields) or ``neural`` (GRPO on a small
+    transformer; ``learner`` holds NeuralConfig fields)."""
+    families: str | None = None
+    """``MODULE:ATTR`` of the task families the neural learner's pool was generated from."""
 
     def validate(self) -> None:
         for name in set(self.samplers) | set(self.coldstart_samplers):
@@ -245,13 +238,19 @@ class BenchConfig:
                 raise ValueError(f"{k} must be >= 1, got {getattr(self, k)}")
         if self.coldstart_runs < 0 or self.coldstart_steps < 1:
             raise ValueError("coldstart_runs must be >= 0 and coldstart_steps >= 1")
-        LearnerConfig.from_dict(self.learner)
+        validate_learner_options(self.learner_kind, self.learner)
+        if self.families is not None and self.learner_kind != "neural":
+            raise ValueError("families are read by the neural learner only (--learner neural)")
         SplitConfig.from_dict(self.split)
         if self.eval_rollouts < 0:
             raise ValueError(f"eval_rollouts must be >= 0, got {self.eval_rollouts}")
 
     def digest(self, pool_fingerprint: str) -> str:
-        blob = json.dumps({"config": asdict(self), "pool": pool_fingerprint}, sort_keys=True)
+        cfg = asdict(self)
+        for k, default in (("learner_kind", "model"), ("families", None)):
+            if cfg[k] == default:  # runs written before these fields existed keep their digest (resume)
+                del cfg[k]
+        blob = json.dumps({"config": cfg, "pool": pool_fingerprint}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -314,7 +313,8 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
             learner: Mapping[str, Any] | None = None, sampler_options: Mapping[str, Any] | None = None,
             learner_seed: int | None = None, on_step: Callable[[int], None] | None = None,
             structure: _Structure | None = None, split: Mapping[str, Any] | SplitConfig | None = None,
-            eval_rollouts: int = 0) -> list[dict[str, Any]]:
+            eval_rollouts: int = 0, learner_kind: str = "model",
+            families: str | None = None) -> list[dict[str, Any]]:
     """Run one sampler for ``steps`` budget steps against a fresh learner; returns the per-step records.
 
     The learner is built over the whole ``pool``; the sampler only over the training part of its held-out
@@ -322,10 +322,11 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
     out). The learner is seeded with ``learner_seed`` (default ``seed``), so samplers run with the same seed
     face the same initial learner and task difficulties. ``eval_rollouts > 0`` adds, at the last step, a
     Monte-Carlo held-out score (``heldout_sampled``) from that many sampled rollouts per held-out task.
+    ``learner_kind`` picks the learner (:mod:`envsched.bench.learners`; ``families``: the neural learner's).
     """
     psplit = bench_split(pool, split)
-    model = LearnerModel(pool, LearnerConfig.from_dict(dict(learner or {})),
-                         seed=seed if learner_seed is None else learner_seed)
+    model: Learner = make_learner(learner_kind, pool, learner, families=families,
+                                  seed=seed if learner_seed is None else learner_seed)
     sampler = make_bench_sampler(sampler_name, psplit.train, seed=seed, batch_size=batch_size,
                                  group_size=group_size, options=sampler_options)
     to_full = psplit.train_positions
@@ -336,16 +337,19 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
     max_rounds = int(getattr(sampler, "max_gen_rounds", 10))
     buf_pos: list[int] = []
     buf_rew: list[np.ndarray] = []
+    buf_grp: list[Any] = []
     rounds = updates = 0
     cum_signal = 0
     cum_episodes = 0
     cum_cost = 0.0
     records: list[dict[str, Any]] = []
+    # the policy before any update (scores read the learner's state only; no random stream moves)
+    initial = model.scores(to_full, held_a, held_b)
     for step in range(1, steps + 1):
         tasks = sampler.sample(batch_size)
         train_pos = np.array([sampler.position_of(t) for t in tasks], dtype=np.int64)
         pos = to_full[train_pos]
-        rewards, costs = model.rollout(pos, group_size)
+        rewards, costs, handles = model.rollout(pos, group_size)
         exploit = _exploitation_mask(sampler, len(tasks))
         mixed = np.zeros(len(tasks), dtype=bool)
         for b, task in enumerate(tasks):
@@ -362,13 +366,15 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
                 if (keep(rewards[b].tolist()) if keep is not None else mixed[b]):
                     buf_pos.append(int(pos[b]))
                     buf_rew.append(rewards[b])
+                    buf_grp.append(handles[b])
             if len(buf_pos) >= batch_size or rounds >= max_rounds:
                 if buf_pos:
-                    model.train(np.array(buf_pos[:batch_size]), np.nan_to_num(np.array(buf_rew[:batch_size])))
+                    model.train(np.array(buf_pos[:batch_size]), np.nan_to_num(np.array(buf_rew[:batch_size])),
+                                buf_grp[:batch_size])
                     updates += 1
-                buf_pos, buf_rew, rounds = [], [], 0
+                buf_pos, buf_rew, buf_grp, rounds = [], [], [], 0
         else:
-            model.train(pos, _fill_nan(rewards))
+            model.train(pos, _fill_nan(rewards), handles)
             updates += 1
         envs, tools = structure.coverage(train_pos)
         cum_signal += int(mixed.sum())
@@ -381,10 +387,12 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
             "envs_covered": envs, "tools_covered": tools, "signal_groups": int(mixed.sum()),
             "cum_signal_groups": cum_signal, "cum_episodes": cum_episodes, "cum_cost": cum_cost,
             "signal_per_episode": cum_signal / cum_episodes, "signal_per_cost": cum_signal / cum_cost,
-            **_scores(model, to_full, held_a, held_b, held),
+            **model.scores(to_full, held_a, held_b, last=step == steps),
             "exploit_picks": int(exploit.sum()) if exploit is not None else -1,
             "exploit_hits": int((exploit & mixed).sum()) if exploit is not None else -1,
         }
+        if step == 1:
+            rec["heldout_initial"], rec["score_initial"] = initial["heldout"], initial["score"]
         if eval_rollouts > 0 and step == steps and held.size:
             rec["heldout_sampled"] = model.sampled_score(held, eval_rollouts,
                                                          np.random.default_rng([int(seed), 77]))
@@ -392,17 +400,6 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
         if on_step is not None:
             on_step(step)
     return records
-
-
-def _scores(model: LearnerModel, train: np.ndarray, held_a: np.ndarray, held_b: np.ndarray,
-            held: np.ndarray) -> dict[str, float]:
-    """Training-pool score and held-out scores ((a) tasks, (b) environments, combined), from one pass."""
-    er = model.expected_reward() * 100.0
-
-    def mean(p: np.ndarray) -> float:
-        return float(er[p].mean()) if p.size else math.nan
-
-    return {"score": mean(train), "heldout": mean(held), "heldout_a": mean(held_a), "heldout_b": mean(held_b)}
 
 
 def _fill_nan(rewards: np.ndarray) -> np.ndarray:
@@ -420,14 +417,15 @@ def _fill_nan(rewards: np.ndarray) -> np.ndarray:
 def run_coldstart(pool: TaskPool, sampler_name: str, runs: int, steps: int, *, batch_size: int, group_size: int,
                   learner: Mapping[str, Any] | None = None, sampler_options: Mapping[str, Any] | None = None,
                   on_step: Callable[[int], None] | None = None, structure: _Structure | None = None,
-                  split: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+                  split: Mapping[str, Any] | None = None, learner_kind: str = "model",
+                  families: str | None = None) -> list[dict[str, Any]]:
     """``runs`` cold-start runs of ``steps`` steps (learner and sampler seeds ``10_000 + run``)."""
     out = []
     structure = structure or _Structure.of(bench_split(pool, split).train)
     for r in range(runs):
         recs = run_one(pool, sampler_name, 10_000 + r, steps=steps, batch_size=batch_size, group_size=group_size,
                        learner=learner, sampler_options=sampler_options, on_step=on_step, structure=structure,
-                       split=split)
+                       split=split, learner_kind=learner_kind, families=families)
         for rec in recs:
             rec["run"] = r
         out.extend(recs)
@@ -476,10 +474,12 @@ def _execute_job(pool: TaskPool, job: Mapping[str, Any], tick: Callable[[int], N
     if job["kind"] == "run":
         return run_one(pool, job["sampler"], job["seed"], steps=cfg["steps"], batch_size=cfg["batch_size"],
                        group_size=cfg["group_size"], learner=cfg["learner"], sampler_options=opts, on_step=tick,
-                       split=cfg.get("split"), eval_rollouts=cfg.get("eval_rollouts", 0))
+                       split=cfg.get("split"), eval_rollouts=cfg.get("eval_rollouts", 0),
+                       learner_kind=cfg.get("learner_kind", "model"), families=cfg.get("families"))
     return run_coldstart(pool, job["sampler"], cfg["coldstart_runs"], cfg["coldstart_steps"],
                          batch_size=cfg["batch_size"], group_size=cfg["group_size"], learner=cfg["learner"],
-                         sampler_options=opts, on_step=tick, split=cfg.get("split"))
+                         sampler_options=opts, on_step=tick, split=cfg.get("split"),
+                         learner_kind=cfg.get("learner_kind", "model"), families=cfg.get("families"))
 
 
 def _job_file(run_dir: Path, job: Mapping[str, Any]) -> Path:
@@ -542,8 +542,10 @@ def run_benchmark(config: BenchConfig, run_dir: str | os.PathLike[str], *, pool:
     psplit = bench_split(pool, config.split)
     split_file = run_path / "split.json"
     if not split_file.exists():
-        model = LearnerModel(pool, LearnerConfig.from_dict(config.learner), seed=config.seeds[0])
         info = psplit.describe()
+        info["learner"] = config.learner_kind
+    if not split_file.exists() and config.learner_kind == "model":
+        model = LearnerModel(pool, LearnerConfig.from_dict(config.learner), seed=config.seeds[0])
         info["sharing_degree"] = {
             "heldout_envs": sharing_degree(model, psplit.train_positions, psplit.heldout_env_positions),
             "heldout_tasks": sharing_degree(model, psplit.train_positions, psplit.heldout_task_positions),
@@ -551,6 +553,7 @@ def run_benchmark(config: BenchConfig, run_dir: str | os.PathLike[str], *, pool:
                                           [i for i in psplit.heldout_env_positions if model.envs[i] == e])
                         for e in psplit.heldout_envs},
         }
+    if not split_file.exists():
         _write_atomic(split_file, json.dumps(info, indent=2))
     if any(j["sampler"].startswith("envsched") for j in todo):
         envsched_graph(psplit.train)  # once, before the workers fork

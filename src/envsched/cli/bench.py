@@ -26,6 +26,22 @@ from envsched.cli.common import (
 QUICK = {"seeds": 3, "steps": 30, "coldstart_runs": 10, "coldstart_steps": 7,
          "samplers": ["uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "dps", "sec", "envsched",
                       "envsched-paper"]}
+#: ``--learner neural`` settings (docs/benchmark.md, "The neural learner": sized for 2 CPU cores).
+NEURAL = {"seeds": 5, "steps": 200, "batch_size": 32, "coldstart_runs": 0}
+NEURAL_QUICK = {"seeds": 2, "steps": 40, "samplers": ["uniform", "mopps", "plr", "envsched"]}
+
+
+def _split_learner(items: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """``--learner`` values: a bare name picks the learner (``model``, ``neural``); KEY=VALUE items are its options."""
+    from envsched.bench.learners import LEARNERS
+
+    kinds = [x for x in items if "=" not in x]
+    if len(set(kinds)) > 1:
+        raise click.BadParameter(f"one learner at a time, got {sorted(set(kinds))}", param_hint="--learner")
+    if kinds and kinds[0] not in LEARNERS:
+        raise click.BadParameter(f"unknown learner {kinds[0]!r}; choose from {', '.join(LEARNERS)} (options are "
+                                 f"KEY=VALUE)", param_hint="--learner")
+    return (kinds[0] if kinds else "model"), tuple(x for x in items if "=" in x)
 
 
 def _parse_kv(items: tuple[str, ...], what: str) -> dict[str, Any]:
@@ -46,14 +62,19 @@ def _parse_kv(items: tuple[str, ...], what: str) -> dict[str, Any]:
               help="Comma-separated samplers (default: all 14; see --list-samplers).")
 @click.option("--seeds", default=None, type=int_range(1, MAX_BENCH_SEEDS), help="Number of seeds (0..N-1). Default 5.")
 @click.option("--steps", default=None, type=int_range(1, MAX_BENCH_STEPS), help="Budget steps per run. Default 200.")
-@click.option("--batch-size", default=64, show_default=True, type=int_range(1, MAX_BATCH_SIZE),
-              help="Groups (environment-task pairs) per step.")
+@click.option("--batch-size", default=None, type=int_range(1, MAX_BATCH_SIZE),
+              help="Groups (environment-task pairs) per step. Default 64 (32 with --learner neural).")
 @click.option("--group-size", default=8, show_default=True, type=int_range(2, MAX_GROUP_SIZE),
               help="Rollouts per group.")
 @click.option("--pool", "pool_arg", default="default", show_default=True,
               help="'default' (the 2,550-task benchmark pool), 'reasoning-gym' (generated fallback) or a pool file.")
-@click.option("--learner", "learner_opts", multiple=True, metavar="KEY=VALUE",
-              help="Learner model option, e.g. --learner sharing=0 --learner reward=binary (repeatable).")
+@click.option("--learner", "learner_opts", multiple=True, metavar="NAME|KEY=VALUE",
+              help="The learner: 'model' (default: the simulated learner) or 'neural' (GRPO on a small "
+                   "transformer, CPU); KEY=VALUE items are its options, e.g. --learner sharing=0 or "
+                   "--learner neural --learner d_model=96 (repeatable).")
+@click.option("--families", default=None, metavar="MODULE:ATTR",
+              help="--learner neural: the list of task families to generate the pool from "
+                   "(default envsched.bench.families:DEFAULT_FAMILIES).")
 @click.option("--sampler-option", "sampler_opts", multiple=True, metavar="SAMPLER.KEY=VALUE",
               help="Option of one sampler, e.g. --sampler-option mopps.forgetting=1.0 (repeatable).")
 @click.option("--coldstart-runs", default=None, type=int_range(0, MAX_COLDSTART_RUNS),
@@ -88,8 +109,9 @@ def _parse_kv(items: tuple[str, ...], what: str) -> dict[str, Any]:
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--list-samplers", is_flag=True, help="List the benchmark samplers and exit.")
-def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size: int, group_size: int,
-          pool_arg: str, learner_opts: tuple[str, ...], sampler_opts: tuple[str, ...], coldstart_runs: int | None,
+def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size: int | None, group_size: int,
+          pool_arg: str, learner_opts: tuple[str, ...], families: str | None, sampler_opts: tuple[str, ...],
+          coldstart_runs: int | None,
           coldstart_steps: int | None, coldstart_samplers: str, out_dir: Path | None, workers: int | None,
           use_ray: bool, ray_address: str | None, quick: bool, matrix: str | None, tune: bool, trials: int,
           tuned_file: Path | None, untuned: bool, split_opts: tuple[str, ...], data_dirs: tuple[str, ...],
@@ -105,6 +127,7 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
     \b
     Examples:
       envsched bench --quick
+      envsched bench --learner neural --quick
       envsched bench --out bench-runs/full
       envsched bench --matrix quick --out bench-runs/matrix
       envsched bench --tune --trials 8
@@ -115,6 +138,16 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
     from envsched.bench.tuning import load_tuned
 
     console = Console(stderr=as_json)
+    learner_kind, learner_opts = _split_learner(learner_opts)
+    neural = learner_kind == "neural"
+    if families is not None and not neural:
+        raise click.UsageError("--families sets the neural learner's tasks: add --learner neural")
+    if neural and (tune or matrix):
+        raise click.UsageError("--tune and --matrix run the simulated learner; drop --learner neural")
+    if neural and pool_arg != "default":
+        raise click.UsageError("--learner neural generates its pool from task families: use --families, not --pool")
+    if batch_size is None:
+        batch_size = NEURAL["batch_size"] if neural else 64
     if list_samplers:
         for name, desc in available_samplers().items():
             console.print(f"[bold]{name}[/bold]: {desc}")
@@ -124,8 +157,9 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
     if not (has_module("pyarrow") and has_module("matplotlib")) and not tune:
         Console(stderr=True).print(f"{BENCH_EXTRA_HINT}; the summary is written without them.", style="yellow",
                                    markup=False, soft_wrap=True)  # one line; "[bench]" is not markup
+    quick_set: dict[str, Any] = NEURAL_QUICK if neural else QUICK
     names = [s.strip() for s in samplers.split(",") if s.strip()] if samplers else \
-        (list(QUICK["samplers"]) if quick else list(DEFAULT_SAMPLERS))
+        (list(quick_set["samplers"]) if quick else list(DEFAULT_SAMPLERS))
     avail = available_samplers()
     missing = [s for s in names if s not in avail]
     if missing and not samplers:
@@ -148,7 +182,9 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
                     as_json)
         return
     try:
-        tuned = {} if untuned else load_tuned(tuned_file)
+        # the packaged tuned values were tuned on the simulated learner: the neural learner runs every sampler
+        # at its defaults unless a tuned file is named
+        tuned = {} if untuned or (neural and tuned_file is None) else load_tuned(tuned_file)
     except (FileNotFoundError, ValueError) as exc:
         raise click.BadParameter(str(exc), param_hint="--tuned-file") from None
     from envsched.bench.tuning import with_ablations
@@ -160,13 +196,22 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
                     no_plots, as_json)
         return
     cold_names = [s.strip() for s in coldstart_samplers.split(",") if s.strip() and s.strip() in avail]
+    if neural:
+        from envsched.bench.families import DEFAULT_FAMILIES_REF
+
+        families = families or DEFAULT_FAMILIES_REF
+        default_runs = NEURAL["coldstart_runs"]
+    else:
+        default_runs = QUICK["coldstart_runs"] if quick else 100
+    base = NEURAL if neural else {"seeds": 5, "steps": 200}
     cfg = BenchConfig(
         samplers=names,
-        seeds=list(range(seeds if seeds is not None else (QUICK["seeds"] if quick else 5))),
-        steps=steps if steps is not None else (QUICK["steps"] if quick else 200),
+        seeds=list(range(seeds if seeds is not None else (quick_set["seeds"] if quick else base["seeds"]))),
+        steps=steps if steps is not None else (quick_set["steps"] if quick else base["steps"]),
         batch_size=batch_size, group_size=group_size,
         learner=_parse_kv(learner_opts, "--learner"), sampler_options=per_sampler,
-        coldstart_runs=coldstart_runs if coldstart_runs is not None else (QUICK["coldstart_runs"] if quick else 100),
+        learner_kind=learner_kind, families=families,
+        coldstart_runs=coldstart_runs if coldstart_runs is not None else default_runs,
         coldstart_steps=coldstart_steps if coldstart_steps is not None else (QUICK["coldstart_steps"] if quick else 10),
         coldstart_samplers=cold_names, pool=pool_arg, split=_parse_kv(split_opts, "--split"),
     )
@@ -178,7 +223,12 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
         raise click.BadParameter(str(exc)) from None
     with console.status("loading the pool..."):
         try:
-            pool, source = load_bench_pool(pool_arg)
+            if neural:
+                from envsched.bench.families import build_family_pool
+
+                pool, source = build_family_pool(families or "").pool, f"families {families}"
+            else:
+                pool, source = load_bench_pool(pool_arg)
         except (FileNotFoundError, ValueError) as exc:
             raise click.ClickException(str(exc)) from None
     if out_dir is None:
