@@ -46,7 +46,7 @@ from envsched.bench.cache import bench_cache_dir
 from envsched.bench.learner import LearnerConfig, LearnerModel, sharing_degree, task_structure
 from envsched.bench.learners import LEARNERS, Learner, make_learner, validate_learner_options
 from envsched.bench.split import PoolSplit, SplitConfig, split_pool
-from envsched.bench.variants import ENVSCHED_ABLATIONS, ENVSCHED_VARIANTS
+from envsched.bench.variants import ENVSCHED_ABLATIONS, ENVSCHED_CONTROLS, ENVSCHED_VARIANTS
 from envsched.pool.pool import TaskPool
 from envsched.samplers.base import BaseSampler
 
@@ -73,6 +73,8 @@ _DESCRIPTIONS = {
     "envsched-exploitation-only": "EnvSched ablation: exploitation only",
     "envsched-no-within": "EnvSched ablation: without within-environment edges",
     "envsched-no-cross": "EnvSched ablation: without cross-environment edges",
+    "envsched-shuffled-graph": "EnvSched negative control: random neighbours with the graph's degrees and weights",
+    "envsched-noise-features": "EnvSched negative control: graph rebuilt from noise features of the same shape",
 }
 SAMPLER_NAMES = tuple(_DESCRIPTIONS)
 
@@ -183,6 +185,11 @@ def make_bench_sampler(name: str, pool: TaskPool, *, seed: int, batch_size: int 
             raise ValueError(f"unknown option(s) {unknown} for sampler {name!r}")
         cfg = dataclasses.replace(base, **{k: v for k, v in fields_.items() if k in known})
         graph = envsched_graph(pool)
+        control = ENVSCHED_CONTROLS.get(name)
+        if control is not None:
+            from envsched.method.graph.controls import noise_feature_graph, shuffled_graph
+
+            graph = shuffled_graph(graph, seed) if control == "shuffled" else noise_feature_graph(graph, pool, seed)
         kwargs: dict[str, Any] = {"config": cfg, "seed": seed}
         if graph is not None:
             kwargs["graph"] = graph
@@ -192,7 +199,7 @@ def make_bench_sampler(name: str, pool: TaskPool, *, seed: int, batch_size: int 
             kwargs.pop("graph", None)
             sampler = EnvSchedSampler(pool, **kwargs)
         g = getattr(sampler, "graph", None)
-        if g is not None:
+        if g is not None and control is None:
             _GRAPH_CACHE[pool.fingerprint()] = g
         return sampler
     raise ValueError(f"unknown sampler {name!r}; choose from: {', '.join(SAMPLER_NAMES)}")
@@ -314,7 +321,7 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
             learner_seed: int | None = None, on_step: Callable[[int], None] | None = None,
             structure: _Structure | None = None, split: Mapping[str, Any] | SplitConfig | None = None,
             eval_rollouts: int = 0, learner_kind: str = "model",
-            families: str | None = None) -> list[dict[str, Any]]:
+            families: str | None = None, family_seed: int = 0) -> list[dict[str, Any]]:
     """Run one sampler for ``steps`` budget steps against a fresh learner; returns the per-step records.
 
     The learner is built over the whole ``pool``; the sampler only over the training part of its held-out
@@ -322,10 +329,11 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
     out). The learner is seeded with ``learner_seed`` (default ``seed``), so samplers run with the same seed
     face the same initial learner and task difficulties. ``eval_rollouts > 0`` adds, at the last step, a
     Monte-Carlo held-out score (``heldout_sampled``) from that many sampled rollouts per held-out task.
-    ``learner_kind`` picks the learner (:mod:`envsched.bench.learners`; ``families``: the neural learner's).
+    ``learner_kind`` picks the learner (:mod:`envsched.bench.learners`; ``families``: the neural learner's, and
+    ``family_seed`` the seed its pool was generated with).
     """
     psplit = bench_split(pool, split)
-    model: Learner = make_learner(learner_kind, pool, learner, families=families,
+    model: Learner = make_learner(learner_kind, pool, learner, families=families, family_seed=family_seed,
                                   seed=seed if learner_seed is None else learner_seed)
     sampler = make_bench_sampler(sampler_name, psplit.train, seed=seed, batch_size=batch_size,
                                  group_size=group_size, options=sampler_options)

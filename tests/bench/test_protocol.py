@@ -1,0 +1,109 @@
+"""``envsched.bench.protocol`` on a tiny neural setting: phases, resume, per-seed pools and splits, the report."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from envsched.bench import protocol as proto
+from envsched.bench.protocol import ProtocolConfig, run_pilot, run_protocol
+
+TINY = {"warmup_steps": 2, "warmup_batch": 4, "d_model": 16, "n_heads": 2, "n_layers": 1, "eval_every": 2,
+        "train_eval_tasks": 20}
+
+
+class _Lookup:
+    def __init__(self, name: str, corpus: str) -> None:
+        self.name, self.corpus = name, corpus
+        self.tools = [{"name": "read", "description": f"Return the {corpus} record."}]
+
+    def generate(self, rng, tier):
+        xs = rng.integers(0, 5, size=2 + tier)
+        k = int(rng.integers(len(xs)))
+        return {"instruction": f"Answer from the {self.corpus} record.", "tools": self.tools, "difficulty": tier,
+                "verifier": {"checks": ["reply equals the looked-up value"]},
+                "prompt": f"p{k}:" + "".join(map(str, xs)), "answer": str(int(xs[k]))}
+
+
+REF = "protocol_test_families:FAMILIES"
+
+
+@pytest.fixture(autouse=True)
+def _families(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENVSCHED_CACHE_DIR", str(tmp_path / "cache"))
+    mod = types.ModuleType("protocol_test_families")
+    mod.FAMILIES = [_Lookup(f"{c}/f{i}", c) for c in ("a", "b") for i in range(3)]
+    monkeypatch.setitem(sys.modules, "protocol_test_families", mod)
+
+
+def _config(**kw) -> ProtocolConfig:
+    base = dict(primary=("uniform", "plr"), controls=("envsched-shuffled-graph",), descriptive=(),
+                eval_seeds=(5000, 5001, 5002), tuning_seeds=(1000,), trials=2, steps=2, batch_size=6,
+                group_size=2, families=REF, learner_options=TINY, eval_rollouts=1)
+    return ProtocolConfig(**{**base, **kw})
+
+
+def test_protocol_runs_every_phase_and_resumes(tmp_path: Path) -> None:
+    cfg = _config()
+    report = run_protocol(cfg, tmp_path / "p")
+    runs = sorted(p.relative_to(tmp_path / "p" / "runs").as_posix() for p in (tmp_path / "p" / "runs").rglob("*.json"))
+    # untuned: 4 samplers x 3 seeds; tuning: plr and envsched have knobs (2 trials x 1 seed); tuned: 2 x 3
+    assert sum(r.startswith("untuned/") for r in runs) == 12
+    assert sum(r.startswith("tuning/") for r in runs) == 4
+    assert sum(r.startswith("tuned/") for r in runs) == 6 and "tuned/plr__5001.json" in runs
+    prim = report["untuned"]["primary"]
+    assert set(prim) == {"uniform", "plr"} and all(c["n"] == 3 for c in prim.values())
+    assert set(report["untuned"]["controls"]) == {"envsched-shuffled-graph"}
+    assert report["tuned_params"]["plr"]["trial"] in (0, 1)
+    md = (tmp_path / "p" / "protocol-report.md").read_text()
+    assert "envsched vs uniform" in md and "Tuned minus untuned" in md
+    # each evaluation seed ran on its own pool instance
+    a = json.loads((tmp_path / "p" / "runs" / "untuned" / "uniform__5000.json").read_text())
+    b = json.loads((tmp_path / "p" / "runs" / "untuned" / "uniform__5001.json").read_text())
+    assert a["seed"] == 5000 and b["seed"] == 5001
+    # resume: nothing reruns, same report
+    calls = []
+    original = proto._run_job
+    proto._run_job = lambda job: calls.append(job) or original(job)
+    try:
+        again = run_protocol(cfg, tmp_path / "p")
+    finally:
+        proto._run_job = original
+    assert calls == [] and again["untuned"]["primary"] == prim
+    # another configuration in the same folder is refused
+    with pytest.raises(FileExistsError, match="another configuration"):
+        run_protocol(_config(margin=1.0), tmp_path / "p")
+
+
+def test_protocol_config_keeps_seed_ranges_apart() -> None:
+    with pytest.raises(ValueError, match="development seeds"):
+        _config(eval_seeds=(3, 4))
+    with pytest.raises(ValueError, match="distinct"):
+        _config(eval_seeds=(5000, 1000), tuning_seeds=(1000,))
+    with pytest.raises(ValueError, match="unknown sampler"):
+        _config(primary=("nope",))
+    with pytest.raises(ValueError, match="margin"):
+        _config(margin=0.0)
+
+
+def test_the_committed_protocol_is_what_the_code_runs() -> None:
+    cfg = ProtocolConfig()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "evaluation-protocol.md").read_text()
+    assert cfg.eval_seeds == tuple(range(5000, 5020)) and "5000-5019" in doc
+    assert cfg.primary == ("uniform", "plr", "mopps", "dps", "sec")
+    assert cfg.margin == 2.0 and "2.0 points" in doc
+    assert cfg.trials == 8 and "8 random-search trials" in doc
+    assert cfg.tuning_seeds == (1000, 1001) and "1000-1001" in doc
+
+
+def test_pilot_refuses_evaluation_seeds_and_reports_the_mde(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="development seeds"):
+        run_pilot(tmp_path, seeds=(5000, 5001), config=_config())
+    doc = run_pilot(tmp_path, samplers=("uniform", "plr"), seeds=(0, 1, 2), config=_config())
+    pair = doc["pairs"]["uniform - plr"]
+    assert pair["n"] == 3 and doc["eval_seeds"] == 3
+    assert pair["mde_at_eval_seeds"] >= 0 or pair["sd"] != pair["sd"]
