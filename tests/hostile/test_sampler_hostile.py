@@ -99,6 +99,7 @@ def _with(state: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str,
 
 
 _DELETE = object()
+_OUT_COUNT = r"outstanding\[.t01.\] must be an? (integer count|whole number)"
 BAD_STATES: dict[str, tuple[tuple[str, ...], Any, str]] = {
     "groups infinite": (("counters", "groups"), math.inf, "counters.groups must be a whole number"),
     "groups -infinite": (("counters", "groups"), -math.inf, "counters.groups must be a whole number"),
@@ -114,9 +115,9 @@ BAD_STATES: dict[str, tuple[tuple[str, ...], Any, str]] = {
     "groups a string": (("counters", "groups"), "4", "counters.groups must be a whole number"),
     "counter missing": (("counters", "signal_groups"), _DELETE, "counters.signal_groups is missing"),
     "counters a list": (("counters",), [1, 2], "counters must be an object"),
-    "outstanding a string count": (("outstanding",), {"t01": "3"}, "outstanding\\[.t01.\\] must be an? (integer count|whole number)"),
-    "outstanding a float count": (("outstanding",), {"t01": 2.0}, "outstanding\\[.t01.\\] must be an? (integer count|whole number)"),
-    "outstanding negative": (("outstanding",), {"t01": -1}, "outstanding\\[.t01.\\] must be an? (integer count|whole number)"),
+    "outstanding a string count": (("outstanding",), {"t01": "3"}, _OUT_COUNT),
+    "outstanding a float count": (("outstanding",), {"t01": 2.0}, _OUT_COUNT),
+    "outstanding negative": (("outstanding",), {"t01": -1}, _OUT_COUNT),
     "outstanding unknown task": (("outstanding",), {"zzz": 1}, "outstanding names task 'zzz'"),
     "outstanding a list": (("outstanding",), ["t01"], "outstanding must be an object"),
     "last batch unknown": (("last_batch",), ["zzz"], "last_batch"),

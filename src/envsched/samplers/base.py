@@ -31,8 +31,8 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from envsched.pool.pool import TaskPool
-from envsched.samplers import _validate as _check
 from envsched.pool.spec import task_key
+from envsched.samplers import _validate as _check
 
 __all__ = ["MAX_BATCH", "STATE_FORMAT", "BaseSampler", "GroupResult", "TaskSampler"]
 
