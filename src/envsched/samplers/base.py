@@ -342,12 +342,14 @@ class BaseSampler(ABC):
             extra = _check.mapping(state.get("extra", {}), "extra")
         except _check.StateError as exc:
             raise exc.within(owner=owner) from None
-        saved_extra = self._extra_state()
+        saved_attributes = dict(self.__dict__)
         try:
             self._load_extra_state(dict(extra))  # validates before it changes anything
         except Exception as exc:
-            # all or nothing, even for a subclass hook that assigned part of its state before refusing
-            self._load_extra_state(saved_extra)
+            # all or nothing, even for a subclass hook that assigned some attributes before refusing (a hook
+            # builds new objects and assigns them; it never edits the sampler's arrays in place)
+            self.__dict__.clear()
+            self.__dict__.update(saved_attributes)
             if isinstance(exc, _check.StateError):
                 raise exc.within("extra.", owner) from None
             if isinstance(exc, ValueError):
@@ -446,7 +448,9 @@ class BaseSampler(ABC):
         return {}
 
     def _load_extra_state(self, extra: dict[str, Any]) -> None:  # noqa: B027 - optional hook
-        """Restore :meth:`_extra_state`'s output; validate fully before changing anything."""
+        """Restore :meth:`_extra_state`'s output; validate fully before changing anything (check with
+        :mod:`envsched.samplers._validate`, raising its ``StateError`` with the field's name relative to
+        ``extra``), then assign new objects: never edit the sampler's arrays in place."""
 
     # ------------------------------------------------------------------ internals
     def _release(self, pos: int) -> None:
