@@ -589,7 +589,9 @@ class _FailingRng:
 
 
 def _rng_holders(s: Any) -> list[Any]:
-    return list(s.samplers.values()) if isinstance(s, SharesSampler) else [s]
+    """The samplers whose generator is made to fail: for shares, its first source (a later envsched source
+    failing on an internal error leaves the sources before it drawn; see SharesSampler.sample)."""
+    return [s.samplers["env0"]] if isinstance(s, SharesSampler) else [s]
 
 
 @pytest.mark.parametrize("name", sorted(set(SWEEP_NAMES) - {"sequential"}))  # sequential draws nothing at random
@@ -641,16 +643,57 @@ def test_envsched_sample_is_atomic_when_the_batch_builder_fails(name: str, monke
     assert _draws(s, n=4, rounds=1) == expected
 
 
-def test_shares_sample_is_atomic_when_a_later_source_fails() -> None:
-    twin = _build("shares")
-    expected = _draws(twin, n=4, rounds=1)
-    s = _build("shares")
+class _Plain:
+    """A TaskSampler that is not an envsched sampler (the wrapper cannot rely on its sample being atomic)."""
+
+    def __init__(self, tasks: list[Any], seed: int) -> None:
+        self.inner = UniformSampler(tasks, seed=seed)
+        self.tasks = self.inner.tasks
+
+    def sample(self, n: int) -> list[Any]:
+        return self.inner.sample(n)
+
+    def update(self, task: Any, rewards: Any, costs: Any = None) -> None:
+        self.inner.update(task, rewards, costs)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state)
+
+
+def test_shares_sample_is_atomic_when_a_later_plain_source_fails() -> None:
+    def build() -> SharesSampler:
+        s = SharesSampler.from_pool(_pool(), {"env0": 1.0, "env1": 1.0, "env2": 1.0},
+                                    lambda tasks, src: _Plain(tasks, seed=int(src[-1])))
+        for _ in range(4):  # each source's epoch of 4 tasks ends: its next draw shuffles a new one
+            for t in s.sample(3):
+                s.update(t, [1.0, 0.0])
+        return s
+
+    expected = _draws(build(), n=3, rounds=1)
+    s = build()
     before = frozen(s.state_dict())
-    last = s.samplers["env2"]
+    last = s.samplers["env2"].inner
     real = last._rng
     last._rng = _FailingRng(real, 1)  # the first two sources have drawn when the third fails
     with pytest.raises(_Boom):
-        s.sample(4)
+        s.sample(3)
     last._rng = real
     assert frozen(s.state_dict()) == before
-    assert _draws(s, n=4, rounds=1) == expected
+    assert _draws(s, n=3, rounds=1) == expected
+
+
+def test_shares_checks_every_quota_before_any_source_draws() -> None:
+    """An EnvSched source whose coverage share leaves a quota of 1 no exploitation slot refuses it; the
+    uniform source before it has not drawn."""
+    pool = _pool()
+    by_env = {e: [t for t in pool if t["env"] == e] for e in ("env0", "env1")}
+    samplers = {"env0": UniformSampler(by_env["env0"], seed=1),
+                "env1": make_sampler("envsched", TaskPool(by_env["env1"]), seed=1, coverage_share=0.9)}
+    s = SharesSampler(samplers, {"env0": 3.0, "env1": 1.0})
+    before = frozen(s.state_dict())
+    with pytest.raises(ValueError, match=r"source 'env1' cannot draw its quota of 1 tasks .* no exploitation slot"):
+        s.sample(4)
+    assert frozen(s.state_dict()) == before

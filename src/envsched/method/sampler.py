@@ -170,6 +170,13 @@ class EnvSchedSampler(BaseSampler):
                 "reward_range": self.reward_range, "require_dispatch": self.require_dispatch}
 
     # ------------------------------------------------------------------ BaseSampler hooks
+    def check_sample_size(self, n: Any) -> int:
+        """As :meth:`BaseSampler.check_sample_size`, and refuses an ``n`` whose coverage share leaves no
+        exploitation slot (:meth:`SchedulerConfig.coverage_slots_for`)."""
+        n = super().check_sample_size(n)
+        self.config.coverage_slots_for(n)
+        return n
+
     def _select(self, n: int) -> list[int]:
         cap = self.config.coverage_slots_for(n)  # refuses an n that leaves no exploitation slot (no state changed)
         tiebreak = self._rng.random(len(self.tasks))

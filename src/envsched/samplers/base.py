@@ -231,17 +231,7 @@ class BaseSampler(ABC):
     def sample(self, n: int) -> list[Any]:
         """Return the next ``n`` task specs (one per GRPO group). Raises ``ValueError`` if ``n`` is not a
         positive integer or exceeds what the sampler can draw, with no state changed."""
-        if not isinstance(n, int | np.integer) or isinstance(n, bool):
-            raise ValueError(f"n must be a positive integer, got {n!r}")
-        n = int(n)
-        if n <= 0:
-            raise ValueError(f"n must be a positive integer, got {n}")
-        limit = self.max_sample_size()
-        if limit is None:
-            limit = MAX_BATCH
-        if n > limit:
-            why = "distinct tasks available" if self.distinct_per_batch else "the batch limit MAX_BATCH"
-            raise ValueError(f"n={n} exceeds what {type(self).__name__} can draw in one batch ({limit}: {why})")
+        n = self.check_sample_size(n)
         # atomic: if selection fails, the generator and the subclass's state are put back as they were
         rng_state = self._rng.bit_generator.state
         checkpoint = self._select_checkpoint()
@@ -257,6 +247,22 @@ class BaseSampler(ABC):
         self._counters["dispatched_groups"] += len(positions)
         self._last_batch = positions
         return emitted
+
+    def check_sample_size(self, n: Any) -> int:
+        """``n`` as an int if :meth:`sample` would accept it, else the ``ValueError`` it would raise; draws
+        nothing (a wrapper checks every part of a batch before drawing any)."""
+        if not isinstance(n, int | np.integer) or isinstance(n, bool):
+            raise ValueError(f"n must be a positive integer, got {n!r}")
+        n = int(n)
+        if n <= 0:
+            raise ValueError(f"n must be a positive integer, got {n}")
+        limit = self.max_sample_size()
+        if limit is None:
+            limit = MAX_BATCH
+        if n > limit:
+            why = "distinct tasks available" if self.distinct_per_batch else "the batch limit MAX_BATCH"
+            raise ValueError(f"n={n} exceeds what {type(self).__name__} can draw in one batch ({limit}: {why})")
+        return n
 
     def update(self, task: Any, rewards: Sequence[float | None], costs: Sequence[float] | None = None) -> None:
         """Report one group: every rollout's reward (``None`` = unscored) and optionally its cost.

@@ -200,20 +200,32 @@ class SharesSampler:
     def sample(self, n: int) -> list[Any]:
         """``n`` tasks: each source's quota, drawn from its sampler, concatenated in source order.
 
-        Raises ``ValueError`` (no state changed) if ``n`` is invalid or a quota exceeds what a source's
-        sampler can draw in one batch (its ``max_sample_size()``)."""
+        Raises ``ValueError`` (no state changed) if ``n`` is invalid or a quota is one a source's sampler
+        refuses (more than its ``max_sample_size()``, or what its ``check_sample_size`` refuses): every quota
+        is checked before any source draws. Each envsched sampler's ``sample`` is atomic; a source sampler of
+        another kind is put back from a state taken before the batch if a later source fails. (An envsched
+        source that fails after its quota was checked -- an internal error, not a refusal -- leaves the
+        sources drawn before it with their draws: a state taken before every batch would cost as much as
+        a checkpoint.)"""
         n = self._check_n(n)
         quotas, carry = allocate_quotas(n, self.shares, self._carry)
-        for s, q in quotas.items():
-            limit_fn = getattr(self.samplers[s], "max_sample_size", None)
+        drawing = [s for s in self.sources if quotas[s]]
+        for s in drawing:
+            q, smp = quotas[s], self.samplers[s]
+            limit_fn = getattr(smp, "max_sample_size", None)
             limit = limit_fn() if callable(limit_fn) else None
-            if q and limit is not None and q > limit:
+            if limit is not None and q > limit:
                 raise ValueError(f"source {s!r} owes {q} tasks in this batch of {n} but its sampler draws at most "
                                  f"{limit} per batch; use a smaller n or a sampler that repeats tasks")
-        # atomic: each source sampler's sample() is; if a later source fails, the sources already drawn from
-        # are put back from a state taken before (only when more than one source draws)
-        drawing = [s for s in self.sources if quotas[s]]
-        backups = {s: self._backup(s) for s in drawing[:-1]}
+            check = getattr(smp, "check_sample_size", None)
+            if callable(check):
+                try:
+                    check(q)
+                except ValueError as exc:
+                    raise ValueError(f"source {s!r} cannot draw its quota of {q} tasks in this batch of {n}: "
+                                     f"{exc}") from None
+        backups = {s: copy.deepcopy(self.samplers[s].state_dict()) for s in drawing[:-1]
+                   if not isinstance(self.samplers[s], BaseSampler)}
         out: list[Any] = []
         done: list[str] = []
         try:
@@ -233,12 +245,6 @@ class SharesSampler:
             self._drawn[s] += quotas[s]
         self._carry, self._last_quotas = carry, quotas
         return out
-
-    def _backup(self, source: str) -> dict[str, Any]:
-        smp = self.samplers[source]
-        state = smp.state_dict()
-        # an envsched sampler's state_dict() is built fresh; any other sampler's may share its live objects
-        return state if isinstance(smp, BaseSampler) else copy.deepcopy(state)
 
     def update(self, task: Any, rewards: Sequence[float | None], costs: Sequence[float] | None = None) -> None:
         """Route one group's feedback to the sampler of the task's source."""
