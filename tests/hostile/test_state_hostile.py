@@ -697,3 +697,28 @@ def test_shares_checks_every_quota_before_any_source_draws() -> None:
     with pytest.raises(ValueError, match=r"source 'env1' cannot draw its quota of 1 tasks .* no exploitation slot"):
         s.sample(4)
     assert frozen(s.state_dict()) == before
+
+
+# ---------------------------------------------------------------------- the trainer integrations' reward scale
+REWARD_SCALE_CASES = {
+    "nonfinite NaN": ("nonfinite", NAN, r"nonfinite must be a whole number"),
+    "clipped 1e300": ("clipped", 1e300, r"clipped must be a whole number"),
+    "rescaled negative": ("rescaled", -1, r"rescaled must be a whole number"),
+    "rescaled None": ("rescaled", None, r"rescaled must be a whole number"),
+    "fixed 1": ("fixed", 1, r"fixed must be one of \[True, False\]"),
+    "source NaN": ("source", [NAN, 1.0], r"saved reward range must be two finite numbers"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REWARD_SCALE_CASES))
+def test_reward_scale_state_is_refused(case: str) -> None:
+    from envsched.integrations._rewards import RewardScale
+
+    key, value, match = REWARD_SCALE_CASES[case]
+    scale = RewardScale((0.0, 1.0))
+    scale.map([0.5, 2.0, NAN])  # counts something
+    before = frozen(scale.state_dict())
+    bad = {**json.loads(json.dumps(scale.state_dict())), key: value}
+    with pytest.raises(ValueError, match=match):
+        scale.load_state_dict(bad)
+    assert frozen(scale.state_dict()) == before
