@@ -159,11 +159,11 @@ def test_malformed_state_is_refused_without_change() -> None:
     before = _snapshot(sampler)
     good = sampler.state_dict()
     bad_states = [
-        ({**good, "counters": {**good["counters"], "groups": -1}}, "counter .groups. must be a whole number in \\[0, "),
+        ({**good, "counters": {**good["counters"], "groups": -1}}, "counters.groups must be a whole number in \\[0, "),
         ({**good, "tasks_sha256": "0" * 64}, "another task list"),
         ({**good, "sampler": "UniformSampler"}, "cannot load into CurriculumSampler"),
-        ({**good, "extra": {**good["extra"], "successes": [1.0]}}, "statistics do not match"),
-        ({**good, "outstanding": {"nope": 1}}, "malformed sampler state"),
+        ({**good, "extra": {**good["extra"], "successes": [1.0]}}, "successes must have 3 entries"),
+        ({**good, "outstanding": {"nope": 1}}, "malformed CurriculumSampler state: outstanding names task 'nope'"),
         ("not a dict", "must be a dict"),
     ]
     for state, message in bad_states:

@@ -29,6 +29,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from envsched.samplers import _validate as _check
+
 __all__ = ["REWARD_SCALE_FORMAT", "RewardScale"]
 
 REWARD_SCALE_FORMAT = "envsched.reward_scale/1"
@@ -121,9 +123,13 @@ class RewardScale:
         if not isinstance(state, Mapping) or state.get("format") != REWARD_SCALE_FORMAT:
             raise ValueError("not a RewardScale state")
         source = _pair(state.get("source"), "saved reward range")
-        if bool(state.get("fixed")) != self.fixed or (self.fixed and source != self.source):
-            raise ValueError(f"the saved reward range {source} ({'given' if state.get('fixed') else 'learned'}) "
+        try:
+            fixed = _check.choice(state.get("fixed"), "fixed", (True, False))
+            counts = [_check.whole(state.get(k, 0), k) for k in ("nonfinite", "clipped", "rescaled")]
+        except _check.StateError as exc:
+            raise exc.within(owner="RewardScale") from None
+        if fixed != self.fixed or (self.fixed and source != self.source):
+            raise ValueError(f"the saved reward range {source} ({'given' if fixed else 'learned'}) "
                              f"does not match this run's ({'given' if self.fixed else 'learned'} {self.source})")
-        counts = [int(state.get(k, 0)) for k in ("nonfinite", "clipped", "rescaled")]
         self.source = source
         self.nonfinite, self.clipped, self.rescaled = counts

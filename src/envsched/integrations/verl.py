@@ -48,6 +48,7 @@ from envsched.integrations._checkpoint import SAMPLER_STATE_FILE, read_state_fil
 from envsched.integrations._rewards import RewardScale
 from envsched.pool.pool import TaskPool
 from envsched.pool.spec import task_key
+from envsched.samplers import _validate as _check
 from envsched.samplers.base import TaskSampler
 
 # EnvSchedRayPPOTrainer and EnvSchedReplayBuffer subclass verl's classes: built on first access (__getattr__)
@@ -226,7 +227,10 @@ class _DrawIterator(Iterator[int]):
         return {"pos": self.pos}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.pos = int(state_dict.get("pos", 0))
+        try:
+            self.pos = _check.whole(_check.mapping(state_dict, "").get("pos", 0), "pos")
+        except _check.StateError as exc:
+            raise exc.within(owner="_DrawIterator") from None
 
 
 class EnvSchedVerlSampler(_Base):
@@ -377,7 +381,16 @@ class EnvSchedVerlSampler(_Base):
             raise ValueError("not an EnvSchedVerlSampler state")
         if state_dict.get("nonce") is not None and state_dict.get("nonce") == self._loaded_nonce:
             return
-        queue = [int(i) for i in state_dict.get("queue", [])]
+        try:  # every plain field checked before the sampler's own state is loaded
+            raw_queue = _check.sequence(state_dict.get("queue", []), "queue")
+            queue = _check.int_array(raw_queue, "queue", low=-(2**62), high=2**62).tolist()
+            reported_groups = _check.whole(state_dict.get("reported_groups", 0), "reported_groups")
+            unreported = _check.sequence(state_dict.get("unreported", []), "unreported")
+            for i, keys in enumerate(unreported):
+                _check.sequence(keys, f"unreported[{i}]")
+            _check.mapping(state_dict, "", keys=("reward_scale", "sampler"))
+        except _check.StateError as exc:
+            raise exc.within(owner="EnvSchedVerlSampler") from None
         if any(not 0 <= i < len(self.data_source) for i in queue):
             raise ValueError("state queues rows outside the dataset")
         scale = RewardScale(self.reward_scale.target, self.reward_scale.source if self.reward_scale.fixed else None)
@@ -386,13 +399,13 @@ class EnvSchedVerlSampler(_Base):
         self.reward_scale = scale
         self._queue = deque(queue)
         discard = getattr(self.task_sampler, "discard", None)
-        for keys in state_dict.get("unreported", []):
+        for keys in unreported:
             for k in keys:
                 if callable(discard):
                     with contextlib.suppress(KeyError, ValueError):
                         discard(self._spec_of.get(k, k))
         self._unreported = {}
-        self.reported_groups = int(state_dict.get("reported_groups", 0))
+        self.reported_groups = reported_groups
         self._loaded_nonce = state_dict.get("nonce")
 
 

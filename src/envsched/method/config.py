@@ -574,6 +574,9 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         problems = []
 
+        def _is_number(x: Any) -> bool:
+            return isinstance(x, int | float) and not isinstance(x, bool)
+
         def _int(name: str, low: int) -> None:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
@@ -629,7 +632,7 @@ class SchedulerConfig:
         _num("progress_residual_threshold", -inf, inf)
         for name, hi in (("variance_clip", 0.25), ("mean_clip", 1.0), ("dispersion_clip", 1.0)):
             v = getattr(self, name)
-            if not (isinstance(v, tuple | list) and len(v) == 2 and all(isinstance(x, int | float) for x in v)
+            if not (isinstance(v, tuple | list) and len(v) == 2 and all(_is_number(x) for x in v)
                     and 0.0 <= v[0] <= v[1] <= hi):
                 problems.append(f"{name} must be (low, high) with 0 <= low <= high <= {hi}, got {v!r}")
         if self.mode not in SCHEDULER_MODES:

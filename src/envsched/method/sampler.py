@@ -28,7 +28,7 @@ from envsched.method.explain import build_records, filter_snapshot, write_record
 from envsched.method.graph.dual_graph import DualRelationGraph
 from envsched.method.history import signal
 from envsched.method.history.prediction import Prediction, predict, relation_operators
-from envsched.method.history.statistics import History
+from envsched.method.history.statistics import PHASES, History
 from envsched.method.scheduling.batch import (
     AdaptiveInputs,
     Pick,
@@ -39,6 +39,7 @@ from envsched.method.scheduling.batch import (
 )
 from envsched.method.scheduling.identifier_filter import IdentifierFilter, IdentifierVerdict, Trajectory
 from envsched.pool.pool import TaskPool
+from envsched.samplers import _validate as _check
 from envsched.samplers.base import BaseSampler, GroupResult
 
 __all__ = ["EnvSchedSampler", "make_envsched_paper_sampler", "make_envsched_sampler"]
@@ -169,6 +170,13 @@ class EnvSchedSampler(BaseSampler):
                 "reward_range": self.reward_range, "require_dispatch": self.require_dispatch}
 
     # ------------------------------------------------------------------ BaseSampler hooks
+    def check_sample_size(self, n: Any) -> int:
+        """As :meth:`BaseSampler.check_sample_size`, and refuses an ``n`` whose coverage share leaves no
+        exploitation slot (:meth:`SchedulerConfig.coverage_slots_for`)."""
+        n = super().check_sample_size(n)
+        self.config.coverage_slots_for(n)
+        return n
+
     def _select(self, n: int) -> list[int]:
         cap = self.config.coverage_slots_for(n)  # refuses an n that leaves no exploitation slot (no state changed)
         tiebreak = self._rng.random(len(self.tasks))
@@ -186,6 +194,11 @@ class EnvSchedSampler(BaseSampler):
         if len(picks) != n:  # cannot happen for n <= N (fill ignores every cap); guard the invariant
             raise RuntimeError(f"EnvSched built {len(picks)} picks for a batch of {n}")
         positions = [p.pos for p in picks]
+        pos = np.asarray(positions, dtype=np.int64)
+        tools = np.concatenate([self._tool_codes[self._tool_indptr[p]:self._tool_indptr[p + 1]] for p in pos])
+        n_tools, n_envs = int(np.unique(tools).size), int(np.unique(self.env_codes[pos]).size)
+        # commit: recording the batch is the last step that changes the history; everything that can fail on
+        # a valid state ran above (BaseSampler.sample restores the generator and _select_checkpoint's fields)
         step = self._history.record_batch(positions, [p.phase for p in picks])
         self._last_picks = picks
         self._last_prediction = prediction
@@ -193,21 +206,28 @@ class EnvSchedSampler(BaseSampler):
         self._pending_explain = (step, picks, prediction, filter_snapshot(self._history, positions),
                                  dict(self._flags), (adaptive, dict(self._last_adaptive), self._last_posterior))
         self._last_records = None
+        self._last_tools = n_tools
+        self._batch_totals["batches"] += 1
+        self._batch_totals["envs"] += n_envs
+        self._batch_totals["tools"] += n_tools
         if self.run_file is not None:
             try:
                 write_records(self.run_file, self._records(),
                               {"sampler": type(self).__name__, "seed": self.seed, "num_tasks": len(self.tasks),
                                "num_envs": len(self.envs), "config": self.config.to_dict()})
-            except OSError as exc:  # the batch is already drawn: losing an explanation must not lose it
-                warnings.warn(f"could not append explanations to {self.run_file}: {exc}", RuntimeWarning,
-                              stacklevel=3)
-        pos = np.asarray(positions, dtype=np.int64)
-        tools = np.concatenate([self._tool_codes[self._tool_indptr[p]:self._tool_indptr[p + 1]] for p in pos])
-        self._last_tools = int(np.unique(tools).size)
-        self._batch_totals["batches"] += 1
-        self._batch_totals["envs"] += int(np.unique(self.env_codes[pos]).size)
-        self._batch_totals["tools"] += self._last_tools
+            except Exception as exc:
+                warnings.warn(f"could not append explanations to {self.run_file}: {type(exc).__name__}: {exc}",
+                              RuntimeWarning, stacklevel=3)
         return positions
+
+    def _select_checkpoint(self) -> Any:
+        # the fields _select (and _adaptive_inputs) set before the batch is recorded; all are replaced, not edited
+        return (self._last_posterior, self._last_adaptive, self._last_picks, self._last_prediction,
+                self._pending_explain, self._last_records, self._last_tools, dict(self._batch_totals))
+
+    def _select_rollback(self, checkpoint: Any) -> None:
+        (self._last_posterior, self._last_adaptive, self._last_picks, self._last_prediction,
+         self._pending_explain, self._last_records, self._last_tools, self._batch_totals) = checkpoint
 
     def _adaptive_inputs(self, n: int, cap: int, prediction: Prediction,
                          tiebreak: np.ndarray) -> AdaptiveInputs | None:
@@ -417,29 +437,51 @@ class EnvSchedSampler(BaseSampler):
         }
 
     def _load_extra_state(self, extra: dict[str, Any]) -> None:
-        if not isinstance(extra, Mapping):
-            raise ValueError("malformed EnvSchedSampler state: 'extra' must be a dict")
+        extra = _check.mapping(extra, "", keys=("config", "history", "batch_totals"))
         try:
-            cfg = SchedulerConfig.from_dict(dict(extra["config"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed EnvSchedSampler state: config: {exc}") from None
+            cfg = SchedulerConfig.from_dict(dict(_check.mapping(extra["config"], "config")))
+        except (TypeError, ValueError) as exc:
+            raise _check.StateError("config", f"is not a SchedulerConfig: {str(exc)[:200]}") from None
         if cfg != self.config:
             diff = sorted(k for k, v in cfg.to_dict().items() if self.config.to_dict()[k] != v)
             raise ValueError(f"state was saved with another SchedulerConfig (differs in {diff})")
-        g = extra.get("graph") or {}
-        fp = g.get("pool_fingerprint")
-        if fp and self.graph.pool_fingerprint and fp != self.graph.pool_fingerprint:
-            raise ValueError("state was saved with a graph of another pool (pool fingerprints differ)")
-        history = History.from_state(extra.get("history", {}), len(self.tasks), self.env_codes, len(self.envs),
-                                     self.config)
+        if "graph" in extra:  # states of every version write it; tolerate only its absence
+            g = _check.mapping(extra["graph"], "graph")
+            if "nodes" in g:
+                _check.whole(g["nodes"], "graph.nodes", low=self.graph.num_nodes, high=self.graph.num_nodes)
+            fp = g.get("pool_fingerprint")
+            if fp is not None:
+                _check.text(fp, "graph.pool_fingerprint", allow_empty=True)
+            if fp and self.graph.pool_fingerprint and fp != self.graph.pool_fingerprint:
+                raise ValueError("state was saved with a graph of another pool (pool fingerprints differ)")
+        low, high = self.reward_range
         try:
-            flags = {self._pos[k]: str(r) for k, r in dict(extra.get("flags", {})).items()}
-            totals = {k: int(extra["batch_totals"][k]) for k in ("batches", "envs", "tools")}
-            last_tools = int(extra.get("last_tools", 0))
-            phases = [str(p) for p in extra.get("last_phases", [])]
-            last_adaptive = {str(k): float(v) for k, v in dict(extra.get("last_adaptive", {})).items()}
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed EnvSchedSampler state: {exc!r}") from None
+            history = History.from_state(extra["history"], len(self.tasks), self.env_codes, len(self.envs),
+                                         self.config, raw_var_high=(high - low) ** 2 / 4 * (1 + 1e-9))
+        except _check.StateError as exc:
+            raise exc.within("history.") from None
+        n = len(self.tasks)
+        flags = {}
+        for k, r in _check.mapping(extra.get("flags", {}), "flags").items():
+            if k not in self._pos:
+                raise _check.StateError("flags", f"names task {str(k)[:60]!r}, which is not in this sampler's tasks")
+            flags[self._pos[k]] = _check.text(r, f"flags[{str(k)[:60]!r}]")
+        raw_totals = _check.mapping(extra["batch_totals"], "batch_totals", keys=("batches", "envs", "tools"))
+        batches = _check.whole(raw_totals["batches"], "batch_totals.batches", high=history.step)
+        totals = {"batches": batches,
+                  "envs": _check.whole(raw_totals["envs"], "batch_totals.envs", high=batches * len(self.envs)),
+                  "tools": _check.whole(raw_totals["tools"], "batch_totals.tools", high=batches * self.num_tools)}
+        last_tools = _check.whole(extra.get("last_tools", 0), "last_tools", high=self.num_tools)
+        phases = [_check.choice(p, f"last_phases[{i}]", PHASES[:4])
+                  for i, p in enumerate(_check.sequence(extra.get("last_phases", []), "last_phases", max_length=n))]
+        raw_adaptive = _check.mapping(extra.get("last_adaptive", {}), "last_adaptive")
+        unknown = sorted(map(str, set(raw_adaptive) - {"share", "coverage_yield", "exploitation_yield",
+                                                       "coverage_slots"}))
+        if unknown:
+            raise _check.StateError("last_adaptive", f"has unknown keys {unknown[:5]}")
+        last_adaptive = {k: (float(_check.whole(v, f"last_adaptive.{k}", high=n)) if k == "coverage_slots"
+                             else _check.finite(v, f"last_adaptive.{k}", low=0.0, high=1.0))
+                         for k, v in raw_adaptive.items()}
         self._history = history
         self._flags = flags
         self._batch_totals = totals

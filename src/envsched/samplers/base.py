@@ -12,8 +12,10 @@ A reward of ``None`` is a rollout the environment could not score (its own failu
 :class:`BaseSampler` implements the shared part once: input validation (bad input raises and changes no
 state), the RFC's counters, dispatch bookkeeping for asynchronous trainers, ``metrics()``, and
 ``state_dict()``/``load_state_dict()`` with the random generator's state, so that a restored sampler
-continues with exactly the same draws. A concrete sampler implements :meth:`BaseSampler._select` and,
-if it learns from rewards, :meth:`BaseSampler._observe`.
+continues with exactly the same draws. A loaded state is untrusted: every field is checked (see
+:mod:`envsched.samplers._validate`) before anything is assigned, and ``sample`` is atomic (if it raises, the
+random generator and every state are as before). A concrete sampler implements :meth:`BaseSampler._select`
+and, if it learns from rewards, :meth:`BaseSampler._observe`.
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ import numpy as np
 
 from envsched.pool.pool import TaskPool
 from envsched.pool.spec import task_key
+from envsched.samplers import _validate as _check
 
 __all__ = ["MAX_BATCH", "STATE_FORMAT", "BaseSampler", "GroupResult", "TaskSampler"]
 
 STATE_FORMAT = "envsched.sampler/1"
 #: Largest value an integer counter may hold in a loaded state (and largest ``n`` of one ``sample`` call
 #: for samplers that may repeat tasks within a batch: :data:`MAX_BATCH`).
-_MAX_COUNT = 2**53
+_MAX_COUNT = _check.MAX_COUNT
 #: The most tasks one ``sample(n)`` call may return when the sampler may repeat tasks within a batch
 #: (otherwise the pool's size is the limit); checked before anything is allocated.
 MAX_BATCH = 1_000_000
@@ -228,6 +231,26 @@ class BaseSampler(ABC):
     def sample(self, n: int) -> list[Any]:
         """Return the next ``n`` task specs (one per GRPO group). Raises ``ValueError`` if ``n`` is not a
         positive integer or exceeds what the sampler can draw, with no state changed."""
+        n = self.check_sample_size(n)
+        # atomic: if selection fails, the generator and the subclass's state are put back as they were
+        rng_state = self._rng.bit_generator.state
+        checkpoint = self._select_checkpoint()
+        try:
+            positions = [int(p) for p in self._select(n)]
+            emitted = [self._emit(p) for p in positions]
+        except BaseException:
+            self._rng.bit_generator.state = rng_state
+            self._select_rollback(checkpoint)
+            raise
+        for p in positions:
+            self._outstanding[p] = self._outstanding.get(p, 0) + 1
+        self._counters["dispatched_groups"] += len(positions)
+        self._last_batch = positions
+        return emitted
+
+    def check_sample_size(self, n: Any) -> int:
+        """``n`` as an int if :meth:`sample` would accept it, else the ``ValueError`` it would raise; draws
+        nothing (a wrapper checks every part of a batch before drawing any)."""
         if not isinstance(n, int | np.integer) or isinstance(n, bool):
             raise ValueError(f"n must be a positive integer, got {n!r}")
         n = int(n)
@@ -239,12 +262,7 @@ class BaseSampler(ABC):
         if n > limit:
             why = "distinct tasks available" if self.distinct_per_batch else "the batch limit MAX_BATCH"
             raise ValueError(f"n={n} exceeds what {type(self).__name__} can draw in one batch ({limit}: {why})")
-        positions = [int(p) for p in self._select(n)]
-        for p in positions:
-            self._outstanding[p] = self._outstanding.get(p, 0) + 1
-        self._counters["dispatched_groups"] += len(positions)
-        self._last_batch = positions
-        return [self._emit(p) for p in positions]
+        return n
 
     def update(self, task: Any, rewards: Sequence[float | None], costs: Sequence[float] | None = None) -> None:
         """Report one group: every rollout's reward (``None`` = unscored) and optionally its cost.
@@ -308,31 +326,41 @@ class BaseSampler(ABC):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output. Raises ``ValueError`` (state unchanged) if it was written by
-        another sampler class, for another task list, or is malformed."""
+        """Restore :meth:`state_dict`'s output. Raises ``ValueError`` (state and random generator unchanged)
+        if it was written by another sampler class, for another task list, or is malformed: every field is
+        checked against what this sampler can reach (types, finiteness, ranges, lengths) before anything is
+        assigned; a :class:`~envsched.samplers._validate.StateError` names the offending field."""
         if not isinstance(state, Mapping):
             raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
         if state.get("format") != STATE_FORMAT:
-            raise ValueError(f"unsupported sampler state format {state.get('format')!r} (expected {STATE_FORMAT!r})")
+            raise ValueError(f"unsupported sampler state format {str(state.get('format'))[:60]!r} "
+                             f"(expected {STATE_FORMAT!r})")
         if state.get("sampler") != type(self).__name__:
-            raise ValueError(f"state was saved by {state.get('sampler')!r}, cannot load into {type(self).__name__}")
+            raise ValueError(f"state was saved by {str(state.get('sampler'))[:60]!r}, cannot load into "
+                             f"{type(self).__name__}")
         if state.get("tasks_sha256") != self._keys_digest():
-            raise ValueError(f"state was saved for another task list ({state.get('num_tasks')} tasks, "
+            raise ValueError(f"state was saved for another task list ({str(state.get('num_tasks'))[:20]} tasks, "
                              f"digest {str(state.get('tasks_sha256'))[:12]}...) than this sampler's "
                              f"{len(self.tasks)} tasks (digest {self._keys_digest()[:12]}...)")
-        counters, outstanding, last_batch, rng = self._validated_base_state(state)
-        extra = state.get("extra", {})
-        if not isinstance(extra, Mapping):
-            raise ValueError(f"malformed sampler state: 'extra' must be an object, got {type(extra).__name__}")
-        saved_extra = self._extra_state()
+        owner = type(self).__name__
+        try:
+            counters, outstanding, last_batch, rng = self._validated_base_state(state)
+            extra = _check.mapping(state.get("extra", {}), "extra")
+        except _check.StateError as exc:
+            raise exc.within(owner=owner) from None
+        saved_attributes = dict(self.__dict__)
         try:
             self._load_extra_state(dict(extra))  # validates before it changes anything
         except Exception as exc:
-            # all or nothing, even for a subclass hook that assigned part of its state before refusing
-            self._load_extra_state(saved_extra)
+            # all or nothing, even for a subclass hook that assigned some attributes before refusing (a hook
+            # builds new objects and assigns them; it never edits the sampler's arrays in place)
+            self.__dict__.clear()
+            self.__dict__.update(saved_attributes)
+            if isinstance(exc, _check.StateError):
+                raise exc.within("extra.", owner) from None
             if isinstance(exc, ValueError):
                 raise
-            raise ValueError(f"malformed {type(self).__name__} state 'extra': {type(exc).__name__}: {exc}") from None
+            raise ValueError(f"malformed {owner} state 'extra': {type(exc).__name__}: {exc}") from None
         self._counters = counters
         self._outstanding = outstanding
         self._last_batch = last_batch
@@ -340,49 +368,52 @@ class BaseSampler(ABC):
 
     def _validated_base_state(self, state: Mapping[str, Any]) -> tuple[dict[str, float], dict[int, int], list[int],
                                                                         np.random.Generator]:
-        """Every base field of ``state``, converted and checked (types, ranges, finiteness), nothing assigned."""
-        raw = state.get("counters")
-        if not isinstance(raw, Mapping):
-            raise ValueError("malformed sampler state: 'counters' must be an object")
+        """Every base field of ``state``, converted and checked (types, ranges, finiteness, the counters'
+        relations), nothing assigned. Raises :class:`~envsched.samplers._validate.StateError`."""
+        _check.whole(state.get("num_tasks"), "num_tasks", low=len(self.tasks), high=len(self.tasks))
+        raw = _check.mapping(state.get("counters"), "counters", keys=tuple(self._counters))
+        unknown = sorted(map(str, set(raw) - set(self._counters)))
+        if unknown:
+            raise _check.StateError("counters", f"has unknown counters {unknown[:5]}")
         counters: dict[str, float] = {}
         for k in self._counters:
-            if k not in raw:
-                raise ValueError(f"malformed sampler state: counter {k!r} is missing")
-            v = raw[k]
             if k == "cost":
-                ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-                if not ok:
-                    raise ValueError(f"malformed sampler state: counter 'cost' must be a finite number >= 0, "
-                                     f"got {v!r:.40}")
-                counters[k] = float(v)
+                counters[k] = _check.finite(raw[k], "counters.cost", low=0.0)
             else:
-                whole = isinstance(v, int) or (isinstance(v, float) and math.isfinite(v) and v.is_integer())
-                if isinstance(v, bool) or not whole or v < 0 or v > _MAX_COUNT:
-                    raise ValueError(f"malformed sampler state: counter {k!r} must be a whole number in "
-                                     f"[0, {_MAX_COUNT}], got {v!r:.40}")
-                counters[k] = int(v)
-        raw_out = state.get("outstanding")
-        if not isinstance(raw_out, Mapping):
-            raise ValueError("malformed sampler state: 'outstanding' must be an object of task key -> count")
+                counters[k] = _check.whole(raw[k], f"counters.{k}", high=_MAX_COUNT)
+        # what the sampler can reach: a group has at least one rollout, and a dispatch ends at most once
+        for small, big in (("signal_groups", "groups"), ("groups", "episodes"), ("unscored_episodes", "episodes")):
+            if counters[small] > counters[big]:
+                raise _check.StateError(f"counters.{small}", f"({counters[small]}) cannot exceed counters.{big} "
+                                                             f"({counters[big]})")
+        raw_out = _check.mapping(state.get("outstanding"), "outstanding")
         outstanding: dict[int, int] = {}
         for key, c in raw_out.items():
             if key not in self._pos:
-                raise ValueError(f"malformed sampler state: outstanding task {str(key)[:60]!r} is not in this "
-                                 "sampler's tasks")
-            if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= _MAX_COUNT:
-                raise ValueError(f"malformed sampler state: outstanding count of {str(key)[:60]!r} must be an "
-                                 f"integer in [0, {_MAX_COUNT}], got {c!r:.40}")
+                raise _check.StateError("outstanding", f"names task {str(key)[:60]!r}, which is not in this "
+                                                       "sampler's tasks")
+            field = f"outstanding[{str(key)[:60]!r}]"
+            if not isinstance(c, int):  # a dispatch count is written as an integer, never 2.0
+                raise _check.StateError(field, f"must be an integer count in [0, {_MAX_COUNT}], got {c!r:.40}")
+            c = _check.whole(c, field, high=_MAX_COUNT)
             if c > 0:
                 outstanding[self._pos[key]] = c
-        raw_last = state.get("last_batch", [])
-        if not isinstance(raw_last, list) or not all(isinstance(k, str) and k in self._pos for k in raw_last):
-            raise ValueError("malformed sampler state: 'last_batch' must be a list of this sampler's task keys")
+        if counters["discarded_groups"] + sum(outstanding.values()) > counters["dispatched_groups"]:
+            raise _check.StateError("outstanding", "and counters.discarded_groups exceed "
+                                                   f"counters.dispatched_groups ({counters['dispatched_groups']})")
+        limit = self.max_sample_size() or MAX_BATCH
+        raw_last = _check.sequence(state.get("last_batch", []), "last_batch", max_length=limit)
+        for i, k in enumerate(raw_last):
+            if not isinstance(k, str) or k not in self._pos:
+                raise _check.StateError(f"last_batch[{i}]", f"must be a task key of this sampler, got {str(k)[:60]!r}")
         last_batch = [self._pos[k] for k in raw_last]
-        rng = np.random.default_rng()
-        try:
-            rng.bit_generator.state = copy.deepcopy(state["rng"])
-        except (KeyError, TypeError, ValueError, OverflowError) as exc:
-            raise ValueError(f"malformed sampler state: bad random generator state 'rng' ({exc})") from None
+        if self.distinct_per_batch and len(set(last_batch)) != len(last_batch):
+            raise _check.StateError("last_batch", f"repeats a task, which {type(self).__name__} never does")
+        if len(last_batch) > counters["dispatched_groups"]:
+            raise _check.StateError("last_batch", "is longer than counters.dispatched_groups")
+        if "rng" not in state:
+            raise _check.StateError("rng", "is missing (the random generator state)")
+        rng = _check.rng_from_state(state["rng"], "rng", bit_generator=self._rng.bit_generator.state["bit_generator"])
         return counters, outstanding, last_batch, rng
 
     # ------------------------------------------------------------------ hooks for subclasses
@@ -394,6 +425,16 @@ class BaseSampler(ABC):
     @abstractmethod
     def _select(self, n: int) -> list[int]:
         """Called by :meth:`sample` with a validated ``n``: return ``n`` task positions."""
+
+    def _select_checkpoint(self) -> Any:
+        """Called by :meth:`sample` before :meth:`_select`: whatever :meth:`_select_rollback` needs to undo a
+        selection that raised (the random generator is restored by the base class). A subclass whose
+        ``_select`` changes its state before it can fail returns that state here (cheaply: the scalars and
+        the arrays it replaces); one that computes first and commits last returns nothing."""
+        return None
+
+    def _select_rollback(self, checkpoint: Any) -> None:  # noqa: B027 - optional hook
+        """Undo a failed :meth:`_select` with what :meth:`_select_checkpoint` returned."""
 
     def _emit(self, position: int) -> Any:
         """Called by :meth:`sample` for each selected position: the object handed to the trainer."""
@@ -413,7 +454,9 @@ class BaseSampler(ABC):
         return {}
 
     def _load_extra_state(self, extra: dict[str, Any]) -> None:  # noqa: B027 - optional hook
-        """Restore :meth:`_extra_state`'s output; validate fully before changing anything."""
+        """Restore :meth:`_extra_state`'s output; validate fully before changing anything (check with
+        :mod:`envsched.samplers._validate`, raising its ``StateError`` with the field's name relative to
+        ``extra``), then assign new objects: never edit the sampler's arrays in place."""
 
     # ------------------------------------------------------------------ internals
     def _release(self, pos: int) -> None:

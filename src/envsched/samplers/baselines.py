@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from envsched.pool.pool import TaskPool
+from envsched.samplers import _validate as _check
 from envsched.samplers.base import BaseSampler, GroupResult
 from envsched.samplers.simple import UniformSampler
 
@@ -132,14 +133,15 @@ class MoPPSSampler(BaseSampler):
         return {"alpha": self.alpha.tolist(), "beta": self.beta.tolist()}
 
     def _load_extra_state(self, extra: dict[str, Any]) -> None:
-        try:
-            a = np.asarray(extra["alpha"], dtype=float)
-            b = np.asarray(extra["beta"], dtype=float)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed MoPPSSampler state: {exc}") from None
-        if a.shape != self.alpha.shape or b.shape != self.beta.shape or (a <= 0).any() or (b <= 0).any():
-            raise ValueError("malformed MoPPSSampler state: alpha/beta do not match the tasks or are not > 0")
-        self.alpha, self.beta = a, b
+        # alpha <- lam alpha + (1 - lam) alpha0 + s never falls below alpha0 (nor beta below beta0), and grows
+        # by at most one per rollout
+        extra = _check.mapping(extra, "", keys=("alpha", "beta"))
+        n = len(self.tasks)
+        params = []
+        for name, p0 in (("alpha", self.prior[0]), ("beta", self.prior[1])):
+            params.append(_check.float_array(extra[name], name, length=n, low=p0 * (1 - 1e-9),
+                                             high=p0 + _check.MAX_COUNT))
+        self.alpha, self.beta = params
 
 
 class GRESOSampler(BaseSampler):
@@ -242,17 +244,23 @@ class GRESOSampler(BaseSampler):
         return {"p_easy": self.p_easy, "p_hard": self.p_hard, "run_length": self.run_length.tolist(),
                 "run_easy": self.run_easy.tolist(), "window": list(self._window)}
 
+    def _select_checkpoint(self) -> Any:
+        return self.p_easy, self.p_hard, list(self._window)  # _tune moves these before the draw
+
+    def _select_rollback(self, checkpoint: Any) -> None:
+        self.p_easy, self.p_hard, self._window = checkpoint
+
     def _load_extra_state(self, extra: dict[str, Any]) -> None:
-        try:
-            rl = np.asarray(extra["run_length"], dtype=np.int64)
-            re_ = np.asarray(extra["run_easy"], dtype=bool)
-            pe, ph = float(extra["p_easy"]), float(extra["p_hard"])
-            window = [int(x) for x in extra["window"]]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed GRESOSampler state: {exc}") from None
-        if rl.shape != self.run_length.shape or re_.shape != self.run_easy.shape or (rl < 0).any() \
-                or len(window) != 3:
-            raise ValueError("malformed GRESOSampler state: arrays do not match the tasks")
+        extra = _check.mapping(extra, "", keys=("p_easy", "p_hard", "run_length", "run_easy", "window"))
+        n = len(self.tasks)
+        lo, hi = self.rate_bounds  # _tune clips both rates to these
+        pe = _check.finite(extra["p_easy"], "p_easy", low=lo, high=hi)
+        ph = _check.finite(extra["p_hard"], "p_hard", low=lo, high=hi)
+        rl = _check.int_array(extra["run_length"], "run_length", length=n)
+        re_ = _check.bool_array(extra["run_easy"], "run_easy", length=n)
+        window = _check.int_array(extra["window"], "window", length=3).tolist()
+        if window[1] + window[2] > window[0]:
+            raise _check.StateError("window", f"counts more zero-variance groups than groups: {window}")
         self.run_length, self.run_easy, self.p_easy, self.p_hard, self._window = rl, re_, pe, ph, window
 
 
@@ -316,7 +324,9 @@ class PLRSampler(BaseSampler):
         # Scores do not change while a batch is drawn, so the seen tasks are ordered by score once per batch;
         # each draw then ranks the eligible ones by a cumulative count over that order, O(N) instead of a
         # sort per draw. The distribution is the one replay_distribution() builds, value for value.
+        # computed on locals and committed at the end, so a draw that fails leaves the sampler as it was
         chosen: list[int] = []
+        draws = self.draws
         taken = np.zeros(len(self.tasks), dtype=bool)
         n_tasks = len(self.tasks)
         seen_idx = np.flatnonzero(self.seen)
@@ -325,7 +335,7 @@ class PLRSampler(BaseSampler):
         for _ in range(n):
             unseen = ~self.seen & ~taken
             p_unseen = 1.0 - n_seen / n_tasks
-            replay = self._replay_from_order(by_score, taken)
+            replay = self._replay_from_order(by_score, taken, draws)
             if unseen.any() and (self._rng.random() < p_unseen or replay.sum() == 0):
                 cand = np.flatnonzero(unseen)
                 i = int(cand[self._rng.integers(cand.size)])
@@ -335,12 +345,15 @@ class PLRSampler(BaseSampler):
                 raise RuntimeError("no task left to draw")
             chosen.append(i)
             taken[i] = True
-            self.draws += 1
-            self.last_draw[i] = self.draws
+            draws += 1
+        # a task drawn in this batch is excluded from its later draws, so its new last_draw was never read
+        self.last_draw[chosen] = np.arange(self.draws + 1, draws + 1)
+        self.draws = draws
         return chosen
 
-    def _replay_from_order(self, by_score: np.ndarray, taken: np.ndarray) -> np.ndarray:
-        """:meth:`replay_distribution` (``exclude=taken``) from the seen tasks already ordered by score."""
+    def _replay_from_order(self, by_score: np.ndarray, taken: np.ndarray, draws: int) -> np.ndarray:
+        """:meth:`replay_distribution` (``exclude=taken``) from the seen tasks already ordered by score, with
+        ``draws`` tasks drawn so far."""
         out = np.zeros(len(self.tasks))
         order = by_score[~taken[by_score]]
         if order.size == 0:
@@ -352,7 +365,7 @@ class PLRSampler(BaseSampler):
         ranks[slot[order]] = np.arange(1, idx.size + 1)
         ps = (1.0 / ranks) ** (1.0 / self.temperature)
         ps /= ps.sum()
-        stale = (self.draws - self.last_draw[idx]).astype(float)
+        stale = (draws - self.last_draw[idx]).astype(float)
         pc = stale / stale.sum() if stale.sum() > 0 else np.full(idx.size, 1.0 / idx.size)
         out[idx] = (1 - self.staleness_coef) * ps + self.staleness_coef * pc
         return out
@@ -375,13 +388,15 @@ class PLRSampler(BaseSampler):
                 "draws": self.draws}
 
     def _load_extra_state(self, extra: dict[str, Any]) -> None:
-        try:
-            sc = np.asarray(extra["scores"], dtype=float)
-            seen = np.asarray(extra["seen"], dtype=bool)
-            ld = np.asarray(extra["last_draw"], dtype=np.int64)
-            draws = int(extra["draws"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed PLRSampler state: {exc}") from None
-        if sc.shape != self.scores.shape or seen.shape != self.seen.shape or ld.shape != self.last_draw.shape:
-            raise ValueError("malformed PLRSampler state: arrays do not match the tasks")
+        extra = _check.mapping(extra, "", keys=("scores", "seen", "last_draw", "draws"))
+        n = len(self.tasks)
+        draws = _check.whole(extra["draws"], "draws")
+        seen = _check.bool_array(extra["seen"], "seen", length=n)
+        # a score is a mean absolute deviation of rewards mapped to [0, 1] (at most 0.5), or its average; an
+        # unseen task has none yet
+        sc = _check.float_array(extra["scores"], "scores", length=n, low=0.0, high=0.5 + 1e-9)
+        if (sc[~seen] != 0).any():
+            i = int(np.flatnonzero(~seen & (sc != 0))[0])
+            raise _check.StateError(f"scores[{i}]", f"must be 0 for a task not seen yet, got {sc[i]!r}")
+        ld = _check.int_array(extra["last_draw"], "last_draw", length=n, high=draws)
         self.scores, self.seen, self.last_draw, self.draws = sc, seen, ld, draws

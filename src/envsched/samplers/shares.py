@@ -25,12 +25,15 @@ from typing import Any
 
 from envsched.pool.pool import TaskPool
 from envsched.pool.spec import task_key
-from envsched.samplers.base import TaskSampler
+from envsched.samplers import _validate as _check
+from envsched.samplers.base import MAX_BATCH, BaseSampler, TaskSampler
 
 __all__ = ["SHARES_STATE_FORMAT", "SharesSampler", "allocate_quotas"]
 
 SHARES_STATE_FORMAT = "envsched.shares/1"
 _COUNTERS = ("groups", "signal_groups", "episodes", "unscored_episodes", "cost")
+#: A carried rounding remainder lies in (-1, 1); the slack covers the 1e-9 rounding guard and float error.
+_CARRY_BOUND = 1.0 + 1e-6
 
 
 def allocate_quotas(n: int, shares: Mapping[str, float], carry: Mapping[str, float] | None = None,
@@ -38,10 +41,16 @@ def allocate_quotas(n: int, shares: Mapping[str, float], carry: Mapping[str, flo
     """Split ``n`` items by ``shares`` (normalised) with carried rounding; returns ``(quotas, new_carry)``.
 
     Largest-remainder rounding of ``carry_s + n * share_s``; ties go to the earlier source in ``shares``.
-    ``sum(quotas) == n`` always, and the carried remainders always sum to zero.
+    ``sum(quotas) == n`` always, and the carried remainders always sum to zero and lie in [-1, 1] (a carry
+    outside that range, which this function never returns, is refused with ``ValueError``: it would make the
+    rounding loop run for as many steps as the carry is large).
     """
     total = float(sum(shares.values()))
     carry = carry or {}
+    for s, c in carry.items():
+        if isinstance(c, bool) or not isinstance(c, int | float) or not abs(c) <= _CARRY_BOUND:
+            raise ValueError(f"carry of source {s!r} must be a number in [-1, 1] (a rounding remainder), "
+                             f"got {c!r:.40}")
     owed = {s: carry.get(s, 0.0) + n * (w / total) for s, w in shares.items()}
     quotas = {s: max(0, math.floor(v + 1e-9)) for s, v in owed.items()}
     left = n - sum(quotas.values())
@@ -191,25 +200,49 @@ class SharesSampler:
     def sample(self, n: int) -> list[Any]:
         """``n`` tasks: each source's quota, drawn from its sampler, concatenated in source order.
 
-        Raises ``ValueError`` (no state changed) if ``n`` is invalid or a quota exceeds what a source's
-        sampler can draw in one batch (its ``max_sample_size()``)."""
+        Raises ``ValueError`` (no state changed) if ``n`` is invalid or a quota is one a source's sampler
+        refuses (more than its ``max_sample_size()``, or what its ``check_sample_size`` refuses): every quota
+        is checked before any source draws. Each envsched sampler's ``sample`` is atomic; a source sampler of
+        another kind is put back from a state taken before the batch if a later source fails. (An envsched
+        source that fails after its quota was checked -- an internal error, not a refusal -- leaves the
+        sources drawn before it with their draws: a state taken before every batch would cost as much as
+        a checkpoint.)"""
         n = self._check_n(n)
         quotas, carry = allocate_quotas(n, self.shares, self._carry)
-        for s, q in quotas.items():
-            limit_fn = getattr(self.samplers[s], "max_sample_size", None)
+        drawing = [s for s in self.sources if quotas[s]]
+        for s in drawing:
+            q, smp = quotas[s], self.samplers[s]
+            limit_fn = getattr(smp, "max_sample_size", None)
             limit = limit_fn() if callable(limit_fn) else None
-            if q and limit is not None and q > limit:
+            if limit is not None and q > limit:
                 raise ValueError(f"source {s!r} owes {q} tasks in this batch of {n} but its sampler draws at most "
                                  f"{limit} per batch; use a smaller n or a sampler that repeats tasks")
+            check = getattr(smp, "check_sample_size", None)
+            if callable(check):
+                try:
+                    check(q)
+                except ValueError as exc:
+                    raise ValueError(f"source {s!r} cannot draw its quota of {q} tasks in this batch of {n}: "
+                                     f"{exc}") from None
+        backups = {s: copy.deepcopy(self.samplers[s].state_dict()) for s in drawing[:-1]
+                   if not isinstance(self.samplers[s], BaseSampler)}
         out: list[Any] = []
-        for s in self.sources:
-            q = quotas[s]
-            if q:
+        done: list[str] = []
+        try:
+            for s in drawing:
+                q = quotas[s]
                 got = self.samplers[s].sample(q)
+                done.append(s)
                 if len(got) != q:
                     raise RuntimeError(f"sampler of source {s!r} returned {len(got)} tasks for a quota of {q}")
                 out.extend(got)
-            self._drawn[s] += q
+        except BaseException:
+            for s in done:
+                if s in backups:
+                    self.samplers[s].load_state_dict(backups[s])
+            raise
+        for s in drawing:
+            self._drawn[s] += quotas[s]
         self._carry, self._last_quotas = carry, quotas
         return out
 
@@ -257,30 +290,53 @@ class SharesSampler:
         sources or shares, or a source sampler refuses its state."""
         if not isinstance(state, Mapping) or state.get("format") != SHARES_STATE_FORMAT:
             found = state.get("format") if isinstance(state, Mapping) else type(state).__name__
-            raise ValueError(f"not a SharesSampler state (format {found!r}, expected {SHARES_STATE_FORMAT!r})")
-        if list(state.get("sources", [])) != self.sources:
-            raise ValueError(f"state is for sources {state.get('sources')}, this sampler has {self.sources}")
-        saved = state.get("shares", {})
-        if any(not math.isclose(float(saved.get(s, -1)), self.shares[s], abs_tol=1e-12) for s in self.sources):
-            raise ValueError(f"state was saved with shares {saved}, this sampler has {self.shares}")
+            raise ValueError(f"not a SharesSampler state (format {str(found)[:60]!r}, expected "
+                             f"{SHARES_STATE_FORMAT!r})")
         try:
-            carry = {s: float(state["carry"][s]) for s in self.sources}
-            drawn = {s: int(state["drawn"][s]) for s in self.sources}
-            last = {s: int(state.get("last_quotas", {}).get(s, 0)) for s in self.sources}
-            inner = {s: state["samplers"][s] for s in self.sources}
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed SharesSampler state: {exc}") from None
+            carry, drawn, last, inner = self._validated_state(state)
+        except _check.StateError as exc:
+            raise exc.within(owner="SharesSampler") from None
         backup = {s: copy.deepcopy(smp.state_dict()) for s, smp in self.samplers.items()}
         done: list[str] = []
         try:
             for s in self.sources:
                 self.samplers[s].load_state_dict(inner[s])
                 done.append(s)
-        except Exception:
+        except Exception as exc:
             for s in done:
                 self.samplers[s].load_state_dict(backup[s])
+            if isinstance(exc, _check.StateError):
+                raise exc.within(f"samplers[{self.sources[len(done)]!r}].", "SharesSampler") from None
             raise
         self._carry, self._drawn, self._last_quotas = carry, drawn, last
+
+    def _validated_state(self, state: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, int], dict[str, int],
+                                                                   dict[str, Any]]:
+        """Every field of a saved state, checked against what this sampler can reach; nothing assigned."""
+        sources = _check.sequence(state.get("sources"), "sources")
+        if sources != self.sources:
+            raise ValueError(f"state is for sources {str(sources)[:200]}, this sampler has {self.sources}")
+        saved = _check.mapping(state.get("shares"), "shares", keys=tuple(self.sources))
+        for s in self.sources:
+            w = _check.finite(saved[s], f"shares[{s!r}]", low=0.0, high=1.0)
+            if not math.isclose(w, self.shares[s], abs_tol=1e-12):
+                raise ValueError(f"state was saved with shares {dict(saved)}, this sampler has {self.shares}")
+        raw_carry = _check.mapping(state.get("carry"), "carry", keys=tuple(self.sources))
+        carry = {s: _check.finite(raw_carry[s], f"carry[{s!r}]", low=-_CARRY_BOUND, high=_CARRY_BOUND)
+                 for s in self.sources}
+        if abs(math.fsum(carry.values())) > 1e-6:
+            raise _check.StateError("carry", f"remainders must sum to 0 (they move quota between sources), "
+                                             f"got a sum of {math.fsum(carry.values())!r}")
+        for s in self.sources:
+            if self.shares[s] == 0 and carry[s] != 0:
+                raise _check.StateError(f"carry[{s!r}]", f"must be 0 for a source with share 0, got {carry[s]!r}")
+        raw_drawn = _check.mapping(state.get("drawn"), "drawn", keys=tuple(self.sources))
+        drawn = {s: _check.whole(raw_drawn[s], f"drawn[{s!r}]") for s in self.sources}
+        raw_last = _check.mapping(state.get("last_quotas", {}), "last_quotas")
+        last = {s: _check.whole(raw_last.get(s, 0), f"last_quotas[{s!r}]", high=min(drawn[s], MAX_BATCH))
+                for s in self.sources}
+        raw_inner = _check.mapping(state.get("samplers"), "samplers", keys=tuple(self.sources))
+        return carry, drawn, last, {s: raw_inner[s] for s in self.sources}
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{s}={self.shares[s]:.3g}:{type(self.samplers[s]).__name__}" for s in self.sources)

@@ -9,6 +9,7 @@ from typing import Any, Literal
 import numpy as np
 
 from envsched.pool.pool import TaskPool
+from envsched.samplers import _validate as _check
 from envsched.samplers.base import BaseSampler, GroupResult
 
 __all__ = ["CurriculumSampler", "SequentialSampler", "UniformSampler"]
@@ -76,14 +77,19 @@ class SequentialSampler(BaseSampler):
         positions = super().sample(n)
         return [self._item(i) for i in self._pending_items][: len(positions)]
 
+    def _select_checkpoint(self) -> Any:
+        return self._cursor, getattr(self, "_pending_items", None)
+
+    def _select_rollback(self, checkpoint: Any) -> None:
+        self._cursor, self._pending_items = checkpoint
+
     def _extra_state(self) -> dict[str, Any]:
         return {"cursor": self._cursor}
 
     def _load_extra_state(self, extra: dict[str, Any]) -> None:
-        cursor = extra.get("cursor")
-        if not isinstance(cursor, int) or cursor < 0 or cursor > len(self):
-            raise ValueError(f"malformed SequentialSampler state: cursor {cursor!r}")
-        self._cursor = cursor
+        # with wrap the cursor is taken modulo the enumeration's length; without, it stops at the end
+        top = len(self) - 1 if self.wrap else len(self)
+        self._cursor = _check.whole(_check.mapping(extra, "", keys=("cursor",))["cursor"], "cursor", high=top)
 
 
 class UniformSampler(BaseSampler):
@@ -149,19 +155,27 @@ class UniformSampler(BaseSampler):
     def _extra_metrics(self) -> dict[str, float]:
         return {"epoch": float(self.epoch)}
 
+    def _select_checkpoint(self) -> Any:
+        return self._order, self._cursor, self.epoch  # _new_epoch replaces the order, never edits it
+
+    def _select_rollback(self, checkpoint: Any) -> None:
+        self._order, self._cursor, self.epoch = checkpoint
+
     def _extra_state(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "order": self._order.tolist(), "cursor": self._cursor}
 
     def _load_extra_state(self, extra: dict[str, Any]) -> None:
-        try:
-            order = np.asarray(extra["order"], dtype=np.int64)
-            cursor, epoch = int(extra["cursor"]), int(extra["epoch"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed UniformSampler state: {exc}") from None
-        if order.size and (sorted(order.tolist()) != list(range(len(self.tasks)))):
-            raise ValueError("malformed UniformSampler state: order is not a permutation of the tasks")
-        if not 0 <= cursor <= order.size:
-            raise ValueError(f"malformed UniformSampler state: cursor {cursor} outside the epoch")
+        n = len(self.tasks)
+        extra = _check.mapping(extra, "", keys=("epoch", "order", "cursor"))
+        epoch = _check.whole(extra["epoch"], "epoch")
+        raw = _check.sequence(extra["order"], "order")
+        if len(raw) not in (0, n) or (len(raw) == 0) != (epoch == 0):
+            raise _check.StateError("order", f"must be empty before the first epoch and a permutation of the {n} "
+                                             f"tasks after it (epoch {epoch}), got {len(raw)} entries")
+        order = _check.int_array(raw, "order", high=n - 1)
+        if order.size and np.unique(order).size != n:
+            raise _check.StateError("order", "is not a permutation of the tasks")
+        cursor = _check.whole(extra["cursor"], "cursor", high=order.size)
         self._order, self._cursor, self.epoch = order, cursor, epoch
 
 
@@ -230,11 +244,16 @@ class CurriculumSampler(BaseSampler):
         w = self._weights()
         chosen_keys = self._rng.choice(len(w), size=n, p=w / w.sum())
         out = []
-        for k in chosen_keys:
-            queue = self._queues[k]
+        queues: dict[int, list[int]] = {}  # working copies of the queues drawn from, committed at the end
+        for k in chosen_keys.tolist():
+            queue = queues.get(k)
+            if queue is None:
+                queue = queues[k] = list(self._queues[k])
             if not queue:
                 queue.extend(int(x) for x in self._rng.permutation(self._members[k]))
             out.append(queue.pop())
+        for k, queue in queues.items():
+            self._queues[k] = queue
         return out
 
     def _observe(self, group: GroupResult) -> None:
@@ -255,19 +274,23 @@ class CurriculumSampler(BaseSampler):
                 "failures": self._failures.tolist(), "queues": [list(q) for q in self._queues]}
 
     def _load_extra_state(self, extra: dict[str, Any]) -> None:
-        try:
-            if list(extra["keys"]) != self.curriculum_keys:
-                raise ValueError("curriculum keys differ")
-            s = np.asarray(extra["successes"], dtype=float)
-            f = np.asarray(extra["failures"], dtype=float)
-            queues = [[int(x) for x in q] for q in extra["queues"]]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed CurriculumSampler state: {exc}") from None
+        extra = _check.mapping(extra, "", keys=("keys", "successes", "failures", "queues"))
         k = len(self.curriculum_keys)
-        if s.shape != (k,) or f.shape != (k,) or len(queues) != k or (s < 0).any() or (f < 0).any():
-            raise ValueError("malformed CurriculumSampler state: statistics do not match the keys")
-        if any(x < 0 or x >= len(self.tasks) or self._key_of[x] != j for j, q in enumerate(queues) for x in q):
-            raise ValueError("malformed CurriculumSampler state: a queued task is not in its key")
+        keys = _check.sequence(extra["keys"], "keys")
+        if keys != self.curriculum_keys:
+            raise _check.StateError("keys", f"differ from this sampler's curriculum keys ({k} keys by {self.key!r})")
+        # decayed counts of scored rollouts: never negative, never more than a counter can hold
+        s = _check.float_array(extra["successes"], "successes", length=k, low=0.0, high=_check.MAX_COUNT)
+        f = _check.float_array(extra["failures"], "failures", length=k, low=0.0, high=_check.MAX_COUNT)
+        raw_queues = _check.sequence(extra["queues"], "queues", length=k)
+        queues = []
+        for j, q in enumerate(raw_queues):
+            members = self._members[j]
+            arr = _check.int_array(q, f"queues[{j}]", max_length=members.size, high=len(self.tasks) - 1)
+            if not np.isin(arr, members).all() or np.unique(arr).size != arr.size:
+                raise _check.StateError(f"queues[{j}]", f"must hold distinct tasks of key "
+                                                        f"{self.curriculum_keys[j][:60]!r}")
+            queues.append(arr.tolist())
         self._successes, self._failures, self._queues = s, f, queues
 
 

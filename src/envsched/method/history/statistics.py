@@ -63,6 +63,7 @@ from typing import Any
 import numpy as np
 
 from envsched.method.config import SchedulerConfig
+from envsched.samplers import _validate as _check
 
 __all__ = ["PHASES", "History", "observation_statistics"]
 
@@ -133,19 +134,15 @@ class _Log:
         return {k: self.col(k).tolist() for k in self._data}
 
     @classmethod
-    def from_lists(cls, columns: dict[str, Any], data: dict[str, list],
-                   defaults: dict[str, Any] | None = None) -> _Log:
-        """Rebuild a log from :meth:`to_lists`; ``defaults`` fill columns that older states did not have."""
+    def from_arrays(cls, columns: dict[str, Any], data: dict[str, np.ndarray]) -> _Log:
+        """A log holding ``data`` (one already-checked array per column, equal lengths)."""
         log = cls(columns)
-        n = len(next(iter(data.values()))) if data else 0
-        data = {**{k: [v] * n for k, v in (defaults or {}).items() if k not in data}, **data}
-        if any(len(v) != n for v in data.values()) or set(data) != set(columns):
-            raise ValueError(f"log columns must be {sorted(columns)} of equal length")
+        n = len(data[next(iter(columns))])
         log._cap = max(256, n)
         log._n = n
         for k, t in columns.items():
             arr = np.zeros(log._cap, dtype=t)
-            arr[:n] = np.asarray(data[k], dtype=t)
+            arr[:n] = data[k]
             log._data[k] = arr
         return log
 
@@ -588,48 +585,74 @@ class History:
 
     @classmethod
     def from_state(cls, state: dict[str, Any], num_tasks: int, env_codes: np.ndarray, num_envs: int,
-                   config: SchedulerConfig) -> History:
-        """Rebuild a :class:`History` from :meth:`state` (validated; raises ``ValueError``). States written
-        before folding existed (no ``live_start``) load as an unfolded history."""
+                   config: SchedulerConfig, *, raw_var_high: float | None = None) -> History:
+        """Rebuild a :class:`History` from :meth:`state`. States written before folding existed (no
+        ``live_start``) load as an unfolded history.
+
+        The state is untrusted: every field is checked against what a history can reach (types, NaN only
+        where a group had no scored reward, the clip ranges of ``m``, ``v``, ``d``, ``v <= m (1 - m)``,
+        steps inside the run, dispatch rows matching the batch sizes, counts that add up) before the
+        history is built. Raises :class:`~envsched.samplers._validate.StateError` (a ``ValueError``) naming
+        the field. ``raw_var_high``: the largest raw reward variance the pool's reward range allows.
+        """
+        n = int(num_tasks)
+        st = _check.mapping(state, "", keys=("step", "batch_sizes", "dispatch", "obs", "last_selected"))
+        step = _check.whole(st["step"], "step")
+        live_start = _check.whole(st.get("live_start", 0), "live_start", high=step)
+        last_step = max(step - 1, 0)  # an update without a dispatch before the first batch is dated step 0
+        batch_sizes = _check.int_array(st["batch_sizes"], "batch_sizes", length=step - live_start, low=1,
+                                       high=n).tolist()
+        dispatch = _load_log("dispatch", st["dispatch"], _DISPATCH_COLUMNS, n=n, last_step=last_step,
+                             live_start=live_start, phase_high=_PHASE_CODE["fill"])
+        obs = _load_log("obs", st["obs"], _OBS_COLUMNS, n=n, last_step=last_step, live_start=live_start,
+                        phase_high=_PHASE_CODE["external"], raw_var_high=raw_var_high)
+        # every batch of a live step is still in the dispatch log, once per task
+        d_step, d_pos = dispatch["step"], dispatch["pos"]
+        live = d_step >= live_start
+        per_step = np.bincount(d_step[live] - live_start, minlength=step - live_start)
+        if per_step.size != len(batch_sizes) or np.any(per_step != np.asarray(batch_sizes, dtype=np.int64)):
+            raise _check.StateError("dispatch.step", "rows of the live steps do not match batch_sizes")
+        keys = d_step[live] * n + d_pos[live]
+        if np.unique(keys).size != keys.size:
+            raise _check.StateError("dispatch.pos", "repeats a task within one batch")
+        ls = _check.mapping(st["last_selected"], "last_selected", keys=("pos", "step", "run"))
+        sel_pos = _check.int_array(ls["pos"], "last_selected.pos", high=n - 1)
+        if np.unique(sel_pos).size != sel_pos.size:
+            raise _check.StateError("last_selected.pos", "names a task twice")
+        sel_step = _check.int_array(ls["step"], "last_selected.step", length=sel_pos.size, high=step - 1)
+        sel_run = _check.int_array(ls["run"], "last_selected.run", length=sel_pos.size, low=1, high=max(step, 1))
+        if np.any(sel_run > sel_step + 1):
+            raise _check.StateError("last_selected.run", "is longer than the steps before the selection")
+        num_obs = len(obs["pos"])
+        observations = _check.whole(st.get("observations", num_obs), "observations", low=num_obs)
+        logged_latest = int(obs["step"].max()) if num_obs else -1
+        if observations == 0:
+            latest = _check.whole(st.get("latest_observed_step", -1), "latest_observed_step", low=-1, high=-1)
+        else:
+            latest = _check.whole(st.get("latest_observed_step", logged_latest), "latest_observed_step",
+                                  low=max(logged_latest, 0), high=last_step)
+        folded = _load_folded(st["folded"], n, num_envs) if "folded" in st else None
+        if folded is not None and int(folded["observations"].sum()) + num_obs > observations:
+            raise _check.StateError("folded.observations", "and the logged groups exceed 'observations'")
+        progress = st.get("progress")
+        if progress is not None:
+            progress = _load_progress(progress, n, last_step, observations, config.progress_min_transitions + 1)
+
         h = cls(num_tasks, env_codes, num_envs, config)
-        try:
-            h.step = int(state["step"])
-            h.live_start = int(state.get("live_start", 0))
-            h._batch_sizes = [int(x) for x in state["batch_sizes"]]
-            h.dispatch = _Log.from_lists(_DISPATCH_COLUMNS, state["dispatch"], _REF_DEFAULTS)
-            h.obs = _Log.from_lists(_OBS_COLUMNS, state["obs"], _REF_DEFAULTS)
-            ls = state["last_selected"]
-            p = np.asarray(ls["pos"], dtype=np.int64)
-            if p.size and (p.min() < 0 or p.max() >= num_tasks):
-                raise ValueError("last_selected position out of range")
-            h.last_selected[p] = np.asarray(ls["step"], dtype=np.int64)
-            h.run_length[p] = np.asarray(ls["run"], dtype=np.int64)
-            h._num_observations = int(state.get("observations", len(h.obs)))
-            latest = h.obs.col("step").max() if len(h.obs) else -1
-            h._latest_observed_step = int(state.get("latest_observed_step", latest))
-            if "folded" in state:
-                h._load_folded(state["folded"])
-            progress = state.get("progress")
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"malformed history state: {exc!r}") from None
-        for log in (h.dispatch, h.obs):
-            pos = log.col("pos")
-            if pos.size and (pos.min() < 0 or pos.max() >= num_tasks):
-                raise ValueError("malformed history state: a logged task position is out of range")
-            frozen = log.col("frozen")
-            if frozen.size and (frozen.min() < _LIVE or frozen.max() > _FROZEN_NO_REFERENCE
-                                or np.any((frozen == _LIVE) & (log.col("step") < h.live_start))):
-                raise ValueError("malformed history state: a row's frozen reference disagrees with live_start")
-        if not 0 <= h.live_start <= h.step or len(h._batch_sizes) != h.step - h.live_start:
-            raise ValueError("malformed history state: step, live_start and batch sizes disagree")
-        dsteps = h.dispatch.col("step")
-        if dsteps.size and (dsteps.min() < 0 or dsteps.max() >= max(h.step, 1)):
-            raise ValueError("malformed history state: a dispatch step is out of range")
-        osteps = h.obs.col("step")
-        if osteps.size and (osteps.min() < 0 or osteps.max() >= max(h.step, 1)):
-            raise ValueError("malformed history state: an observation step is out of range")
-        if h._num_observations < len(h.obs):
-            raise ValueError("malformed history state: fewer observations than logged groups")
+        h.step, h.live_start, h._batch_sizes = step, live_start, batch_sizes
+        h.dispatch = _Log.from_arrays(_DISPATCH_COLUMNS, dispatch)
+        h.obs = _Log.from_arrays(_OBS_COLUMNS, obs)
+        h.last_selected[sel_pos] = sel_step
+        h.run_length[sel_pos] = sel_run
+        h._num_observations, h._latest_observed_step = observations, latest
+        if folded is not None:
+            pos = folded["pos"]
+            h._folded_obs[pos] = folded["observations"]
+            h._folded_scored[pos] = folded["scored"]
+            h._folded_scorable[pos] = folded["scorable"]
+            h._folded_env_selections[:] = folded["env_selections"]
+            h._folded_exploitation[:] = folded["exploitation"]
+            h._folded_reference, h._first_reference = folded["reference"], folded["first_reference"]
         status = h.dispatch.col("status")
         for row in np.flatnonzero(status == _OUTSTANDING):
             h._fifo.setdefault(int(h.dispatch.col("pos")[row]), []).append(int(row))
@@ -639,46 +662,119 @@ class History:
                 h._add_progress_point(int(o.col("pos")[seq]), int(o.col("step")[seq]), int(seq),
                                       float(o.col("v")[seq]))
         else:
-            h._load_progress(progress)
+            for p, count, points in progress:
+                h._progress[p] = points
+                h._progress_points[p] = count
+                h._update_residual(p)
         return h
-
-    def _load_folded(self, f: dict[str, Any]) -> None:
-        pos = np.asarray(f["pos"], dtype=np.int64)
-        if pos.size and (pos.min() < 0 or pos.max() >= self.n or np.unique(pos).size != pos.size):
-            raise ValueError("malformed history state: folded counters name a task out of range or twice")
-        for name, arr in (("observations", self._folded_obs), ("scored", self._folded_scored),
-                          ("scorable", self._folded_scorable)):
-            vals = np.asarray(f[name], dtype=np.int64)
-            if vals.shape != pos.shape or (vals.size and vals.min() < 0):
-                raise ValueError(f"malformed history state: folded {name} counts")
-            arr[pos] = vals
-        env = np.asarray(f["env_selections"], dtype=np.int64)
-        expl = np.asarray(f["exploitation"], dtype=np.int64)
-        if env.shape != (self.num_envs,) or expl.shape != (2,) or env.min(initial=0) < 0 or expl.min() < 0:
-            raise ValueError("malformed history state: folded environment or exploitation counts")
-        self._folded_env_selections[:] = env
-        self._folded_exploitation[:] = expl
-        for name, attr in (("reference", "_folded_reference"), ("first_reference", "_first_reference")):
-            if f.get(name) is not None:
-                r = np.asarray(f[name], dtype=float)
-                if r.shape != (3,) or not np.all(np.isfinite(r)):
-                    raise ValueError(f"malformed history state: folded {name}")
-                setattr(self, attr, r)
-
-    def _load_progress(self, progress: dict[str, Any]) -> None:
-        try:
-            entries = list(zip(progress["pos"], progress["count"], progress["points"], strict=True))
-            for p, count, pts in entries:
-                p, count = int(p), int(count)
-                points = sorted((int(s), int(q), float(v)) for s, q, v in pts)
-                if not 0 <= p < self.n or count < len(points) or len(points) > self.config.progress_min_transitions + 1:
-                    raise ValueError("a progress entry is out of range")
-                self._progress[p] = points
-                self._progress_points[p] = count
-                self._update_residual(p)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed history state: progress: {exc}") from None
 
     def outstanding_fifo(self) -> dict[int, list[int]]:
         """Outstanding dispatch rows per task, oldest first (for tests and explanations)."""
         return {p: list(r) for p, r in self._fifo.items()}
+
+
+# ---------------------------------------------------------------------- loading a saved history
+#: Inclusive range of each statistic of a scored group on the [0, 1] reward scale (and of the references,
+#: which are means of them).
+_STAT_RANGE = {"m": 1.0, "v": 0.25, "d": 1.0, "ref_m": 1.0, "ref_v": 0.25, "ref_d": 1.0}
+_INT32_MAX = 2**31 - 1
+
+
+def _load_log(name: str, raw: Any, columns: dict[str, Any], *, n: int, last_step: int, live_start: int,
+              phase_high: int, raw_var_high: float | None = None) -> dict[str, np.ndarray]:
+    """The columns of a saved dispatch or observation log, checked and converted (states written before
+    folding have no reference columns: they get the defaults)."""
+    data = _check.mapping(raw, name, keys=tuple(k for k in columns if k not in _REF_COLUMNS))
+    unknown = sorted(map(str, set(data) - set(columns)))
+    if unknown:
+        raise _check.StateError(name, f"has unknown columns {unknown[:5]}")
+    length = len(_check.sequence(data["pos"], f"{name}.pos"))
+    out: dict[str, np.ndarray] = {}
+    ints = {"pos": (0, n - 1), "step": (0, last_step), "phase": (0, phase_high), "status": (0, _DISCARDED),
+            "n_rollouts": (1, _INT32_MAX), "frozen": (_LIVE, _FROZEN_NO_REFERENCE)}
+    for col, (lo, hi) in ints.items():
+        if col in columns:
+            if col in data:
+                out[col] = _check.int_array(data[col], f"{name}.{col}", length=length, low=lo, high=hi,
+                                            dtype=columns[col])
+            else:
+                out[col] = np.full(length, _REF_DEFAULTS[col], dtype=columns[col])
+    if "n_scored" in columns:
+        out["n_scored"] = _check.int_array(data["n_scored"], f"{name}.n_scored", length=length,
+                                           high=_INT32_MAX, dtype=columns["n_scored"])
+        bad = np.flatnonzero(out["n_scored"] > out["n_rollouts"])
+        if bad.size:
+            raise _check.StateError(f"{name}.n_scored[{int(bad[0])}]", "exceeds the group's n_rollouts")
+        unscored = out["n_scored"] == 0  # such a group has no statistics: NaN, and only there
+        for col in ("m", "v", "d"):
+            out[col] = _check.float_array(data[col], f"{name}.{col}", length=length, low=0.0,
+                                          high=_STAT_RANGE[col], allow_nan=unscored)
+        scored = ~unscored
+        over = scored & (out["v"] > out["m"] * (1.0 - out["m"]) + 1e-9)
+        if over.any():
+            raise _check.StateError(f"{name}.v[{int(np.flatnonzero(over)[0])}]",
+                                    "is more than m (1 - m), the largest variance of rewards in [0, 1] with mean m")
+        out["raw_var"] = _check.float_array(data["raw_var"], f"{name}.raw_var", length=length, low=0.0,
+                                            high=raw_var_high, allow_nan=unscored)
+    for col in ("ref_m", "ref_v", "ref_d"):
+        out[col] = (_check.float_array(data[col], f"{name}.{col}", length=length, low=0.0, high=_STAT_RANGE[col])
+                    if col in data else np.zeros(length))
+    # a row of a step before live_start has its step's reference frozen in; a row inside is never frozen
+    frozen, steps = out["frozen"], out["step"]
+    wrong = np.flatnonzero((frozen == _LIVE) != (steps >= live_start))
+    if wrong.size:
+        raise _check.StateError(f"{name}.frozen[{int(wrong[0])}]", "disagrees with live_start (a row's frozen "
+                                                                   "reference is set exactly when its step is folded)")
+    return out
+
+
+def _load_folded(raw: Any, n: int, num_envs: int) -> dict[str, Any]:
+    f = _check.mapping(raw, "folded", keys=("pos", "observations", "scored", "scorable", "env_selections",
+                                            "exploitation"))
+    pos = _check.int_array(f["pos"], "folded.pos", high=n - 1)
+    if np.unique(pos).size != pos.size:
+        raise _check.StateError("folded.pos", "names a task twice")
+    out: dict[str, Any] = {"pos": pos}
+    for name in ("observations", "scored", "scorable"):
+        out[name] = _check.int_array(f[name], f"folded.{name}", length=pos.size)
+    if np.any(out["scored"] > out["observations"]) or np.any(out["scorable"] > out["scored"]):
+        raise _check.StateError("folded.scored", "counts must satisfy scorable <= scored <= observations")
+    out["env_selections"] = _check.int_array(f["env_selections"], "folded.env_selections", length=num_envs)
+    expl = _check.int_array(f["exploitation"], "folded.exploitation", length=2)
+    if expl[1] > expl[0]:
+        raise _check.StateError("folded.exploitation", f"counts more hits than groups: {expl.tolist()}")
+    out["exploitation"] = expl
+    for name in ("reference", "first_reference"):
+        r = f.get(name)
+        if r is None:
+            out[name] = None
+            continue
+        ref = _check.float_array(r, f"folded.{name}", length=3, low=0.0, high=1.0)
+        if ref[1] > _STAT_RANGE["v"]:
+            raise _check.StateError(f"folded.{name}[1]", f"must be a finite number in [0.0, 0.25], got {ref[1]!r}")
+        out[name] = ref
+    return out
+
+
+def _load_progress(raw: Any, n: int, last_step: int, observations: int,
+                   keep: int) -> list[tuple[int, int, list[tuple[int, int, float]]]]:
+    p = _check.mapping(raw, "progress", keys=("pos", "count", "points"))
+    pos = _check.int_array(p["pos"], "progress.pos", high=n - 1)
+    if np.unique(pos).size != pos.size:
+        raise _check.StateError("progress.pos", "names a task twice")
+    count = _check.int_array(p["count"], "progress.count", length=pos.size, low=1, high=max(observations, 1))
+    raw_points = _check.sequence(p["points"], "progress.points", length=pos.size)
+    out = []
+    for i, pts in enumerate(raw_points):
+        field = f"progress.points[{i}]"
+        pts = _check.sequence(pts, field, max_length=min(keep, int(count[i])))
+        if not pts:
+            raise _check.StateError(field, "is empty (a task enters the progress filter with its first point)")
+        points = []
+        for j, pt in enumerate(pts):
+            s_, q, v = _check.sequence(pt, f"{field}[{j}]", length=3)
+            points.append((_check.whole(s_, f"{field}[{j}][0]", high=last_step),
+                           _check.whole(q, f"{field}[{j}][1]", high=max(observations - 1, 0)),
+                           _check.finite(v, f"{field}[{j}][2]", low=0.0, high=0.25)))
+        out.append((int(pos[i]), int(count[i]), sorted(points)))
+    return out

@@ -1,0 +1,244 @@
+"""Checks for saved sampler states, shared by every ``load_state_dict``.
+
+A state read back from a checkpoint or a store is untrusted data: a loader parses each field into a new
+object with these functions, which refuse anything the sampler could not have written (a wrong type, NaN,
+an infinity, ``None``, a bool where a number belongs, a value outside what the sampler can reach, a list of
+the wrong length), and assigns only after the whole state passed. Every refusal is a :class:`StateError`
+(a ``ValueError``) whose message starts with the field's dotted name, e.g.
+``extra.alpha[3] must be a finite number in [1.0, 9007199254740993.0], got nan``;
+:meth:`BaseSampler.load_state_dict <envsched.samplers.base.BaseSampler.load_state_dict>` prefixes it with
+``malformed <Sampler> state:``.
+
+Numbers are checked with plain Python over the lists a JSON state holds (``numpy.asarray`` would turn
+``None`` into NaN, ``"1"`` into 1.0 and ``True`` into 1), then converted with numpy in one call.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "MAX_COUNT",
+    "StateError",
+    "bool_array",
+    "choice",
+    "finite",
+    "float_array",
+    "int_array",
+    "mapping",
+    "rng_from_state",
+    "sequence",
+    "text",
+    "whole",
+]
+
+#: Largest value a counter may hold in a loaded state (integers above it lose precision as floats).
+MAX_COUNT = 2**53
+
+_INT_TYPES = (int, np.integer)
+_NUM_TYPES = (int, float, np.integer, np.floating)
+
+
+class StateError(ValueError):
+    """A saved state refused by a loader.
+
+    Attributes:
+        field: dotted name of the offending field (``extra.history.obs.v[0]``).
+        problem: what is wrong with it.
+        owner: the class whose state it is, once known (it starts the message: ``malformed X state: ...``).
+    """
+
+    def __init__(self, field: str, problem: str, owner: str | None = None) -> None:
+        self.field, self.problem, self.owner = field, problem, owner
+        head = f"malformed {owner} state: " if owner else ""
+        super().__init__(f"{head}{field} {problem}")
+
+    def within(self, prefix: str = "", owner: str | None = None) -> StateError:
+        """The same refusal seen from an enclosing state: ``prefix`` goes before the field name."""
+        return StateError(prefix + self.field, self.problem, owner or self.owner)
+
+
+def _show(value: Any) -> str:
+    """``repr`` of an offending value, cut short (a hostile state may hold a huge one)."""
+    text_ = repr(value)
+    return text_ if len(text_) <= 60 else text_[:57] + "..."
+
+
+def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    lo = "(" if low_open or low is None else "["
+    hi = ")" if high_open or high is None else "]"
+    return f"{lo}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi}"
+
+
+def _in_range(v: float, low: float | None, high: float | None, low_open: bool, high_open: bool) -> bool:
+    if low is not None and (v <= low if low_open else v < low):
+        return False
+    return not (high is not None and (v >= high if high_open else v > high))
+
+
+def mapping(value: Any, field: str, *, keys: tuple[str, ...] | None = None) -> Mapping[str, Any]:
+    """``value`` as a mapping; with ``keys``, each of them must be present."""
+    if not isinstance(value, Mapping):
+        raise StateError(field, f"must be an object, got {type(value).__name__}")
+    for k in keys or ():
+        if k not in value:
+            raise StateError(f"{field}.{k}" if field else k, "is missing")
+    return value
+
+
+def sequence(value: Any, field: str, *, length: int | None = None, max_length: int | None = None) -> list[Any]:
+    """``value`` as a list (a JSON array: list or tuple), of exactly ``length`` or at most ``max_length`` items."""
+    if not isinstance(value, list | tuple):
+        raise StateError(field, f"must be a list, got {type(value).__name__}")
+    if length is not None and len(value) != length:
+        raise StateError(field, f"must have {length} entries, got {len(value)}")
+    if max_length is not None and len(value) > max_length:
+        raise StateError(field, f"must have at most {max_length} entries, got {len(value)}")
+    return list(value)
+
+
+def whole(value: Any, field: str, *, low: int = 0, high: int = MAX_COUNT) -> int:
+    """An integer in ``[low, high]``. A float with an integral value is accepted (JSON writers may emit
+    ``3.0``); bools, NaN, infinities and other types are not."""
+    ok = isinstance(value, _INT_TYPES) or (isinstance(value, float | np.floating) and math.isfinite(value)
+                                           and float(value).is_integer())
+    if isinstance(value, bool | np.bool_) or not ok or not low <= value <= high:
+        raise StateError(field, f"must be a whole number in [{low}, {high}], got {_show(value)}")
+    return int(value)
+
+
+def finite(value: Any, field: str, *, low: float | None = None, high: float | None = None,
+           low_open: bool = False, high_open: bool = False) -> float:
+    """A finite number in the interval (closed unless ``low_open`` / ``high_open``; ``None``: unbounded)."""
+    ok = isinstance(value, _NUM_TYPES) and not isinstance(value, bool | np.bool_)
+    if ok:
+        try:
+            v = float(value)
+        except OverflowError:  # an int beyond the float range
+            ok = False
+        else:
+            ok = math.isfinite(v) and _in_range(v, low, high, low_open, high_open)
+    if not ok:
+        raise StateError(field, f"must be a finite number in {_interval(low, high, low_open, high_open)}, "
+                                f"got {_show(value)}")
+    return v
+
+
+def text(value: Any, field: str, *, allow_empty: bool = False) -> str:
+    """A string (non-empty unless ``allow_empty``)."""
+    if not isinstance(value, str) or (not value and not allow_empty):
+        raise StateError(field, f"must be a {'' if allow_empty else 'non-empty '}string, got {_show(value)}")
+    return value
+
+
+def choice(value: Any, field: str, options: tuple[Any, ...]) -> Any:
+    """One of ``options`` (compared by type and value: ``True`` is not ``1``)."""
+    if not any(type(value) is type(o) and value == o for o in options):
+        raise StateError(field, f"must be one of {list(options)}, got {_show(value)}")
+    return value
+
+
+def _elements(value: Any, field: str, length: int | None, max_length: int | None) -> list[Any]:
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1:
+            raise StateError(field, f"must be a flat list, got an array of shape {value.shape}")
+        value = value.tolist()
+    return sequence(value, field, length=length, max_length=max_length)
+
+
+def float_array(value: Any, field: str, *, length: int | None = None, max_length: int | None = None,
+                low: float | None = None, high: float | None = None, low_open: bool = False,
+                high_open: bool = False, allow_nan: np.ndarray | None = None) -> np.ndarray:
+    """A list of finite numbers in the interval as a float64 array. ``allow_nan``: a boolean mask of the
+    entries that may (and then must) be NaN -- e.g. the statistics of a group without a scored reward."""
+    items = _elements(value, field, length, max_length)
+    kinds = set(map(type, items))
+    if not kinds <= {float, int} and not all(isinstance(x, _NUM_TYPES) and not isinstance(x, bool | np.bool_)
+                                             for x in items):
+        i = next(i for i, x in enumerate(items) if not isinstance(x, _NUM_TYPES) or isinstance(x, bool | np.bool_))
+        raise StateError(f"{field}[{i}]", f"must be a finite number in {_interval(low, high, low_open, high_open)}, "
+                                          f"got {_show(items[i])}")
+    try:
+        arr = np.asarray(items, dtype=np.float64)
+    except OverflowError:  # an int beyond the float range
+        i = next(i for i, x in enumerate(items) if isinstance(x, int) and abs(x) > 2**1023)
+        raise StateError(f"{field}[{i}]", f"must be a finite number, got {_show(items[i])}") from None
+    ok = np.isfinite(arr)
+    if low is not None:
+        ok &= (arr > low) if low_open else (arr >= low)
+    if high is not None:
+        ok &= (arr < high) if high_open else (arr <= high)
+    if allow_nan is not None:
+        nan = np.isnan(arr)
+        ok = np.where(allow_nan, nan, ok)
+    if not ok.all():
+        i = int(np.flatnonzero(~ok)[0])
+        want = "NaN" if allow_nan is not None and allow_nan[i] else \
+            f"a finite number in {_interval(low, high, low_open, high_open)}"
+        raise StateError(f"{field}[{i}]", f"must be {want}, got {_show(items[i])}")
+    return arr
+
+
+def int_array(value: Any, field: str, *, length: int | None = None, max_length: int | None = None,
+              low: int = 0, high: int = MAX_COUNT, dtype: Any = np.int64) -> np.ndarray:
+    """A list of integers in ``[low, high]`` as an array of ``dtype`` (no floats, bools or ``None``)."""
+    items = _elements(value, field, length, max_length)
+    if set(map(type, items)) - {int}:
+        for i, x in enumerate(items):
+            if not isinstance(x, _INT_TYPES) or isinstance(x, bool | np.bool_):
+                raise StateError(f"{field}[{i}]", f"must be a whole number in [{low}, {high}], got {_show(x)}")
+    for i, x in enumerate(items) if items and not low <= min(items) <= max(items) <= high else ():
+        if not low <= x <= high:
+            raise StateError(f"{field}[{i}]", f"must be a whole number in [{low}, {high}], got {_show(x)}")
+    return np.asarray(items, dtype=dtype).reshape(len(items))
+
+
+def bool_array(value: Any, field: str, *, length: int | None = None) -> np.ndarray:
+    """A list of ``true``/``false`` as a bool array (``0``/``1`` and other types are refused)."""
+    items = _elements(value, field, length, None)
+    if set(map(type, items)) - {bool}:
+        i = next(i for i, x in enumerate(items) if not isinstance(x, bool | np.bool_))
+        raise StateError(f"{field}[{i}]", f"must be true or false, got {_show(items[i])}")
+    return np.asarray(items, dtype=bool).reshape(len(items))
+
+
+_RNG_KEYS = ("bit_generator", "state", "has_uint32", "uinteger")
+
+
+def rng_from_state(value: Any, field: str = "rng", *, bit_generator: str = "PCG64") -> np.random.Generator:
+    """A new ``numpy.random.Generator`` set to a saved ``bit_generator.state``: the exact PCG64 layout numpy
+    writes (128-bit ``state``, odd 128-bit ``inc``, the buffered 32-bit half), nothing else."""
+    if bit_generator != "PCG64":
+        raise ValueError(f"only PCG64 states are checked here, not {bit_generator!r}")
+    try:
+        return _rng_from_state(value, field, bit_generator)
+    except StateError as exc:
+        raise StateError(exc.field, f"{exc.problem} (a random generator state)", exc.owner) from None
+
+
+def _rng_from_state(value: Any, field: str, bit_generator: str) -> np.random.Generator:
+    st = mapping(value, field, keys=_RNG_KEYS)
+    extra = sorted(set(st) - set(_RNG_KEYS))
+    if extra:
+        raise StateError(field, f"has unknown keys {extra}")
+    choice(st["bit_generator"], f"{field}.bit_generator", (bit_generator,))
+    inner = mapping(st["state"], f"{field}.state", keys=("state", "inc"))
+    if sorted(inner) != ["inc", "state"]:
+        raise StateError(f"{field}.state", f"must hold exactly 'state' and 'inc', got {sorted(map(str, inner))}")
+    whole(inner["state"], f"{field}.state.state", high=2**128 - 1)
+    inc = whole(inner["inc"], f"{field}.state.inc", high=2**128 - 1)
+    if inc % 2 == 0:
+        raise StateError(f"{field}.state.inc", f"must be odd (PCG64's stream increment), got {inc}")
+    has = choice(st["has_uint32"], f"{field}.has_uint32", (0, 1))
+    whole(st["uinteger"], f"{field}.uinteger", high=2**32 - 1)
+    if not isinstance(inner["state"], int) or not isinstance(inc, int):
+        raise StateError(f"{field}.state", "must hold integers")
+    rng = np.random.default_rng()
+    rng.bit_generator.state = {"bit_generator": bit_generator,
+                               "state": {"state": int(inner["state"]), "inc": inc},
+                               "has_uint32": int(has), "uinteger": int(st["uinteger"])}
+    return rng
