@@ -20,6 +20,7 @@ protocol's number of seeds; its runs never enter the evaluation.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -282,11 +283,9 @@ def protocol_report(config: ProtocolConfig, untuned: Sequence[Mapping[str, Any]]
                 "secondary": secondary, "means": means}
 
     commit = ""
-    try:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
                                 cwd=Path(__file__).resolve().parent).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
     cpu = [float(r.get("cpu_s", 0.0)) for r in [*untuned, *tuned]]
     return {"format": "envsched.protocol/1", "config": asdict(config), "commit": commit,
             "python": platform.python_version(), "cpu_seconds": float(np.sum(cpu)),
