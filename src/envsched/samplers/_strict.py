@@ -26,6 +26,18 @@ def field(extra: Mapping[str, Any], name: str, owner: str) -> Any:
     return extra[name]
 
 
+def _holds_bool(value: Any) -> bool:
+    """Whether a nested list holds a bool anywhere (numpy would silently turn it into 0 or 1)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, bool | np.bool_):
+            return True
+        if isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
+
+
 def _array(value: Any, name: str, owner: str, shape: tuple[int, ...], kinds: str, what: str) -> np.ndarray:
     if not isinstance(value, list | tuple):
         raise ValueError(f"malformed {owner} state: {name!r} must be a list of {what}, got {type(value).__name__}")
@@ -35,6 +47,8 @@ def _array(value: Any, name: str, owner: str, shape: tuple[int, ...], kinds: str
         raise ValueError(f"malformed {owner} state: {name!r} is not a regular array of {what}") from None
     if arr.shape != shape:
         raise ValueError(f"malformed {owner} state: {name!r} has shape {arr.shape}, expected {shape}")
+    if kinds != "b" and arr.dtype.kind in "fiu" and _holds_bool(value):
+        raise ValueError(f"malformed {owner} state: {name!r} must hold only {what}, found a bool")
     if arr.size and arr.dtype.kind not in kinds:
         raise ValueError(f"malformed {owner} state: {name!r} must hold only {what} (found {arr.dtype.kind!r} "
                          "values: None, strings, bools or out-of-range integers are refused)")

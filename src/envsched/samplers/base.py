@@ -350,7 +350,10 @@ class BaseSampler(ABC):
             raise exc.within(owner=owner) from None
         saved_attributes = dict(self.__dict__)
         try:
+            # the validated base fields a hook may check its own fields against (removed again below)
+            self._incoming_last_batch = list(last_batch)
             self._load_extra_state(dict(extra))  # validates before it changes anything
+            del self._incoming_last_batch
         except Exception as exc:
             # all or nothing, even for a subclass hook that assigned some attributes before refusing (a hook
             # builds new objects and assigns them; it never edits the sampler's arrays in place)

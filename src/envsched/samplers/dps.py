@@ -262,7 +262,8 @@ class DPSSampler(BaseSampler):
     def _load_extra_state(self, extra: dict[str, Any]) -> None:
         owner, n, k = "DPSSampler", len(self.tasks), _N_STATES
         f = _strict.field
-        alpha = _strict.float_array(f(extra, "alpha", owner), "alpha", owner, (n, k, k), low=0.0)
+        alpha = _strict.float_array(f(extra, "alpha", owner), "alpha", owner, (n, k, k), low=0.0,
+                                    high=float(self._alpha0.max()) + _strict.MAX_COUNT)
         if not (alpha.sum(axis=1) > 0).all():
             raise ValueError("malformed DPSSampler state: 'alpha' has a column (from-state) summing to 0")
         beliefs = []
@@ -281,9 +282,20 @@ class DPSSampler(BaseSampler):
         if not np.array_equal(np.sort(order), np.arange(n)):
             raise ValueError("malformed DPSSampler state: 'order' is not a permutation of the tasks")
         cursor = _strict.whole_number(f(extra, "cursor", owner), "cursor", owner, high=n)
+        # the partial-solving probabilities of the last batch's picks: one per task of the last batch
+        n_scores = len(getattr(self, "_incoming_last_batch", []))
         raw_scores = f(extra, "last_scores", owner)
-        n_scores = len(raw_scores) if isinstance(raw_scores, list) else -1
-        scores = _strict.float_array(raw_scores, "last_scores", owner, (max(n_scores, 0),), low=0.0)
+        if isinstance(raw_scores, list) and len(raw_scores) != n_scores:
+            raise ValueError(f"malformed DPSSampler state: 'last_scores' has {len(raw_scores)} entries but "
+                             f"last_batch has {n_scores} tasks (one score per pick of the last batch)")
+        scores = _strict.float_array(raw_scores, "last_scores", owner, (n_scores,), low=0.0,
+                                     high=1.0)
+        # each observation adds a joint posterior of total mass 1 to a task's counts and decay pulls them toward
+        # the prior, so no count exceeds the prior's largest entry plus the task's observations
+        bound = float(self._alpha0.max()) + observations[:, None, None] + 1e-6
+        if (alpha > bound).any():
+            raise ValueError("malformed DPSSampler state: 'alpha' holds counts larger than the prior plus the "
+                             "task's observations can reach")
         self.alpha, (self.prior, self.previous) = alpha, beliefs
         self.tracked, self.observed_this_step, self.observations = tracked, observed, observations
         self.steps, self._order, self._cursor, self._last_scores = steps, order, cursor, scores
