@@ -85,9 +85,11 @@ from envsched.envs.server_guard import (
     WebSocketGuard,
     check_seconds,
     env_seconds,
+    field_errors,
     guarded_protocol,
     in_websocket,
     register_client_message,
+    register_field_names,
 )
 
 __all__ = [
@@ -139,6 +141,9 @@ class TaskObservation(Observation):
     prompt: str = Field(default="", description="the question / instruction of the task")
     task_id: str | None = Field(default=None, description="the task's id")
     feedback: str | None = Field(default=None, description="verdict after the answer")
+
+
+register_field_names(AnswerAction, TaskObservation)  # error locations may name these fields, nothing else
 
 
 # ---------------------------------------------------------------------------- the runner
@@ -449,12 +454,9 @@ def harden_app(app: Any, *, max_body_bytes: int = MAX_BODY_BYTES, idle_timeout_s
     log = logging.getLogger("envsched.openenv_server")
 
     def fields(errors: Any) -> str:
-        names = []
-        for e in errors if isinstance(errors, list) else []:
-            loc = [str(x) for x in (e.get("loc") or ()) if x not in ("body",)] if isinstance(e, dict) else []
-            kind = e.get("type", "invalid") if isinstance(e, dict) else "invalid"
-            names.append(f"{'.'.join(loc) or 'body'} ({kind})"[:80])
-        return ", ".join(names[:10]) or "malformed request"
+        names = [f"{'.'.join(str(x) for x in e['loc'] if x != 'body') or 'body'} ({e['type']})"[:80]
+                 for e in field_errors(errors)]
+        return ", ".join(names) or "malformed request"
 
     async def task_error(request: Any, exc: TaskRequestError) -> Any:
         return JSONResponse({"detail": exc.message}, status_code=exc.status)

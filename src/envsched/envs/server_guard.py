@@ -41,8 +41,10 @@ __all__ = [
     "GuardedH11Protocol",
     "WebSocketGuard",
     "env_seconds",
+    "field_errors",
     "in_websocket",
     "register_client_message",
+    "register_field_names",
 ]
 
 #: Seconds a WebSocket session may stay without a client message before it is closed (its capacity freed).
@@ -119,12 +121,40 @@ def _safe(message: Any) -> bool:
         return message in _CLIENT_MESSAGES
 
 
-def _field_errors(errors: Any) -> list[dict[str, Any]]:
-    """Pydantic errors without their ``input``/``msg``/``ctx`` (they quote the client's values)."""
+_KNOWN_FIELDS: set[str] = {"body", "query", "path", "header", "data", "type", "action"}
+_fields_loaded = False
+
+
+def register_field_names(*models: Any) -> None:
+    """Field names of server-side models: the only names an error location may show (a client's own key,
+    e.g. an unexpected field, is shown as ``?``)."""
+    for model in models:
+        _KNOWN_FIELDS.update(getattr(model, "model_fields", {}))
+
+
+def _known_fields() -> set[str]:
+    global _fields_loaded
+    if not _fields_loaded:
+        _fields_loaded = True
+        try:
+            from openenv.core.env_server import types as openenv_types
+            from pydantic import BaseModel
+        except ImportError:  # pragma: no cover
+            return _KNOWN_FIELDS
+        register_field_names(*(v for v in vars(openenv_types).values()
+                               if isinstance(v, type) and issubclass(v, BaseModel)))
+    return _KNOWN_FIELDS
+
+
+def field_errors(errors: Any) -> list[dict[str, Any]]:
+    """Pydantic errors as ``{"loc", "type"}`` only: without ``input``/``msg``/``ctx`` (they quote the client's
+    values), and with location names that are not fields of the server's models shown as ``?``."""
+    known = _known_fields()
     out = []
     for e in errors if isinstance(errors, list) else []:
         if isinstance(e, dict):
-            loc = [x if isinstance(x, int) else str(x)[:40] for x in (e.get("loc") or [])][:8]
+            loc = [x if isinstance(x, int) and not isinstance(x, bool) else (x if x in known else "?")
+                   for x in (e.get("loc") or [])][:8]
             out.append({"loc": loc, "type": str(e.get("type", "invalid"))[:40]})
     return out[:10]
 
@@ -168,7 +198,7 @@ def sanitize_frame(text: str) -> str:
         if code != "VALIDATION_ERROR":
             log.warning("WebSocket %s error replaced by a stable message: %.300r", code, message)
     if code == "VALIDATION_ERROR":
-        clean["errors"] = _field_errors(data.get("errors"))
+        clean["errors"] = field_errors(data.get("errors"))
     if code == "CAPACITY_REACHED":
         for key in ("active_sessions", "max_sessions"):
             if isinstance(data.get(key), int):
@@ -365,6 +395,14 @@ class _HeadDeadline:
         if self._head_timer is not None and (upgraded or (cycle is not None and not cycle.response_complete)):
             self._head_timer.cancel()  # the head is complete (a request is being served, or a WebSocket)
             self._head_timer = None
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # type: ignore[misc]
+        cycle = self.cycle  # type: ignore[attr-defined]
+        pending = self.conn.trailing_data[0]  # type: ignore[attr-defined]  # part of a next request, pipelined
+        if (self._head_timer is None and pending and not self.transport.is_closing()  # type: ignore[attr-defined]
+                and (cycle is None or cycle.response_complete)):
+            self._head_timer = self.loop.call_later(self._head_timeout_s(), self._head_late)  # type: ignore[attr-defined]
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._head_timer is not None:
