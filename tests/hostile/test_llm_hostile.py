@@ -299,6 +299,7 @@ def test_an_800_mb_body_keeps_the_client_small(endpoint: str) -> None:
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
     assert lines["huge-chunked"] == "PolicyError" and lines["huge-declared"] == "PolicyError"
     assert lines["huge-error"] == "PolicyUnavailable"  # a 5xx: its first 64 KiB are read for the message
+    print(proc.stdout)  # the peak RSS and the time, for the docs (pytest -s)
     peak_mb = float(lines["peak_mb"].split()[0])
     assert peak_mb < 400, proc.stdout  # the interpreter with httpx is about 60 MB; 800 MB read whole is > 1 GB
 

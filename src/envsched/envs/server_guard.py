@@ -30,6 +30,7 @@ import contextvars
 import json
 import logging
 import os
+import random
 import threading
 from typing import Any
 
@@ -364,17 +365,21 @@ def _h11_protocol() -> type:
 
 
 class _HeadDeadline:
-    """Mixin for uvicorn's h11 protocol: a request head must be complete ``header_timeout_s`` after the
-    connection opens or after the next request's first byte; else ``408`` and the connection is closed."""
+    """Mixin for uvicorn's h11 protocol: a request head must be complete ``header_timeout_s`` (up to 10 % more,
+    at random) after the connection opens or after the next request's first byte; else ``408`` and the
+    connection is closed."""
 
     header_timeout_s: float | None = None
     in_use = False  # set once a connection is served through this protocol (for the warning above)
     timeouts = 0  # connections closed for a late request head (process-wide count, for tests/benchmarks)
 
     def _head_timeout_s(self) -> float:
-        if self.header_timeout_s is not None:
-            return self.header_timeout_s
-        return env_seconds("ENVSCHED_OPENENV_HEADER_TIMEOUT_S", DEFAULT_HEADER_TIMEOUT_S)
+        """The deadline, plus up to 10 % at random: connections opened together (a slowloris burst) are then
+        cut off over a spread of time instead of in one event-loop turn that would delay every other client."""
+        seconds = self.header_timeout_s
+        if seconds is None:
+            seconds = env_seconds("ENVSCHED_OPENENV_HEADER_TIMEOUT_S", DEFAULT_HEADER_TIMEOUT_S)
+        return seconds * (1.0 + 0.1 * random.random())
 
     def connection_made(self, transport: Any) -> None:
         _HeadDeadline.in_use = True
