@@ -7,6 +7,7 @@ split larger than the page limit.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import urllib.error
@@ -141,3 +142,130 @@ def test_reset_without_split_and_index_serves_the_default_split(server):
     with pytest.raises(ValueError, match="default_split"):
         make_app(TaskPool([{"id": "a", "env": "qa", "split": "test", "initial_state": {"question": "q"}}]),
                  default_split="train")
+
+
+# ---------------------------------------------------------------------------- bounded per client (issue 23)
+def _qa_pool(n: int = 4) -> TaskPool:
+    return TaskPool([{"id": f"q{i}", "env": "qa", "split": "train", "initial_state": {"question": f"Q{i}?",
+                                                                                     "answer": "a"}}
+                     for i in range(n)])
+
+
+def test_idle_sessions_expire_and_a_new_client_is_served():
+    """The audit's lock: with every session held by an idle client, a new client was refused forever."""
+    import time
+
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    from envsched.envs.server_guard import IDLE_CLOSE_CODE
+
+    app = make_app(_qa_pool(), env_name="idle", max_concurrent_envs=2, idle_timeout_s=1.5)
+    with ServerThread(app) as srv:
+        url = srv.url.replace("http://", "ws://") + "/ws"
+        with contextlib.ExitStack() as stack:
+            idle = [stack.enter_context(connect(url)) for _ in range(2)]
+            idle[0].send(json.dumps({"type": "reset", "data": {"index": 0}}))  # one mid-episode, one never sent
+            assert json.loads(idle[0].recv(timeout=10))["type"] == "observation"
+            with connect(url) as third:  # at capacity
+                assert json.loads(third.recv(timeout=10))["data"]["code"] == "CAPACITY_REACHED"
+            assert app.state.env_server.active_sessions == 2
+            for ws in idle:  # each told why, then closed with the idle code
+                assert json.loads(ws.recv(timeout=10))["data"]["code"] == "IDLE_TIMEOUT"
+                with pytest.raises(ConnectionClosed) as info:
+                    ws.recv(timeout=10)
+                assert info.value.rcvd.code == IDLE_CLOSE_CODE
+            deadline = time.monotonic() + 10
+            while app.state.env_server.active_sessions and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert app.state.env_server.active_sessions == 0  # the capacity is free again
+            with connect(url) as fresh:
+                fresh.send(json.dumps({"type": "reset", "data": {"index": 3}}))
+                assert json.loads(fresh.recv(timeout=10))["data"]["observation"]["task_id"] == "q3"
+                fresh.send(json.dumps({"type": "step", "data": {"answer": "a"}}))
+                assert json.loads(fresh.recv(timeout=10))["data"]["reward"] == 1.0
+
+
+def test_an_active_session_is_kept_and_mcp_sessions_expire():
+    """Messages keep a WebSocket session (OpenEnv's reaper does not take it from under its connection, even when
+    the client only asks for state); sessions opened over HTTP /mcp have no connection and expire when idle."""
+    import time
+
+    from websockets.sync.client import connect
+
+    app = make_app(_qa_pool(), env_name="act", max_concurrent_envs=3, idle_timeout_s=1.0)
+    with ServerThread(app) as srv:
+        for i in range(2):
+            code, text = _post(srv.url, {"jsonrpc": "2.0", "method": "openenv/session/create", "id": i}, path="/mcp")
+            assert code == 200 and "session_id" in json.loads(text)["result"]
+        with connect(srv.url.replace("http://", "ws://") + "/ws") as ws:
+            ws.send(json.dumps({"type": "reset", "data": {"index": 1}}))
+            assert json.loads(ws.recv(timeout=10))["type"] == "observation"
+            assert app.state.env_server.active_sessions == 3
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 7.5:  # past OpenEnv's reaper interval (5 s) and 7 idle limits
+                ws.send(json.dumps({"type": "state"}))
+                assert json.loads(ws.recv(timeout=10))["type"] == "state"
+                time.sleep(0.4)
+            assert app.state.env_server.active_sessions == 1  # the two /mcp sessions reaped, ours kept
+            ws.send(json.dumps({"type": "step", "data": {"answer": "a"}}))
+            assert json.loads(ws.recv(timeout=10))["data"]["reward"] == 1.0
+
+
+@pytest.mark.parametrize("name, value", [("ENVSCHED_OPENENV_IDLE_TIMEOUT_S", "0"),
+                                         ("ENVSCHED_OPENENV_IDLE_TIMEOUT_S", "soon"),
+                                         ("ENVSCHED_OPENENV_BODY_TIMEOUT_S", "-1"),
+                                         ("ENVSCHED_OPENENV_BODY_TIMEOUT_S", "1e9"),
+                                         ("ENVSCHED_OPENENV_MAX_BODY_BYTES", "0"),
+                                         ("ENVSCHED_OPENENV_MAX_SESSIONS", "many")])
+def test_limits_from_the_environment_are_checked(monkeypatch, name, value):
+    from envsched.envs.openenv_server import create_default_app
+
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=name):
+        create_default_app()
+
+
+def test_limits_from_make_app_are_checked_and_kept():
+    for kwargs in ({"idle_timeout_s": 0}, {"idle_timeout_s": True}, {"body_timeout_s": float("nan")},
+                   {"idle_timeout_s": 10**6}):
+        with pytest.raises(ValueError, match=next(iter(kwargs))):
+            make_app(_qa_pool(), **kwargs)
+    app = make_app(_qa_pool(), idle_timeout_s=42, body_timeout_s=7)
+    assert (app.state.idle_timeout_s, app.state.body_timeout_s) == (42.0, 7.0)
+    assert app.state.env_server._session_idle_timeout_s == 42.0  # OpenEnv's reaper uses the same limit
+
+
+def test_the_launcher_serves_with_the_head_deadline(tmp_path):
+    """``python -m envsched.envs.openenv_server`` (the documented way): a stalled request head gets 408."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from envsched.envs.openenv_server import _free_port
+
+    port = _free_port("127.0.0.1")
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("\n".join(json.dumps(t) for t in _qa_pool()) + "\n")
+    env = {**os.environ, "ENVSCHED_OPENENV_POOL": str(pool), "ENVSCHED_OPENENV_HEADER_TIMEOUT_S": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "envsched.envs.openenv_server", "--port", str(port),
+                             "--log-level", "warning"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                    assert r.status == 200
+                    break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()[-2000:]
+                time.sleep(0.2)
+        t0 = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHo")
+            assert sock.recv(200).startswith(b"HTTP/1.1 408")
+        assert time.monotonic() - t0 < 15
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -17,13 +17,30 @@ a one-turn question/answer runner:
   surrounding whitespace ignored);
 * a task with a question but no reference answer cannot be scored: its reward is ``None``.
 
-Start it with uvicorn on loopback::
+Start it on loopback (uvicorn with the request-head deadline and the limits above)::
 
-    ENVSCHED_OPENENV_POOL=pool.jsonl python -m uvicorn envsched.envs.openenv_server:app --host 127.0.0.1 --port 8765
+    ENVSCHED_OPENENV_POOL=pool.jsonl python -m envsched.envs.openenv_server --host 127.0.0.1 --port 8765
+
+or with uvicorn itself (``--http`` adds the request-head deadline; without it the rest holds)::
+
+    ENVSCHED_OPENENV_POOL=pool.jsonl python -m uvicorn envsched.envs.openenv_server:app --host 127.0.0.1 \
+        --port 8765 --http envsched.envs.server_guard:GuardedH11Protocol --ws-max-size 2097152
 
 Without ``ENVSCHED_OPENENV_POOL`` it serves :func:`chain_sum_pool` (RFC 013's example: five chain_sum tiers,
 2000 train and 100 test tasks per tier). The Task API is keyed by ``env_name`` (default ``envsched_pool``,
 ``ENVSCHED_OPENENV_NAME``); ``ENVSCHED_OPENENV_MAX_SESSIONS`` sets the concurrent session limit (default 8).
+
+Bounded per client (docs/limits.md, "Server"; :mod:`envsched.envs.server_guard`):
+
+* a WebSocket session without a client message for ``idle_timeout_s`` (default 60 s,
+  ``ENVSCHED_OPENENV_IDLE_TIMEOUT_S``) is closed and its capacity freed; so is one that does not read its
+  replies; sessions opened over HTTP ``/mcp`` expire after the same idle time (OpenEnv's reaper);
+* a request head must arrive within ``ENVSCHED_OPENENV_HEADER_TIMEOUT_S`` (default 10 s) -- served with
+  ``python -m envsched.envs.openenv_server`` (or uvicorn ``--http envsched.envs.server_guard:GuardedH11Protocol``),
+  a request body within ``body_timeout_s`` (default 30 s, ``ENVSCHED_OPENENV_BODY_TIMEOUT_S``);
+* WebSocket messages above ``max_body_bytes`` and binary frames get an error frame and are dropped;
+* error replies carry a stable message and code, never exception text or the client's input (details
+  go to the server log).
 
 Fit to expose (see docs/evaluation.md, "The Task API server"):
 
@@ -42,6 +59,8 @@ Fit to expose (see docs/evaluation.md, "The Task API server"):
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -52,7 +71,7 @@ from envsched.envs.base import Environment, EnvironmentUnavailable, StepResult
 from envsched.pool.pool import TaskPool
 
 try:
-    from openenv.core.env_server import Action, Observation, State, create_app
+    from openenv.core.env_server import Action, ConcurrencyConfig, HTTPEnvServer, Observation, State
     from openenv.core.env_server import Environment as OpenEnvBase
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise EnvironmentUnavailable(
@@ -60,8 +79,24 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "(openenv==0.10.0; never together with openenv-core)") from exc
 from pydantic import Field
 
+from envsched.envs.server_guard import (
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_IDLE_TIMEOUT_S,
+    WebSocketGuard,
+    check_seconds,
+    env_seconds,
+    field_errors,
+    guarded_protocol,
+    in_websocket,
+    register_client_message,
+    register_field_names,
+)
+
 __all__ = [
+    "DEFAULT_BODY_TIMEOUT_S",
     "DEFAULT_ENV_NAME",
+    "DEFAULT_HEADER_TIMEOUT_S",
+    "DEFAULT_IDLE_TIMEOUT_S",
     "MAX_BODY_BYTES",
     "MAX_PAGE_SIZE",
     "AnswerAction",
@@ -73,6 +108,7 @@ __all__ = [
     "chain_sum_pool",
     "create_default_app",
     "harden_app",
+    "main",
     "make_app",
     "pool_environment_class",
     "reasoning_gym_entry",
@@ -81,8 +117,12 @@ __all__ = [
 DEFAULT_ENV_NAME = "envsched_pool"
 #: Most tasks one ``/task_range`` (or ``/tasks`` preview) response holds.
 MAX_PAGE_SIZE = 1000
-#: Largest request body accepted (bytes); larger ones get 413 without being read.
+#: Largest request body accepted (bytes); larger ones get 413 without being read. Also the largest
+#: WebSocket message passed to the environment.
 MAX_BODY_BYTES = 1 << 20
+#: Seconds a client has to send a whole request body (after its head); else 408.
+DEFAULT_BODY_TIMEOUT_S = 30.0
+_log = logging.getLogger("envsched.openenv_server")
 #: RFC 013's example: test seeds are offset so that no test question is a train question.
 SPLIT_SEED_OFFSET = {"train": 0, "validation": 250_000_000, "test": 500_000_000}
 _EPISODE_SEED_STRIDE = 1_000_003
@@ -101,6 +141,9 @@ class TaskObservation(Observation):
     prompt: str = Field(default="", description="the question / instruction of the task")
     task_id: str | None = Field(default=None, description="the task's id")
     feedback: str | None = Field(default=None, description="verdict after the answer")
+
+
+register_field_names(AnswerAction, TaskObservation)  # error locations may name these fields, nothing else
 
 
 # ---------------------------------------------------------------------------- the runner
@@ -185,7 +228,7 @@ class TaskRequestError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-        self.message = message
+        self.message = register_client_message(message)  # passed through the WebSocket error rewriting
 
 
 def _int_arg(name: str, value: Any) -> int:
@@ -266,7 +309,7 @@ class PoolTaskEnvironment(OpenEnvBase):
         if not 0 <= _int_arg("index", index) < len(tasks):
             raise TaskRequestError(400, "task index out of range")
         task = tasks[index]
-        prompt = self._runner.reset(task, seed)
+        prompt = _client_safe(lambda: self._runner.reset(task, seed), "reset", task)
         self._task = task
         self._state = State(episode_id=episode_id, step_count=0)
         return TaskObservation(prompt=str(prompt), task_id=task["id"], done=False, reward=None,
@@ -276,7 +319,7 @@ class PoolTaskEnvironment(OpenEnvBase):
         if self._task is None:
             raise TaskRequestError(409, "step before reset: HTTP /reset and /step are stateless, run "
                                         "episodes over the /ws session")
-        result = self._runner.step({"answer": action.answer})
+        result = _client_safe(lambda: self._runner.step({"answer": action.answer}), "step", self._task)
         self._state.step_count += 1
         reward = self._runner.final_reward() if result.done else result.reward
         return TaskObservation(prompt="", task_id=self._task["id"], feedback=str(result.observation),
@@ -289,6 +332,34 @@ class PoolTaskEnvironment(OpenEnvBase):
 
     def close(self) -> None:
         self._runner.close()
+
+
+def _client_safe(call: Callable[[], Any], what: str, task: Mapping[str, Any]) -> Any:
+    """``call()``; an exception other than :class:`TaskRequestError` is logged (with its traceback) and
+    answered as a 500 ``internal server error``: its text may quote the task or the client's answer."""
+    try:
+        return call()
+    except TaskRequestError:
+        raise
+    except Exception as exc:
+        _log.error("%s failed on task %.200r: %s", what, task.get("id"), type(exc).__name__, exc_info=True)
+        raise TaskRequestError(500, "internal server error") from None
+
+
+class _BoundedEnvServer(HTTPEnvServer):
+    """OpenEnv's server, with sessions opened by a WebSocket tied to that connection: OpenEnv's idle
+    reaper (``session_timeout``) then ends only sessions without a connection (opened over ``/mcp``),
+    while :class:`~envsched.envs.server_guard.WebSocketGuard` closes idle connections, whose sessions
+    OpenEnv destroys as the connection ends. Without this, the reaper could destroy the session under an
+    open connection whose client sends only ``state`` messages (not counted as activity by OpenEnv)."""
+
+    async def _create_session(self) -> tuple[str, Any]:
+        session_id, env = await super()._create_session()
+        if in_websocket():
+            async with self._session_lock:
+                if session_id in self._sessions:
+                    self._session_websocket_attachments.add(session_id)
+        return session_id, env
 
 
 def _public(task: dict[str, Any]) -> dict[str, Any]:
@@ -333,24 +404,41 @@ def pool_environment_class(pool: TaskPool, runner_factory: Callable[[], Environm
 
 def make_app(pool: TaskPool, *, env_name: str = DEFAULT_ENV_NAME, max_concurrent_envs: int = 8,
              runner_factory: Callable[[], Environment] = AnswerEnvironment, default_split: str | None = None,
-             max_body_bytes: int = MAX_BODY_BYTES) -> Any:
+             max_body_bytes: int = MAX_BODY_BYTES, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+             body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S) -> Any:
     """A FastAPI app (serve it with uvicorn) for ``pool``: Task API + WebSocket episodes, hardened
-    (:func:`harden_app`)."""
+    (:func:`harden_app`).
+
+    ``max_concurrent_envs`` sessions at most; a session without a client message for ``idle_timeout_s``
+    seconds ends (its WebSocket closed with code 4408, or, for a session opened over ``/mcp``, by OpenEnv's
+    reaper), so idle clients cannot hold the capacity."""
+    from fastapi import FastAPI
+
+    idle_timeout_s = check_seconds("idle_timeout_s", idle_timeout_s)
     env_cls = pool_environment_class(pool, runner_factory, default_split=default_split)
-    app = create_app(env_cls, AnswerAction, TaskObservation, env_name=env_name,
-                     max_concurrent_envs=max_concurrent_envs)
-    return harden_app(app, max_body_bytes=max_body_bytes)
+    app = FastAPI(title="envsched OpenEnv server", version="1.0.0")
+    server = _BoundedEnvServer(env_cls, AnswerAction, TaskObservation, env_name=env_name,
+                               concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_concurrent_envs,
+                                                                    session_timeout=idle_timeout_s))
+    server.register_routes(app, mode=os.environ.get("OPENENV_MODE", "simulation"))
+    app.state.env_server = server
+    return harden_app(app, max_body_bytes=max_body_bytes, idle_timeout_s=idle_timeout_s,
+                      body_timeout_s=body_timeout_s)
 
 
-def harden_app(app: Any, *, max_body_bytes: int = MAX_BODY_BYTES) -> Any:
-    """Make an OpenEnv FastAPI app answer client mistakes with short 4xx messages.
+def harden_app(app: Any, *, max_body_bytes: int = MAX_BODY_BYTES, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+               body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S) -> Any:
+    """Make an OpenEnv FastAPI app answer client mistakes with short 4xx messages, and bound each client.
 
     * :class:`TaskRequestError` -> its status and message;
     * request validation errors (FastAPI's and the ``/step`` action's) -> 422 naming the fields, never
       echoing their values (FastAPI's default puts the input into the response);
     * any other exception -> 500 ``{"detail": "internal server error"}`` (logged server-side by type);
     * request bodies above ``max_body_bytes`` -> 413 before the body is read (``Content-Length``), or
-      as soon as the streamed body passes the limit.
+      as soon as the streamed body passes the limit; a body not complete within ``body_timeout_s`` -> 408;
+    * WebSocket connections: closed after ``idle_timeout_s`` without a message, messages above
+      ``max_body_bytes`` refused, error frames rewritten to stable messages
+      (:class:`~envsched.envs.server_guard.WebSocketGuard`).
     """
     import logging
 
@@ -361,15 +449,14 @@ def harden_app(app: Any, *, max_body_bytes: int = MAX_BODY_BYTES) -> Any:
 
     if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be a positive integer, got {max_body_bytes!r}")
+    idle_timeout_s = check_seconds("idle_timeout_s", idle_timeout_s)
+    body_timeout_s = check_seconds("body_timeout_s", body_timeout_s)
     log = logging.getLogger("envsched.openenv_server")
 
     def fields(errors: Any) -> str:
-        names = []
-        for e in errors if isinstance(errors, list) else []:
-            loc = [str(x) for x in (e.get("loc") or ()) if x not in ("body",)] if isinstance(e, dict) else []
-            kind = e.get("type", "invalid") if isinstance(e, dict) else "invalid"
-            names.append(f"{'.'.join(loc) or 'body'} ({kind})"[:80])
-        return ", ".join(names[:10]) or "malformed request"
+        names = [f"{'.'.join(str(x) for x in e['loc'] if x != 'body') or 'body'} ({e['type']})"[:80]
+                 for e in field_errors(errors)]
+        return ", ".join(names) or "malformed request"
 
     async def task_error(request: Any, exc: TaskRequestError) -> Any:
         return JSONResponse({"detail": exc.message}, status_code=exc.status)
@@ -394,17 +481,22 @@ def harden_app(app: Any, *, max_body_bytes: int = MAX_BODY_BYTES) -> Any:
     app.add_exception_handler(ValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(Exception, unexpected)
-    app.add_middleware(_BodyLimit, max_body_bytes=max_body_bytes)
+    app.add_middleware(_BodyLimit, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
+    app.add_middleware(WebSocketGuard, idle_timeout_s=idle_timeout_s, max_message_bytes=max_body_bytes)
     app.state.max_body_bytes = max_body_bytes
+    app.state.idle_timeout_s = idle_timeout_s
+    app.state.body_timeout_s = body_timeout_s
     return app
 
 
 class _BodyLimit:
-    """ASGI middleware: refuse HTTP request bodies above ``max_body_bytes`` with 413."""
+    """ASGI middleware: refuse HTTP request bodies above ``max_body_bytes`` with 413, and bodies not
+    complete within ``body_timeout_s`` with 408."""
 
-    def __init__(self, app: Any, max_body_bytes: int) -> None:
+    def __init__(self, app: Any, max_body_bytes: int, body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -422,8 +514,14 @@ class _BodyLimit:
                     await _plain(send, 413, f"request body too large (limit {limit} bytes)")
                     return
         chunks, size, more = [], 0, True
+        deadline = asyncio.get_running_loop().time() + self.body_timeout_s
         while more:
-            message = await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                await _plain(send, 408, f"request body not received within {self.body_timeout_s:g} s")
+                return
             if message["type"] == "http.disconnect":
                 return
             body = message.get("body", b"")
@@ -487,12 +585,78 @@ def chain_sum_pool(per_tier: Mapping[str, int] | None = None, tiers: int = 5) ->
 
 
 def create_default_app() -> Any:
-    """The app ``uvicorn envsched.envs.openenv_server:app`` serves (configured by environment variables)."""
+    """The app ``uvicorn envsched.envs.openenv_server:app`` serves (configured by environment variables:
+    ``ENVSCHED_OPENENV_POOL``, ``_NAME``, ``_MAX_SESSIONS``, ``_DEFAULT_SPLIT``, ``_IDLE_TIMEOUT_S``,
+    ``_BODY_TIMEOUT_S``, ``_MAX_BODY_BYTES``; docs/limits.md)."""
     path = os.environ.get("ENVSCHED_OPENENV_POOL")
     pool = TaskPool.from_file(Path(path)) if path else chain_sum_pool()
     return make_app(pool, env_name=os.environ.get("ENVSCHED_OPENENV_NAME", DEFAULT_ENV_NAME),
-                    max_concurrent_envs=int(os.environ.get("ENVSCHED_OPENENV_MAX_SESSIONS", "8")),
-                    default_split=os.environ.get("ENVSCHED_OPENENV_DEFAULT_SPLIT") or None)
+                    max_concurrent_envs=_env_int("ENVSCHED_OPENENV_MAX_SESSIONS", 8),
+                    default_split=os.environ.get("ENVSCHED_OPENENV_DEFAULT_SPLIT") or None,
+                    max_body_bytes=_env_int("ENVSCHED_OPENENV_MAX_BODY_BYTES", MAX_BODY_BYTES),
+                    idle_timeout_s=env_seconds("ENVSCHED_OPENENV_IDLE_TIMEOUT_S", DEFAULT_IDLE_TIMEOUT_S),
+                    body_timeout_s=env_seconds("ENVSCHED_OPENENV_BODY_TIMEOUT_S", DEFAULT_BODY_TIMEOUT_S))
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a positive integer, got {raw!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {raw!r}")
+    return value
+
+
+def _uvicorn_config(app: Any, host: str, port: int, header_timeout_s: float | None, **kwargs: Any) -> Any:
+    """uvicorn settings that go with the app's limits: the request-head deadline, WebSocket frames up to
+    twice the message limit (larger ones are cut by the WebSocket layer, smaller ones answered by the guard)."""
+    import uvicorn
+
+    seconds = header_timeout_s if header_timeout_s is not None else env_seconds(
+        "ENVSCHED_OPENENV_HEADER_TIMEOUT_S", DEFAULT_HEADER_TIMEOUT_S)
+    max_body = getattr(getattr(app, "state", None), "max_body_bytes", MAX_BODY_BYTES)
+    return uvicorn.Config(app, host=host, port=port, http=guarded_protocol(seconds), ws_max_size=2 * max_body,
+                          **kwargs)
+
+
+def _raise_open_file_limit() -> None:
+    """Raise the soft limit on open files to the hard one: each client is a file descriptor."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):  # pragma: no cover - platform dependent
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m envsched.envs.openenv_server``: serve :func:`create_default_app` with uvicorn and the
+    request-head deadline (see the module docstring and docs/limits.md)."""
+    import argparse
+
+    import uvicorn
+
+    parser = argparse.ArgumentParser(prog="python -m envsched.envs.openenv_server",
+                                     description="Serve an envsched pool over OpenEnv (Task API + WebSocket).")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--header-timeout-s", type=float, default=None,
+                        help="seconds to receive a request head (default: ENVSCHED_OPENENV_HEADER_TIMEOUT_S or "
+                             f"{DEFAULT_HEADER_TIMEOUT_S:g})")
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+    if args.header_timeout_s is not None:
+        check_seconds("--header-timeout-s", args.header_timeout_s)
+    _raise_open_file_limit()
+    config = _uvicorn_config(create_default_app(), args.host, args.port, args.header_timeout_s,
+                             log_level=args.log_level)
+    uvicorn.Server(config).run()
 
 
 class ServerThread:
@@ -502,10 +666,12 @@ class ServerThread:
     WebSocket sessions); the same object can be started again on the same port.
     """
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0,
+                 header_timeout_s: float | None = None) -> None:
         self.app = app
         self.host = host
         self.port = port or _free_port(host)
+        self.header_timeout_s = header_timeout_s
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -520,8 +686,8 @@ class ServerThread:
 
         if self._thread is not None and self._thread.is_alive():
             raise RuntimeError(f"the server at {self.url} is already running")
-        config = uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning",
-                                lifespan="on", ws_ping_interval=None, timeout_graceful_shutdown=1)
+        config = _uvicorn_config(self.app, self.host, self.port, self.header_timeout_s, log_level="warning",
+                                 lifespan="on", ws_ping_interval=None, timeout_graceful_shutdown=1)
         server = uvicorn.Server(config)
         self._server = server
         self._thread = threading.Thread(target=server.run, name=f"uvicorn-{self.port}", daemon=True)
@@ -571,3 +737,7 @@ def __getattr__(name: str) -> Any:
                 _app = create_default_app()
         return _app
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if __name__ == "__main__":
+    main()

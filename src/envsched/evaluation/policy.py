@@ -27,6 +27,14 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 
 from envsched.envs.base import InfrastructureError, StepResult
+from envsched.llm_http import (
+    MAX_JSON_DEPTH,
+    MAX_RESPONSE_BYTES,
+    LLMResponseError,
+    ResponseDeadline,
+    loads_bounded,
+    post_bounded,
+)
 
 __all__ = [
     "ActionAdapter",
@@ -96,14 +104,19 @@ class ChatCompletionsPolicy:
         model: the model name the server knows the checkpoint by.
         temperature, max_tokens: sampling parameters (``temperature`` must be > 0 to draw several
             different samples per task).
-        timeout_s: per-request timeout (an episode's deadline can shorten it).
+        timeout_s: deadline of one request as a whole -- connect, send, headers and body, not each read
+            (an episode's deadline can shorten it).
         api_key: sent as a bearer token when given.
         extra_body: further request fields (``top_p``, ``stop``, ``seed``...).
+        max_response_bytes: largest response body read (default 4 MiB; reading stops past it, a
+            :class:`PolicyError` naming the endpoint and the cap).
+        max_json_depth: deepest JSON nesting accepted in a response (default 64).
     """
 
     def __init__(self, endpoint: str, model: str, *, temperature: float = 0.0, max_tokens: int = 512,
                  timeout_s: float = 120.0, api_key: str | None = None,
-                 extra_body: Mapping[str, Any] | None = None) -> None:
+                 extra_body: Mapping[str, Any] | None = None, max_response_bytes: int = MAX_RESPONSE_BYTES,
+                 max_json_depth: int = MAX_JSON_DEPTH) -> None:
         if not isinstance(model, str) or not model:
             raise ValueError(f"model must be a non-empty string, got {model!r}")
         if not temperature >= 0:
@@ -112,6 +125,11 @@ class ChatCompletionsPolicy:
             raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        for name, cap in (("max_response_bytes", max_response_bytes), ("max_json_depth", max_json_depth)):
+            if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+                raise ValueError(f"{name} must be a positive integer, got {cap!r}")
+        self.max_response_bytes = max_response_bytes
+        self.max_json_depth = max_json_depth
         self.url = chat_completions_url(endpoint)
         self.endpoint = endpoint
         self.model = model
@@ -133,10 +151,15 @@ class ChatCompletionsPolicy:
         timeout = self.timeout_s if timeout_s is None else max(0.001, min(self.timeout_s, timeout_s))
         t0 = time.monotonic()
         try:
-            resp = httpx.post(self.url, content=json.dumps(body).encode(), headers=headers, timeout=timeout,
-                              follow_redirects=True)
+            resp = post_bounded(self.url, json.dumps(body).encode(), headers, timeout_s=timeout,
+                                max_bytes=self.max_response_bytes)
+        except LLMResponseError as exc:  # answered, but past the size cap
+            raise PolicyError(f"malformed policy response: {exc}") from None
+        except ResponseDeadline as exc:
+            raise PolicyUnavailable(f"LLM endpoint {self.url} unreachable: timed out, no complete response within the "
+                                    f"{exc.timeout_s:g} s deadline (the whole request, not each read)") from exc
         except (httpx.TransportError, httpx.TooManyRedirects, OSError) as exc:
-            # connection refused or lost, DNS, TLS, timeouts (httpx.TimeoutException is a TransportError)
+            # connection refused or lost, DNS, TLS (httpx.TimeoutException is a TransportError)
             raise PolicyUnavailable(f"LLM endpoint {self.url} unreachable: {exc or type(exc).__name__}") from exc
         if resp.status_code >= 400:
             text = resp.content[:300].decode("utf-8", "replace")
@@ -145,13 +168,17 @@ class ChatCompletionsPolicy:
             raise PolicyError(f"LLM endpoint {self.url} refused the request (HTTP {resp.status_code}): {text}")
         raw = resp.content
         latency = time.monotonic() - t0
-        return parse_chat_response(raw, latency)
+        return parse_chat_response(raw, latency, url=self.url, max_json_depth=self.max_json_depth)
 
 
-def parse_chat_response(raw: bytes | str, latency_s: float = 0.0) -> PolicyResponse:
-    """Read a chat-completions response body; :class:`PolicyError` when it is malformed."""
+def parse_chat_response(raw: bytes | str, latency_s: float = 0.0, *, url: str = "(response)",
+                        max_json_depth: int = MAX_JSON_DEPTH) -> PolicyResponse:
+    """Read a chat-completions response body; :class:`PolicyError` when it is malformed or nested deeper
+    than ``max_json_depth`` (``url`` names the endpoint in that message)."""
     try:
-        data = json.loads(raw)
+        data = loads_bounded(raw, url=url, max_depth=max_json_depth)
+    except LLMResponseError as exc:
+        raise PolicyError(f"malformed policy response: {exc}") from None
     except ValueError:
         raise PolicyError(f"malformed policy response (not JSON): {str(raw)[:200]!r}") from None
     if not isinstance(data, dict):

@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
+from envsched.llm_http import MAX_JSON_DEPTH, MAX_RESPONSE_BYTES, LLMResponseError, loads_bounded, post_bounded
 from envsched.method.graph.abstraction import (
     ABSTRACTION_SCHEMA,
     CHECK_KINDS,
@@ -78,6 +79,15 @@ Answer with the JSON object only."""
 
 class _Retry(Exception):
     """A problem worth another attempt (carried to tenacity)."""
+
+
+class _HTTPStatus(Exception):
+    """An HTTP error status from the endpoint (decided on by :meth:`LLMAbstractor._attempt`)."""
+
+    def __init__(self, status_code: int, reason_phrase: str) -> None:
+        super().__init__(f"HTTP {status_code} ({reason_phrase})")
+        self.status_code = status_code
+        self.reason_phrase = reason_phrase
 
 
 class LLMAbstractionError(RuntimeError):
@@ -140,17 +150,28 @@ class LLMAbstractor:
         cache_dir: cache folder (default ``~/.cache/envsched/abstractions``).
         api_key: bearer token (default: ``ENVSCHED_LLM_API_KEY`` from the environment, if set).
         max_retries: extra attempts after a malformed answer or a transient HTTP failure.
-        timeout: seconds per HTTP request.
+        timeout: deadline in seconds of one HTTP request as a whole (connect, send, headers and body; not
+            each read).
+        max_response_bytes: largest response body read (default 4 MiB); reading stops past it.
+        max_json_depth: deepest JSON nesting accepted in a response or an answer (default 64).
     """
 
     def __init__(self, endpoint: str, model: str, *, cache_dir: str | os.PathLike[str] | None = None,
-                 api_key: str | None = None, max_retries: int = 3, timeout: float = 120.0) -> None:
+                 api_key: str | None = None, max_retries: int = 3, timeout: float = 120.0,
+                 max_response_bytes: int = MAX_RESPONSE_BYTES, max_json_depth: int = MAX_JSON_DEPTH) -> None:
         if not endpoint or not endpoint.startswith(("http://", "https://")):
             raise ValueError(f"llm endpoint must be an http(s) URL, got {endpoint!r}")
         if not model:
             raise ValueError("an llm model name is required")
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        for name, cap in (("max_response_bytes", max_response_bytes), ("max_json_depth", max_json_depth)):
+            if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+                raise ValueError(f"{name} must be a positive integer, got {cap!r}")
+        self.max_response_bytes = max_response_bytes
+        self.max_json_depth = max_json_depth
         try:
             import jsonschema  # imported here: only the LLM path needs it
         except ImportError:
@@ -180,10 +201,10 @@ class LLMAbstractor:
             return None, [f"the reply is {len(content)} characters long, more than the limit of {MAX_REPLY_CHARS}"]
         text = _strip_fence(content)
         try:
-            answer = json.loads(text)
+            answer = loads_bounded(text, url=self.url, max_depth=self.max_json_depth)
         except json.JSONDecodeError as exc:
             return None, [f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"]
-        except RecursionError:
+        except LLMResponseError:
             return None, ["not valid JSON (nested too deeply)"]
         except ValueError as exc:  # e.g. an integer literal past Python's digit limit
             return None, [f"not valid JSON ({exc})"]
@@ -228,9 +249,10 @@ class LLMAbstractor:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         self.stats["requests"] += 1
-        resp = httpx.post(self.url, content=body, headers=headers, timeout=self.timeout, follow_redirects=True)
-        resp.raise_for_status()
-        data = json.loads(resp.content.decode("utf-8"))
+        resp = post_bounded(self.url, body, headers, timeout_s=self.timeout, max_bytes=self.max_response_bytes)
+        if resp.status_code >= 400:
+            raise _HTTPStatus(resp.status_code, resp.reason_phrase)
+        data = loads_bounded(resp.content, url=self.url, max_depth=self.max_json_depth)
         try:
             return str(data["choices"][0]["message"]["content"] or "")
         except (KeyError, IndexError, TypeError):
@@ -243,13 +265,13 @@ class LLMAbstractor:
         ``messages`` with what was wrong); :class:`LLMAbstractionError` when the endpoint refuses."""
         try:
             content = self._post(messages)
-        except httpx.HTTPStatusError as exc:
-            code = exc.response.status_code
+        except _HTTPStatus as exc:
+            code = exc.status_code
             if 400 <= code < 500 and code not in (408, 429):
                 raise LLMAbstractionError(
                     f"task {spec.get('id')!r}: {self.url} refused the request (HTTP {code}: "
-                    f"{exc.response.reason_phrase})") from None
-            return None, "", f"HTTP {code} ({exc.response.reason_phrase})"
+                    f"{exc.reason_phrase})") from None
+            return None, "", f"HTTP {code} ({exc.reason_phrase})"
         except (httpx.TransportError, httpx.TooManyRedirects, OSError, ValueError) as exc:
             return None, "", f"request failed: {exc or type(exc).__name__}"
         answer, errors = self._parse(content)
