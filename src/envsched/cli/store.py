@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from envsched.cli.common import is_url, require_store_backend
@@ -71,13 +72,28 @@ def info(target: str, prefix: str, as_json: bool) -> None:
         click.echo(json.dumps(summary, indent=2))
         return
     console = Console()
+    # every value whole (long ones fold onto further lines; --json gives the same values unchanged)
     table = Table(title=f"history store {st.where}", show_header=False)
+    table.add_column(overflow="fold")
+    table.add_column(overflow="fold")
     for key in ("sampler_class", "num_tasks", "group_size", "events", "by_kind", "snapshots",
-                "updates_with_unscored_rollouts"):
-        table.add_row(key, str(summary[key]))
-    table.add_row("pool_fingerprint", summary["pool_fingerprint"][:16] + "...")
-    table.add_row("sampler_params", json.dumps(summary["sampler_params"])[:200])
+                "updates_with_unscored_rollouts", "pool_fingerprint"):
+        table.add_row(key, escape(str(summary[key])))
+    params = summary["sampler_params"]
+    table.add_row("sampler_params", escape("\n".join(f"{k}: {json.dumps(v)}" for k, v in _flat(params))
+                                          if isinstance(params, dict) and params else json.dumps(params)))
     console.print(table)
+
+
+def _flat(params: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """``{"config": {"seed": 0}}`` -> ``[("config.seed", 0)]``: one line per parameter in ``store info``."""
+    out: list[tuple[str, Any]] = []
+    for key, value in params.items():
+        if isinstance(value, dict) and value:
+            out += _flat(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
 
 
 @store.command("verify")
