@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from envsched.cli.common import is_url, require_store_backend
 
@@ -79,10 +80,11 @@ def info(target: str, prefix: str, as_json: bool) -> None:
     for key in ("sampler_class", "num_tasks", "group_size", "events", "by_kind", "snapshots",
                 "updates_with_unscored_rollouts", "pool_fingerprint"):
         table.add_row(key, escape(str(summary[key])))
-    params = summary["sampler_params"]
-    table.add_row("sampler_params", escape("\n".join(f"{k}: {json.dumps(v)}" for k, v in _flat(params))
-                                          if isinstance(params, dict) and params else json.dumps(params)))
     console.print(table)
+    params = summary["sampler_params"]
+    console.print("sampler_params:")  # one line per parameter, below the table: a long one wraps at spaces
+    for key, value in _flat(params) if isinstance(params, dict) else [("", params)]:
+        console.print(Text(f"  {key}: {json.dumps(value)}" if key else f"  {json.dumps(value)}"))
 
 
 def _flat(params: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
