@@ -45,8 +45,17 @@ def has_module(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-#: The one line said, before any work, when the ``bench`` extra is missing.
-BENCH_EXTRA_HINT = "Parquet metrics and PNG plots need the bench extra: pip install 'envsched[bench]'"
+#: The install command named when a package of the ``bench`` extra is missing.
+BENCH_EXTRA_HINT = "pip install 'envsched[bench]'"
+#: what each package of the ``bench`` extra writes
+BENCH_OUTPUTS = {"pyarrow": "Parquet metrics (metrics.parquet)", "matplotlib": "PNG plots"}
+
+
+def missing_bench_outputs(*, plots: bool = True) -> list[str]:
+    """One sentence per missing ``bench`` package, naming the package and what is skipped without it
+    (matplotlib may come with another dependency while pyarrow does not: each is checked on its own)."""
+    return [f"{what} need {name}, which is not installed: they are skipped ({BENCH_EXTRA_HINT})"
+            for name, what in BENCH_OUTPUTS.items() if not has_module(name) and (plots or name != "matplotlib")]
 
 
 def load_records(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
