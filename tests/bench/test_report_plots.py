@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from envsched.bench.report import _plots  # noqa: E402
+from envsched.bench.report import _plots
 
 KEYS = ("heldout", "heldout_a", "heldout_b", "score", "batch_variance", "envs_covered", "tools_covered",
         "signal_per_episode")
