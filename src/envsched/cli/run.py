@@ -42,7 +42,7 @@ def _row(values: list[str]) -> str:
 class _Display:
     """Where rows and progress go, so that they never share a line.
 
-    - stdout a terminal (and not ``--json``): one rich Console on stdout; rows are printed through the live
+    - stdout a terminal: one rich Console on stdout; rows (or ``--json`` lines) are printed through the live
       progress bar's console, above the bar, which stays on the last line of the screen.
     - stdout piped, stderr a terminal: rows as plain lines on stdout, rich's progress bar on stderr.
     - stderr not a terminal: rows as plain lines, a plain progress line on stderr every few seconds.
@@ -53,7 +53,7 @@ class _Display:
         self.t0 = self.last = time.monotonic()
         self.progress: Any = None
         self.task: Any = None
-        out_tty = sys.stdout.isatty() and not as_json
+        out_tty = sys.stdout.isatty()  # rows (JSON lines too) then go through the bar's console, above the bar
         if out_tty or sys.stderr.isatty():
             from rich.console import Console
             from rich.progress import (
@@ -70,6 +70,7 @@ class _Display:
                                      TextColumn("left"), TimeRemainingColumn(), console=console,
                                      transient=True, redirect_stdout=False, redirect_stderr=False)
         self.rows_on_console = out_tty
+        self.as_json = as_json
 
     def __enter__(self) -> _Display:
         if self.progress is not None:
@@ -84,7 +85,8 @@ class _Display:
     def line(self, text: str) -> None:
         """One row: above the bar when the bar and the rows share the terminal, else a plain stdout line."""
         if self.rows_on_console:
-            self.progress.console.print(text, markup=False, highlight=False, soft_wrap=False)
+            # a JSON line stays one line (the terminal may fold it, rich does not cut it)
+            self.progress.console.print(text, markup=False, highlight=False, soft_wrap=self.as_json)
         else:
             click.echo(text)
             sys.stdout.flush()
