@@ -109,3 +109,16 @@ def test_harness_stops_and_keeps_the_episodes_for_resume(tmp_path, stub_llm):
     result = EvalHarness(ReasoningGymEnvironment, policy, tasks, max_retries=0, max_consecutive_infra_errors=2,
                          check_reproducibility=False).run(tmp_path)  # resumes: the 2 failed ones are re-run
     assert result.scores["episodes"] == 6 and result.scores["outcomes"]["infra_error"] == 0
+
+
+def test_an_unreachable_endpoint_skips_an_in_training_evaluation_without_stopping_training(tmp_path):
+    from envsched.envs.reasoning_gym import ReasoningGymEnvironment, build_reasoning_gym_pool
+    from envsched.evaluation import EvalSchedule
+
+    tasks = build_reasoning_gym_pool(["chain_sum"], tasks_per_dataset=2, split="test")
+    policy = ChatCompletionsPolicy(f"http://127.0.0.1:{_closed_port()}", "m")
+    harness = EvalHarness(ReasoningGymEnvironment, policy, tasks, check_reproducibility=False)
+    seen = []
+    schedule = EvalSchedule(harness, None, 10, lambda step, result: seen.append(step), output_dir=tmp_path)
+    assert schedule.maybe_run(0) is None and seen == [] and schedule.evaluations == 0
+    assert [step for step, _ in schedule.skipped] == [0] and "Connection refused" in schedule.skipped[0][1]
