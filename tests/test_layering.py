@@ -1,4 +1,4 @@
-"""The package's layers (README "Development"): a module imports envsched code only from its own layer and
+"""The package's layers (docs/development.md): a module imports envsched code only from its own layer and
 the layers below it, deferred imports inside functions included."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def violations(package: Path = PACKAGE) -> list[str]:
         else:
             part = rel.parts[0]
         own = LAYERS.get(part)
-        assert own is not None, f"{rel}: {part!r} has no layer in tests/test_layering.py (and the README)"
+        assert own is not None, f"{rel}: {part!r} has no layer in tests/test_layering.py (and docs/development.md)"
         for line, module in imports(path):
             if module == "envsched.__init__":
                 if own < LAYERS["cli"]:
