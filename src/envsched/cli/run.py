@@ -1,11 +1,12 @@
 """``envsched run``: drive a sampler for N steps against a reward source, one output row per step as it happens.
 
 Rows go to stdout (a fixed-width line per step, or one JSON object per line with ``--json``) and are flushed
-as each step ends, so a pipe (``| head``, ``| tee log``) sees them at once; progress and phases go to stderr,
-also when it is not a terminal. EnvSched's graph is cached by pool fingerprint and graph configuration
-(``envsched.bench.runner.envsched_graph``, the cache ``envsched bench`` uses). ``--explain FILE`` records why
-each task was picked (read it with ``envsched explain FILE``); ``--store PATH`` runs the sampler on a
-durable history store (read it with ``envsched store info|verify PATH``).
+as each step ends, so a pipe (``| head``, ``| tee log``) sees them at once. Progress never shares a line with a
+row: on a terminal the rows scroll above rich's live progress bar; piped, progress is a plain stderr line every
+few seconds (see :class:`_Display`). Phases go to stderr. EnvSched's graph is cached by pool fingerprint and
+graph configuration (``envsched.bench.runner.envsched_graph``, the cache ``envsched bench`` uses).
+``--explain FILE`` records why each task was picked (read it with ``envsched explain FILE``); ``--store PATH``
+runs the sampler on a durable history store (read it with ``envsched store info|verify PATH``).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class _Display:
     def __enter__(self) -> _Display:
         if self.progress is not None:
             self.progress.start()
-            self.task = self.progress.add_task("steps", total=self.total - self.start)
+            self.task = self.progress.add_task("steps", total=max(self.total - self.start, 0))
         return self
 
     def __exit__(self, *exc: object) -> None:
