@@ -143,3 +143,15 @@ def test_table_rewrite_and_errors(tmp_path):
     (tmp_path / "bad.json").write_text('{"columns": ["a", "b"], "rows": [["only one"]]}')
     with pytest.raises(tables.TableError, match=r"row 1 has 1 cells, expected 2"):
         tables.rewrite("<!-- table:bad -->\n<!-- /table:bad -->", tmp_path)
+
+
+def test_ci_installs_exactly_the_readme_command_2():
+    """.ci/run checks pip's output of the README's command 2 for ERROR lines: it must run the same installs, in
+    the same order (the --no-deps packages last)."""
+    command = next(code for _, lang, _, code in blocks(ROOT / "README.md") if lang == "bash" and "# 2." in code)
+    installs = [part.strip() for part in command.splitlines()[-1].split("&&") if "pip install" in part]
+    assert len(installs) == 2 and "--no-deps" in installs[1] and "--no-deps" not in installs[0]
+    ci = re.sub(r"\\\n\s*", "", (ROOT / ".ci" / "run").read_text())
+    found = [m.strip() for m in re.findall(r"(python -m pip install [^&;}|\n]+)", ci)]
+    assert found == installs
+    assert "grep -n 'ERROR'" in ci
