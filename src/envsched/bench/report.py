@@ -396,6 +396,7 @@ def _plots(run_dir: Path, runs: list[dict[str, Any]], config: Any) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     by: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for r in runs:
@@ -459,6 +460,8 @@ def _plots(run_dir: Path, runs: list[dict[str, Any]], config: Any) -> list[str]:
             ax.set_title(s, fontsize=9)
             ax.grid(alpha=0.3)
             ax.tick_params(labelsize=7)
+            ax.xaxis.set_major_locator(MaxNLocator(4))  # narrow panels: few ticks, "20k" rather than "20000"
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1000:g}k" if abs(v) >= 1000 else f"{v:g}"))
         for ax in list(axes.flat)[len(names):]:
             ax.set_visible(False)
         for ax in axes[-1]:
