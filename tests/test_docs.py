@@ -8,7 +8,9 @@ Marking: the line right before a fenced block says what the block is.
 * ``<!-- doctest: run -->`` before a ```` ```bash ```` block: run with ``bash -euo pipefail``.
 * ``<!-- doctest: fragment -->``: an excerpt that needs the reader's own objects; not run.
 
-Blocks run in a fresh temporary folder holding a link to the repository's ``examples/`` (so
+Each runnable README block also runs alone (its own process) in a fresh temporary folder, twice: a reader
+may copy any one block and run it again. Blocks run in a fresh temporary folder holding a link to the
+repository's ``examples/`` (so
 ``examples/tiny_pool.jsonl`` resolves) with ``ENVSCHED_CACHE_DIR`` pointing into it. Every Python block of
 the README must be marked one way or the other, so a new snippet cannot silently go untested.
 """
@@ -88,6 +90,25 @@ def test_runnable_blocks(doc, workdir):
             pytest.fail(f"{where}: only python and bash blocks can be marked runnable, not {lang!r}")
 
 
+README_BLOCKS = [(line, lang, code) for line, lang, mark, code in blocks(ROOT / "README.md") if mark == "run"]
+
+
+@pytest.mark.parametrize(("line", "lang", "code"), README_BLOCKS, ids=[f"line{b[0]}" for b in README_BLOCKS])
+def test_readme_block_runs_alone_and_twice(line, lang, code, tmp_path):
+    """A reader copies one block into a fresh folder and runs it, maybe twice: each runnable README block runs
+    alone (in its own process, with no other block's names) in a fresh temporary folder, then again in the same
+    folder, over what its first run left there."""
+    (tmp_path / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "ENVSCHED_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "120",
+           "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    cmd = [sys.executable, "-c", code] if lang == "python" else ["bash", "-euo", "pipefail", "-c", code]
+    for attempt in ("first", "second"):
+        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, (f"the ```{lang} block at README.md line {line} failed on its {attempt} run "
+                                      f"alone in a fresh folder:\n{proc.stdout}\n{proc.stderr}")
+
+
 def _tables_module():
     spec = importlib.util.spec_from_file_location("readme_tables", ROOT / "benchmarks" / "readme_tables.py")
     assert spec is not None and spec.loader is not None
@@ -122,3 +143,15 @@ def test_table_rewrite_and_errors(tmp_path):
     (tmp_path / "bad.json").write_text('{"columns": ["a", "b"], "rows": [["only one"]]}')
     with pytest.raises(tables.TableError, match=r"row 1 has 1 cells, expected 2"):
         tables.rewrite("<!-- table:bad -->\n<!-- /table:bad -->", tmp_path)
+
+
+def test_ci_installs_exactly_the_readme_command_2():
+    """.ci/run checks pip's output of the README's command 2 for ERROR lines: it must run the same installs, in
+    the same order (the --no-deps packages last)."""
+    command = next(code for _, lang, _, code in blocks(ROOT / "README.md") if lang == "bash" and "# 2." in code)
+    installs = [part.strip() for part in command.splitlines()[-1].split("&&") if "pip install" in part]
+    assert len(installs) == 2 and "--no-deps" in installs[1] and "--no-deps" not in installs[0]
+    ci = re.sub(r"\\\n\s*", "", (ROOT / ".ci" / "run").read_text())
+    found = [m.strip() for m in re.findall(r"(python -m pip install [^&;}|\n]+)", ci)]
+    assert found == installs
+    assert "grep -n 'ERROR'" in ci

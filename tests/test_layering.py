@@ -1,4 +1,4 @@
-"""The package's layers (README "Development"): a module imports envsched code only from its own layer and
+"""The package's layers (docs/development.md): a module imports envsched code only from its own layer and
 the layers below it, deferred imports inside functions included."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ PACKAGE = Path(envsched.__file__).resolve().parent
 
 #: layer of each top-level part of the package, lowest first
 LAYERS: dict[str, int] = {
+    "_version": 0,
     "pool": 1,
     "samplers": 2, "envs": 2,
     "method": 3,
@@ -34,9 +35,8 @@ def imports(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names if a.name.startswith("envsched.")]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module == "envsched":  # from envsched import X: the top level (above everything) ...
-                if any(a.name != "__version__" for a in node.names):  # ... except its version string
-                    found += [(node.lineno, "envsched.__init__")]
+            if node.module == "envsched":  # from envsched import X: the top level (above everything)
+                found += [(node.lineno, "envsched.__init__")]
             elif node.module.startswith("envsched."):
                 found.append((node.lineno, node.module))
     return found
@@ -53,7 +53,7 @@ def violations(package: Path = PACKAGE) -> list[str]:
         else:
             part = rel.parts[0]
         own = LAYERS.get(part)
-        assert own is not None, f"{rel}: {part!r} has no layer in tests/test_layering.py (and the README)"
+        assert own is not None, f"{rel}: {part!r} has no layer in tests/test_layering.py (and docs/development.md)"
         for line, module in imports(path):
             if module == "envsched.__init__":
                 if own < LAYERS["cli"]:
@@ -76,6 +76,21 @@ def test_pool_is_the_lowest_layer():
 
 def test_no_module_imports_a_higher_layer():
     assert violations() == []
+
+
+def test_version_lives_in_its_own_module():
+    """Below the CLI nothing imports the package root, not even for the version (envsched/_version.py), and
+    the version agrees with pyproject.toml's."""
+    import tomllib
+
+    from envsched._version import __version__
+
+    below_cli = [f"{p.relative_to(PACKAGE)}:{line}" for p in PACKAGE.rglob("*.py")
+                 if p.relative_to(PACKAGE).parts[0] not in ("cli", "__init__.py")
+                 for line, m in imports(p) if m == "envsched.__init__"]
+    assert below_cli == []
+    pyproject = tomllib.loads((PACKAGE.parents[1] / "pyproject.toml").read_text())
+    assert envsched.__version__ == __version__ == pyproject["project"]["version"]
 
 
 def test_the_check_finds_an_upward_import(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from envsched.cli.main import cli
@@ -29,7 +30,8 @@ def _write_pool(path: Path) -> TaskPool:
     return TaskPool(specs)
 
 
-def test_graph_command_builds_saves_and_explains(tmp_path: Path) -> None:
+def test_graph_command_builds_saves_and_explains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENVSCHED_CACHE_DIR", str(tmp_path / "cache"))
     pool = _write_pool(tmp_path / "p.jsonl")
     runner = CliRunner()
     res = runner.invoke(cli, ["pool", "graph", str(tmp_path / "p.jsonl"), "--json", "--task", "a0",
@@ -44,8 +46,9 @@ def test_graph_command_builds_saves_and_explains(tmp_path: Path) -> None:
     assert abs(sum(n["weight"] for n in tn["cross"]) - 1) < 1e-3
     shared = [f["feature"] for f in tn["cross"][0]["shared_features"]]
     assert any(f.startswith("operations:op:delete") for f in shared)
-    saved = tmp_path / "p.graph.npz"
-    assert out["saved_to"] == str(saved)
+    saved = Path(out["saved_to"])  # in the cache by default, never next to the pool file
+    assert saved.parent == tmp_path / "cache" / "graphs" and saved.name.startswith("p-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "p.jsonl"]
     assert load_graph(saved, pool).num_nodes == 8
     # human output and --reuse
     res = runner.invoke(cli, ["pool", "graph", str(tmp_path / "p.jsonl"), "--reuse", "--k-within", "2",

@@ -89,7 +89,8 @@ def test_eval_end_to_end_with_infra_failure_and_resume(tmp_path, stub_llm):
     out = tmp_path / "run"
     try:
         # ---- run 1: the server disappears at qa-2 and stays down
-        r1, _ = _eval(runner, url, stub_llm.url, out, "--retries", "1", "--backoff", "0.05")
+        # (--stop-after 0: the circuit breaker would stop after 5 such episodes; here every one is recorded)
+        r1, _ = _eval(runner, url, stub_llm.url, out, "--retries", "1", "--backoff", "0.05", "--stop-after", "0")
         s1 = r1["scores"]
         assert s1["episodes"] == 12 and s1["planned_episodes"] == 12
         assert s1["outcomes"]["infra_error"] == 8  # qa-2 .. qa-5, two samples each

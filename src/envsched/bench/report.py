@@ -47,8 +47,17 @@ def has_module(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-#: The one line said, before any work, when the ``bench`` extra is missing.
-BENCH_EXTRA_HINT = "Parquet metrics and PNG plots need the bench extra: pip install 'envsched[bench]'"
+#: The install command named when a package of the ``bench`` extra is missing.
+BENCH_EXTRA_HINT = "pip install 'envsched[bench]'"
+#: what each package of the ``bench`` extra writes
+BENCH_OUTPUTS = {"pyarrow": "Parquet metrics (metrics.parquet)", "matplotlib": "PNG plots"}
+
+
+def missing_bench_outputs(*, plots: bool = True) -> list[str]:
+    """One sentence per missing ``bench`` package, naming the package and what is skipped without it
+    (matplotlib may come with another dependency while pyarrow does not: each is checked on its own)."""
+    return [f"{what} need {name}, which is not installed: they are skipped ({BENCH_EXTRA_HINT})"
+            for name, what in BENCH_OUTPUTS.items() if not has_module(name) and (plots or name != "matplotlib")]
 
 
 def load_records(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -385,11 +394,21 @@ def sampler_colours(names: list[str]) -> dict[str, str]:
     return out
 
 
+#: EnvSched's ablations: drawn lighter in the shared-axis plots, and in their own row of the paired figure
+def _is_ablation(name: str) -> bool:
+    return name.startswith("envsched-") and name != "envsched-paper"
+
+
 def _plots(run_dir: Path, runs: list[dict[str, Any]], config: Any) -> list[str]:
+    """The benchmark's PNGs. The main one is ``heldout_vs_uniform.png`` (paired differences to uniform with
+    their 95 % intervals); absolute held-out and training scores are small multiples (one panel per sampler,
+    uniform in grey in each), so that no two samplers' bands overlap; the per-batch statistics share one axis
+    with thin lines."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     by: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for r in runs:
@@ -397,12 +416,12 @@ def _plots(run_dir: Path, runs: list[dict[str, Any]], config: Any) -> list[str]:
     names = [s for s in config.samplers if s in by]
     n_seeds = min(len(by[s]) for s in names)
 
-    def curve(s: str, key: str, x_key: str = "rollouts") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def curve(s: str, key: str, x_key: str = "rollouts") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         runs_ = [sorted(v, key=lambda r: r["step"]) for v in by[s].values()]
         n = min(len(v) for v in runs_)
         m = np.array([[v[i].get(key, math.nan) for i in range(n)] for v in runs_], dtype=float)
         xs = np.array([[v[i][x_key] for i in range(n)] for v in runs_], dtype=float)
-        return xs.mean(axis=0), m.mean(axis=0), m.std(axis=0), xs
+        return xs.mean(axis=0), m.mean(axis=0), m.std(axis=0)
 
     def smooth(y: np.ndarray, w: int = 5) -> np.ndarray:
         if y.size < w:
@@ -410,91 +429,154 @@ def _plots(run_dir: Path, runs: list[dict[str, Any]], config: Any) -> list[str]:
         k = np.ones(w) / w
         return np.convolve(np.pad(y, (w // 2, w - 1 - w // 2), mode="edge"), k, mode="valid")
 
+    def finish(fig: Any, fname: str, caption: str, legend_from: Any = None, top: float = 1.0) -> str:
+        right = 1.0
+        if legend_from is not None:
+            handles, labels = legend_from.get_legend_handles_labels()
+            fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0 - 2.0 / fig.get_figwidth(), 0.5),
+                       fontsize=8, frameon=False)
+            right = 1.0 - 2.1 / fig.get_figwidth()
+        fig.text(0.01, 0.01, caption, fontsize=8, ha="left", va="bottom")
+        fig.tight_layout(rect=(0, 0.04, right, top))
+        fig.savefig(run_dir / fname, dpi=110)
+        plt.close(fig)
+        return fname
+
     files = []
     color = sampler_colours(names)
-    style = {s: "-" if s.startswith("envsched") or s == "uniform" else "--" for s in names}
-    band = f"Lines: mean over {n_seeds} seeds; shaded bands: ± 1 standard deviation over seeds."
-    plain = f"Lines: mean over {n_seeds} seeds (5-step moving average)."
-    specs = [
-        ("heldout_vs_rollouts.png", "rollouts", [("heldout", "held-out score (x100)", "held-out tasks and envs")],
-         band),
-        ("heldout_parts.png", "rollouts",
-         [("heldout_a", "held-out score (x100)", "(a) held-out tasks of training envs"),
-          ("heldout_b", "held-out score (x100)", "(b) held-out environments")], band),
-        ("heldout_vs_cost.png", "cum_cost", [("heldout", "held-out score (x100)", "held-out score against cost")],
-         band + (" Cost: generated tokens (EOS included)." if getattr(config, "learner_kind", "model") == "neural"
-                 else " Cost: BFCL calls, checks of other tool tasks, 1 per reasoning-gym rollout.")),
-        ("score_vs_rollouts.png", "rollouts", [("score", "training-pool score (x100)", "training pool")], band),
-        ("batch_variance.png", "rollouts", [("batch_variance", "mean within-task reward variance",
-                                             "within-task variance per batch")], plain),
-        ("coverage.png", "rollouts", [("envs_covered", "environments per batch", "environment coverage"),
-                                      ("tools_covered", "tools per batch", "tool coverage")], plain),
-        ("signal_per_episode.png", "rollouts", [("signal_per_episode", "signal groups per episode",
-                                                 "signal groups per episode (cumulative)")],
+    x_label = {"rollouts": "rollouts spent", "cum_cost": "cumulative cost"}
+    cost_note = (" Cost: generated tokens (EOS included)." if getattr(config, "learner_kind", "model") == "neural"
+                 else " Cost: BFCL calls, checks of other tool tasks, 1 per reasoning-gym rollout.")
+    multiples = [
+        ("heldout_vs_rollouts.png", "rollouts", [("heldout", "-", "held-out tasks and envs")],
+         "held-out score (x100)", ""),
+        ("heldout_parts.png", "rollouts", [("heldout_a", "-", "(a) held-out tasks of training envs"),
+                                           ("heldout_b", "--", "(b) held-out environments")],
+         "held-out score (x100)", ""),
+        ("heldout_vs_cost.png", "cum_cost", [("heldout", "-", "held-out tasks and envs")], "held-out score (x100)",
+         cost_note),
+        ("score_vs_rollouts.png", "rollouts", [("score", "-", "training pool")], "training-pool score (x100)", ""),
+    ]
+    for fname, x_key, keys, ylabel, note in multiples:
+        ncols = min(4, len(names))
+        nrows = math.ceil(len(names) / ncols)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(3.1 * ncols, 2.5 * nrows + 0.5), sharex=True, sharey=True,
+                                 squeeze=False)
+        for ax, s in zip(axes.flat, names, strict=False):
+            for key, ls, label in keys:
+                if s != "uniform" and "uniform" in by:
+                    ux, umu, _ = curve("uniform", key, x_key)
+                    ax.plot(ux, umu, ls, lw=1.0, color="0.55", label=f"uniform: {label}")
+                x, mu, sd = curve(s, key, x_key)
+                ax.plot(x, mu, ls, lw=1.4, color=color[s], label=f"sampler: {label}")
+                ax.fill_between(x, mu - sd, mu + sd, alpha=0.10, color=color[s], lw=0)
+            ax.set_title(s, fontsize=9)
+            ax.grid(alpha=0.3)
+            ax.tick_params(labelsize=7)
+            ax.xaxis.set_major_locator(MaxNLocator(4))  # narrow panels: few ticks, "20k" rather than "20000"
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1000:g}k" if abs(v) >= 1000 else f"{v:g}"))
+        for ax in list(axes.flat)[len(names):]:
+            ax.set_visible(False)
+        for ax in axes[-1]:
+            ax.set_xlabel(x_label[x_key], fontsize=8)
+        for ax in axes[:, 0]:
+            ax.set_ylabel(ylabel, fontsize=8)
+        legend_ax = next((ax for ax, s in zip(axes.flat, names, strict=False) if s != "uniform"), axes.flat[0])
+        handles, labels = legend_ax.get_legend_handles_labels()
+        fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8, frameon=False)
+        files.append(finish(fig, fname, f"One panel per sampler (grey: uniform). Lines: mean over {n_seeds} "
+                                        f"seeds; bands: ± 1 standard deviation over seeds.{note}",
+                            top=1 - 0.3 / fig.get_figheight()))
+    shared = [
+        ("batch_variance.png",
+         [("batch_variance", "mean within-task reward variance", "within-task variance per batch")],
+         f"Lines: mean over {n_seeds} seeds (5-step moving average)."),
+        ("coverage.png", [("envs_covered", "environments per batch", "environment coverage"),
+                          ("tools_covered", "tools per batch", "tool coverage")],
+         f"Lines: mean over {n_seeds} seeds (5-step moving average)."),
+        ("signal_per_episode.png", [("signal_per_episode", "signal groups per episode",
+                                     "signal groups per episode (cumulative)")],
          f"Lines: mean over {n_seeds} seeds. A group has {config.group_size} rollouts: "
          f"{1 / config.group_size:.3f} is the ceiling."),
     ]
-    for fname, x_key, panels, caption in specs:
+    for fname, panels, caption in shared:
         fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels) + 2.2, 4.4), squeeze=False)
         for ax, (key, ylabel, title) in zip(axes[0], panels, strict=True):
             for s in names:
-                x, mu, sd, _ = curve(s, key, x_key)
-                smoothed = key in ("batch_variance", "envs_covered", "tools_covered")
-                y = smooth(mu) if smoothed else mu
-                ax.plot(x, y, style[s], lw=2.2 if s.startswith("envsched") else 1.4, label=s, color=color[s])
-                if caption is band:
-                    ax.fill_between(x, mu - sd, mu + sd, alpha=0.10, color=color[s], lw=0)
-            ax.set_xlabel("rollouts spent" if x_key == "rollouts" else "cumulative cost")
+                x, mu, _ = curve(s, key)
+                y = mu if key == "signal_per_episode" else smooth(mu)
+                ax.plot(x, y, ":" if _is_ablation(s) else "-", lw=1.8 if s == "envsched" else 1.1, label=s,
+                        color=color[s], alpha=0.7 if _is_ablation(s) else 1.0)
+            ax.set_xlabel("rollouts spent")
             ax.set_ylabel(ylabel)
             ax.set_title(title)
             ax.grid(alpha=0.3)
-        handles, labels = axes[0][-1].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0 - 2.0 / fig.get_figwidth(), 0.5),
-                   fontsize=8, frameon=False)
-        fig.text(0.01, 0.01, caption, fontsize=8, ha="left", va="bottom")
-        fig.tight_layout(rect=(0, 0.05, 1.0 - 2.1 / fig.get_figwidth(), 1))
-        fig.savefig(run_dir / fname, dpi=110)
-        plt.close(fig)
-        files.append(fname)
+        files.append(finish(fig, fname, caption, legend_from=axes[0][-1]))
     if "uniform" in by and len(names) > 1:
-        files.append(_paired_plot(run_dir, by, names, color, style, plt))
+        files.insert(0, _paired_plot(run_dir, by, names, color, plt))
     return files
 
 
 def _paired_plot(run_dir: Path, by: Mapping[str, Mapping[int, list[dict[str, Any]]]], names: list[str],
-                 color: Mapping[str, str], style: Mapping[str, str], plt: Any) -> str:
-    """Held-out score minus uniform's, per seed (same learner), with the 95 % paired interval as a band."""
+                 color: Mapping[str, str], plt: Any) -> str:
+    """The main figure: held-out score minus uniform's, paired by seed (same learner). Left, the curves of the
+    samplers a user chooses between (thin lines, light 95 % bands; EnvSched's ablations in a panel of their
+    own); right, the difference at the last step with its 95 % interval per sampler, sorted, so that which
+    samplers beat uniform, and by how much, reads at a glance."""
     fname = "heldout_vs_uniform.png"
-    fig, ax = plt.subplots(figsize=(8.4, 4.4))
     uni = {seed: {r["step"]: r.get(TARGET_METRIC, math.nan) for r in recs} for seed, recs in by["uniform"].items()}
+    curves: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     n_pairs = 0
     for s in names:
-        if s == "uniform":
-            continue
         seeds = sorted(set(by[s]) & set(uni))
-        if not seeds:
+        if s == "uniform" or not seeds:
             continue
         steps = sorted(set.intersection(*[{r["step"] for r in by[s][k]} for k in seeds]))
         diffs = np.array([[next(r for r in by[s][k] if r["step"] == t).get(TARGET_METRIC, math.nan) - uni[k][t]
                            for t in steps] for k in seeds], dtype=float)
-        x = np.array([next(r for r in by[s][seeds[0]] if r["step"] == t)["rollouts"] for t in steps])
+        x = np.array([next(r for r in by[s][seeds[0]] if r["step"] == t)["rollouts"] for t in steps], dtype=float)
         mu = diffs.mean(axis=0)
-        n_pairs = len(seeds)
-        ax.plot(x, mu, style[s], lw=2.2 if s.startswith("envsched") else 1.4, label=s, color=color[s])
-        if len(seeds) > 1:
-            half = stats.t.ppf(0.975, len(seeds) - 1) * diffs.std(axis=0, ddof=1) / math.sqrt(len(seeds))
-            ax.fill_between(x, mu - half, mu + half, alpha=0.12, color=color[s], lw=0)
-    ax.axhline(0.0, color="black", lw=1.0)
-    ax.set_xlabel("rollouts spent")
-    ax.set_ylabel("held-out score minus uniform's (points)")
-    ax.set_title("paired difference to uniform (same seed, same learner)")
-    ax.grid(alpha=0.3)
-    handles, labels = ax.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0 - 2.0 / fig.get_figwidth(), 0.5), fontsize=8,
-               frameon=False)
-    fig.text(0.01, 0.01, f"Lines: mean paired difference over {n_pairs} seeds; bands: 95% Student-t interval.",
+        half = (stats.t.ppf(0.975, len(seeds) - 1) * diffs.std(axis=0, ddof=1) / math.sqrt(len(seeds))
+                if len(seeds) > 1 else np.full_like(mu, np.nan))
+        curves[s] = (x, mu, half)
+        n_pairs = max(n_pairs, len(seeds))
+    groups = [("samplers", [s for s in curves if not _is_ablation(s)]),
+              ("EnvSched's ablations (and EnvSched)", [s for s in curves if _is_ablation(s)])]
+    groups = [(t, g + (["envsched"] if t.startswith("EnvSched's") and "envsched" in curves else []))
+              for t, g in groups if [x for x in g if x != "envsched"]]
+    fig = plt.figure(figsize=(12.5, 3.6 * len(groups) + 0.6))
+    grid = fig.add_gridspec(len(groups), 2, width_ratios=(1.6, 1.0))
+    for row, (title, group) in enumerate(groups):
+        ax = fig.add_subplot(grid[row, 0])
+        for s in group:
+            x, mu, half = curves[s]
+            ax.plot(x, mu, "-", lw=2.0 if s == "envsched" else 1.2, label=s, color=color[s])
+            ax.fill_between(x, mu - half, mu + half, alpha=0.10, color=color[s], lw=0)
+            ax.annotate(s, (x[-1], mu[-1]), xytext=(3, 0), textcoords="offset points", fontsize=7,
+                        color=color[s], va="center")
+        ax.axhline(0.0, color="black", lw=0.9)
+        ax.set_ylabel("held-out minus uniform (points)", fontsize=8)
+        ax.set_title(title, fontsize=9, loc="left")
+        ax.grid(alpha=0.3)
+        ax.margins(x=0.18)
+        ax.set_xlim(left=0)
+        ax.set_xlabel("rollouts spent", fontsize=8)
+    ax = fig.add_subplot(grid[:, 1])
+    order = sorted(curves, key=lambda s: curves[s][1][-1])
+    for i, s in enumerate(order):
+        _, mu, half = curves[s]
+        significant = bool(np.isfinite(half[-1]) and abs(mu[-1]) > half[-1])
+        ax.errorbar(mu[-1], i, xerr=None if not np.isfinite(half[-1]) else half[-1], fmt="o", color=color[s],
+                    ms=6 if significant else 4, mfc=color[s] if significant else "white", capsize=3, lw=1.3)
+    ax.set_yticks(range(len(order)), order, fontsize=8)
+    ax.axvline(0.0, color="black", lw=0.9)
+    ax.set_xlabel("held-out minus uniform at the last step (points)", fontsize=8)
+    ax.set_title("at the end of the budget (filled: 95% interval excludes 0)", fontsize=9, loc="left")
+    ax.grid(alpha=0.3, axis="x")
+    fig.suptitle("held-out score: paired difference to uniform (same seed, same learner)", fontsize=10)
+    fig.text(0.01, 0.01, f"Mean paired difference over {n_pairs} seeds; bands and bars: 95% Student-t interval.",
              fontsize=8, ha="left", va="bottom")
-    fig.tight_layout(rect=(0, 0.05, 1.0 - 2.1 / fig.get_figwidth(), 1))
+    fig.tight_layout(rect=(0, 0.04, 1, 0.97))
     fig.savefig(run_dir / fname, dpi=110)
     plt.close(fig)
     return fname

@@ -57,9 +57,21 @@ def _parse_kv(items: tuple[str, ...], what: str) -> dict[str, Any]:
     return out
 
 
+class _SamplersOption(click.Option):
+    """``--samplers``, whose help counts the benchmark samplers when it is shown (the count comes from the
+    registry of benchmark samplers, so that a new sampler changes it; `bench`'s import stays light)."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from envsched.bench.runner import DEFAULT_SAMPLERS, available_samplers
+
+        avail = available_samplers()
+        self.help = (f"Comma-separated samplers (default: all {sum(s in avail for s in DEFAULT_SAMPLERS)}; "
+                     "see --list-samplers).")
+        return super().get_help_record(ctx)
+
+
 @click.command("bench")
-@click.option("--samplers", default=None,
-              help="Comma-separated samplers (default: all 14; see --list-samplers).")
+@click.option("--samplers", cls=_SamplersOption, default=None, help="Comma-separated samplers (default: all).")
 @click.option("--seeds", default=None, type=int_range(1, MAX_BENCH_SEEDS), help="Number of seeds (0..N-1). Default 5.")
 @click.option("--steps", default=None, type=int_range(1, MAX_BENCH_STEPS), help="Budget steps per run. Default 200.")
 @click.option("--batch-size", default=None, type=int_range(1, MAX_BATCH_SIZE),
@@ -133,7 +145,7 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
       envsched bench --tune --trials 8
     """
     from envsched.bench.pools import load_bench_pool
-    from envsched.bench.report import BENCH_EXTRA_HINT, has_module
+    from envsched.bench.report import missing_bench_outputs
     from envsched.bench.runner import DEFAULT_SAMPLERS, BenchConfig, available_samplers, run_benchmark
     from envsched.bench.tuning import load_tuned
 
@@ -154,9 +166,9 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
         return
     if tune and matrix:
         raise click.UsageError("--tune and --matrix are separate jobs: run one, then the other")
-    if not (has_module("pyarrow") and has_module("matplotlib")) and not tune:
-        Console(stderr=True).print(f"{BENCH_EXTRA_HINT}; the summary is written without them.", style="yellow",
-                                   markup=False, soft_wrap=True)  # one line; "[bench]" is not markup
+    if not tune:
+        for line in missing_bench_outputs(plots=not no_plots):  # "[bench]" in the command is not markup
+            Console(stderr=True).print(line, style="yellow", markup=False)
     quick_set: dict[str, Any] = NEURAL_QUICK if neural else QUICK
     names = [s.strip() for s in samplers.split(",") if s.strip()] if samplers else \
         (list(quick_set["samplers"]) if quick else list(DEFAULT_SAMPLERS))

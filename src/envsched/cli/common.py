@@ -144,9 +144,26 @@ def load_pool(path: Path) -> TaskPool:
     return pool
 
 
+def echo_wrapped(lines: list[str] | str, *, err: bool = False) -> None:
+    """Print ``lines``; on a terminal each is wrapped at spaces to the terminal's width (continuations indented),
+    so that the terminal never cuts a line mid-word. Piped or logged, each line is printed whole."""
+    import shutil
+    import textwrap
+
+    stream = sys.stderr if err else sys.stdout
+    for line in [lines] if isinstance(lines, str) else lines:
+        if stream.isatty():
+            width = max(shutil.get_terminal_size().columns - 1, 20)
+            for part in textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False) or [""]:
+                click.echo(part, err=err)
+        else:
+            click.echo(line, err=err)
+
+
 def note(message: str) -> None:
-    """One progress line on stderr, shown whether or not stderr is a terminal (kept off stdout)."""
-    click.echo(f"envsched: {message}", err=True)
+    """A progress message on stderr, shown whether or not stderr is a terminal (kept off stdout); wrapped to the
+    terminal's width on a terminal."""
+    echo_wrapped(f"envsched: {message}", err=True)
 
 
 def load_pool_or_default(path: Path | None, console: Console | None = None) -> TaskPool:

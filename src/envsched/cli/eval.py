@@ -298,6 +298,8 @@ def _fmt(x: Any, pct: bool = False) -> str:
               help="Retries of an episode after an infrastructure failure (exponential backoff).")
 @click.option("--backoff", default=1.0, show_default=True, type=float_range(0.0, MAX_BACKOFF_S),
               help="First backoff in seconds (doubles per retry, at most 30 s).")
+@click.option("--stop-after", default=5, show_default=True, type=click.IntRange(min=0),
+              help="Stop after this many consecutive episodes failed on infrastructure (0: never stop).")
 @click.option("--no-repro-check", is_flag=True, help="Skip the reproducibility check.")
 @click.option("--json", "as_json", is_flag=True, help="Print result.json instead of tables.")
 def eval_cmd(spec: str, split: str, base_url: str | None, provider: str, llm_endpoint: str | None,
@@ -305,7 +307,7 @@ def eval_cmd(spec: str, split: str, base_url: str | None, provider: str, llm_end
              dataset_config: str | None, system_prompt: str | None, keep_losses: bool, compare_to: Path | None,
              samples_per_task: int, seeds: tuple[str, ...], limit: int | None, num_tasks: int, concurrency: int,
              ray_address: str | None, env_name: str | None, max_turns: int, temperature: float, max_tokens: int,
-             success_threshold: float, episode_timeout: float, retries: int, backoff: float,
+             success_threshold: float, episode_timeout: float, retries: int, backoff: float, stop_after: int,
              no_repro_check: bool, as_json: bool) -> None:
     """Evaluate the policy at --llm-endpoint on the --split tasks of SPEC (RFC 013's `openenv eval`).
 
@@ -317,6 +319,7 @@ def eval_cmd(spec: str, split: str, base_url: str | None, provider: str, llm_end
     their meaning.
     """
     llm_endpoint, api_key = _teacher(provider, llm_endpoint, llm_port, model)
+    stop_after_or_none = stop_after or None
     config_obj: dict[str, Any] | None = None
     if dataset_config is not None:
         try:
@@ -329,6 +332,7 @@ def eval_cmd(spec: str, split: str, base_url: str | None, provider: str, llm_end
 
     from envsched.evaluation import ChatCompletionsPolicy, EvalHarness, compare_eval_results
     from envsched.evaluation.compare import as_eval_result
+    from envsched.evaluation.guards import EndpointUnreachable, EvaluationStopped
 
     if ray_address is not None:
         from envsched.cli.common import require_extra
@@ -364,7 +368,8 @@ def eval_cmd(spec: str, split: str, base_url: str | None, provider: str, llm_end
                               max_turns=max_turns, success_threshold=success_threshold, concurrency=concurrency,
                               episode_timeout_s=episode_timeout, max_retries=retries, backoff_s=backoff,
                               check_reproducibility=not no_repro_check, ray_address=ray_address, meta=meta,
-                              num_episodes=num_episodes)
+                              num_episodes=num_episodes, max_consecutive_infra_errors=stop_after_or_none,
+                              endpoints={"the OpenEnv server": env["base_url"]} if "base_url" in env else None)
         n = len(harness.plan())
     except (ValueError, IndexError, LookupError, NotImplementedError) as exc:
         raise click.ClickException(f"cannot plan the evaluation: {exc}") from None
@@ -387,6 +392,12 @@ def eval_cmd(spec: str, split: str, base_url: str | None, provider: str, llm_end
             result = harness.run(output_dir, resume=True, progress=progress)
         except (ValueError, FileExistsError) as exc:
             raise click.ClickException(str(exc)) from None
+        except EndpointUnreachable as exc:  # checked once, before the first episode
+            raise click.ClickException(f"{exc}; no episode was run (start the server, or check "
+                                       "--llm-endpoint / the SPEC)") from None
+        except EvaluationStopped as exc:
+            raise click.ClickException(f"{exc}. The episodes so far are in {output_dir / 'episodes.jsonl'}; "
+                                       "the same command resumes the evaluation") from None
     comparison = compare_eval_results(before, result) if before is not None else None
     if comparison is not None:
         (output_dir / "comparison.json").write_text(json.dumps(comparison.to_dict(), indent=2, sort_keys=True))
@@ -395,11 +406,16 @@ def eval_cmd(spec: str, split: str, base_url: str | None, provider: str, llm_end
         if comparison is not None:
             payload["comparison"] = comparison.to_dict()
         click.echo(json.dumps(payload, indent=2, sort_keys=True))
-        return
-    _print_result(console, result)
-    if comparison is not None:
-        _print_comparison(console, comparison)
-    console.print(f"wrote {output_dir / 'result.json'}")
+    if not as_json:
+        _print_result(console, result)
+        if comparison is not None:
+            _print_comparison(console, comparison)
+        console.print(f"wrote {output_dir / 'result.json'}")
+    outcomes = result.scores.get("outcomes", {})
+    episodes = sum(outcomes.values())
+    if episodes and outcomes.get("infra_error", 0) == episodes:
+        raise click.ClickException(f"every one of the {episodes} episodes failed on infrastructure (no score); "
+                                   f"the errors are in {output_dir / 'episodes.jsonl'}")
 
 
 def _print_result(console: Any, result: Any) -> None:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from envsched.cli.common import MAX_EXPLAIN_STEP, int_range, shown
 from envsched.method.explain import read_run_file
+
+#: the console width from which the selections are shown as one table (narrower: vertical records)
+WIDE = 140
 
 
 def _num(x: Any, digits: int = 4) -> str:
@@ -73,9 +76,18 @@ def _detail(console: Console, rec: dict[str, Any]) -> None:
                       f"{_num(rec['half_lives']['long']['score'])} / {_num(rec['half_lives']['short']['score'])}")
         for relation in ("within", "cross"):
             rel = rec["relations"][relation]
-            t = Table(title=f"{relation}-environment estimate {_est(rec, relation)}", title_justify="left")
+            title = f"{relation}-environment estimate {_est(rec, relation)}"
+            if console.width < WIDE:  # one record per neighbour: no cell cut to an ellipsis
+                console.print(f"  {title}:")
+                for nb in rel["neighbors"]:
+                    console.print(Text(f"    {nb['id']} ({nb['env']})"))
+                    console.print(Text(f"      weight {_num(nb['weight'], 3)}, similarity {_num(nb['similarity'], 3)}, "
+                                       f"groups {nb['groups']}, mean {_num(nb['mean'], 3)}, variance "
+                                       f"{_num(nb['variance'])}"))
+                continue
+            t = Table(title=title, title_justify="left")
             for col in ("neighbour", "env", "weight", "similarity", "groups", "mean", "variance"):
-                t.add_column(col, justify="left" if col in ("neighbour", "env") else "right")
+                t.add_column(col, justify="left" if col in ("neighbour", "env") else "right", overflow="fold")
             for nb in rel["neighbors"]:
                 t.add_row(shown(nb["id"]), shown(nb["env"]), _num(nb["weight"], 3), _num(nb["similarity"], 3),
                           str(nb["groups"]),
@@ -129,7 +141,8 @@ def explain(run_file: Path, step: int | None, task_id: str | None, as_json: bool
     if as_json:
         click.echo(json.dumps(records, indent=2))
         return
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    # a terminal's own width; piped, rich's default (80 columns, or $COLUMNS)
+    console = Console(highlight=False)
     if not records:
         what = " and ".join(x for x in (f"step {step}" if step is not None else "",
                                         f"task {task_id!r}" if task_id else "") if x)
@@ -138,10 +151,14 @@ def explain(run_file: Path, step: int | None, task_id: str | None, as_json: bool
         for rec in records:
             _detail(console, rec)
         return
+    if console.width < WIDE:
+        _records(console, run_file, records)
+        return
     table = Table(title=f"{run_file}: {len(records)} selections")
     for col in ("step", "rank", "task", "env", "phase", "q", "mean", "disp.", "variance", "within", "cross",
                 "caps reached"):
-        table.add_column(col, justify="right" if col in ("step", "rank", "q", "mean", "disp.", "variance") else "left")
+        table.add_column(col, justify="right" if col in ("step", "rank", "q", "mean", "disp.", "variance") else "left",
+                         overflow="fold")
     for rec in records:
         pred = rec.get("predicted") or {}
         table.add_row(str(rec["step"]), str(rec["rank"]), shown(rec["task_id"]), shown(rec["env"]), rec["phase"],
@@ -149,3 +166,16 @@ def explain(run_file: Path, step: int | None, task_id: str | None, as_json: bool
                       _num(pred.get("mean"), 3), _num(pred.get("dispersion"), 3), _num(pred.get("variance")),
                       _est(rec, "within"), _est(rec, "cross"), _caps(rec))
     console.print(table)
+
+
+def _records(console: Console, run_file: Path, records: list[dict[str, Any]]) -> None:
+    """The selections as vertical records (a narrow terminal, or piped): a heading line per pick, then its
+    numbers on indented lines that rich wraps at spaces, so that no value is cut."""
+    console.print(Text(f"{run_file}: {len(records)} selections", style="bold"))
+    for rec in records:
+        pred = rec.get("predicted") or {}
+        console.print(Text.assemble((f"step {rec['step']} rank {rec['rank']}", "bold"),
+                                    f": {rec['task_id']} ({rec['env']}), {rec['phase']} pick"))
+        console.print(Text(f"  q {_num(rec.get('q'))}; predicted mean {_num(pred.get('mean'), 3)}, dispersion "
+                           f"{_num(pred.get('dispersion'), 3)}, variance {_num(pred.get('variance'))}"))
+        console.print(Text(f"  within {_est(rec, 'within')}; cross {_est(rec, 'cross')}; caps reached: {_caps(rec)}"))

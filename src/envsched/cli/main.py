@@ -10,7 +10,7 @@ import importlib
 
 import click
 
-from envsched import __version__
+from envsched._version import __version__
 
 #: command name -> ("module:attribute", one-line help shown by `envsched --help`), in display order
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -89,10 +89,20 @@ def task_neighbours(g: Any, task_id: str, top: int = 5) -> dict[str, Any]:
     return out
 
 
+def default_graph_path(file: Path, pool: Any) -> Path:
+    """Where ``pool graph`` saves a pool's graph unless told: the cache (``$ENVSCHED_CACHE_DIR`` or
+    ``~/.cache/envsched``) under ``graphs/``, named by the file and the pool's fingerprint, so that a source
+    tree or a read-only data folder is never written to and an edited pool gets a new file."""
+    from envsched.envs.default_pool import cache_dir
+
+    return cache_dir() / "graphs" / f"{file.name.split('.')[0]}-{pool.fingerprint()[:16]}.graph.npz"
+
+
 @click.command("graph")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Where to save the graph (default: FILE with suffix .graph.npz).")
+              help="Where to save the graph (default: the cache, $ENVSCHED_CACHE_DIR/graphs/NAME-FINGERPRINT"
+                   ".graph.npz, so that nothing is written next to FILE).")
 @click.option("--no-save", is_flag=True, help="Build and summarise without saving.")
 @click.option("--reuse", is_flag=True,
               help="Load the saved graph instead of building when it was built from this very pool.")
@@ -128,7 +138,7 @@ def graph(file: Path, output: Path | None, no_save: bool, reuse: bool, task_id: 
     if (llm_endpoint is None) != (llm_model is None):
         raise click.UsageError("--llm-endpoint and --model go together")
     task_pool = load_pool(file)
-    output = output or file.with_name(file.name.split(".")[0] + ".graph.npz")
+    output = output or default_graph_path(file, task_pool)
     kwargs: dict[str, Any] = {"k_within": k_within, "k_cross": k_cross}
     if exact_max_nodes is not None:
         kwargs["exact_max_nodes"] = exact_max_nodes
@@ -175,6 +185,7 @@ def graph(file: Path, output: Path | None, no_save: bool, reuse: bool, task_id: 
                     raise click.ClickException(str(exc)) from None
                 raise
         if not no_save:
+            output.parent.mkdir(parents=True, exist_ok=True)
             save_graph(g, output)
     summary = graph_summary(g)
     summary["saved_to"] = None if no_save else str(output)

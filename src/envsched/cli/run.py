@@ -1,11 +1,12 @@
 """``envsched run``: drive a sampler for N steps against a reward source, one output row per step as it happens.
 
 Rows go to stdout (a fixed-width line per step, or one JSON object per line with ``--json``) and are flushed
-as each step ends, so a pipe (``| head``, ``| tee log``) sees them at once; progress and phases go to stderr,
-also when it is not a terminal. EnvSched's graph is cached by pool fingerprint and graph configuration
-(``envsched.bench.runner.envsched_graph``, the cache ``envsched bench`` uses). ``--explain FILE`` records why
-each task was picked (read it with ``envsched explain FILE``); ``--store PATH`` runs the sampler on a
-durable history store (read it with ``envsched store info|verify PATH``).
+as each step ends, so a pipe (``| head``, ``| tee log``) sees them at once. Progress never shares a line with a
+row: on a terminal the rows scroll above rich's live progress bar; piped, progress is a plain stderr line every
+few seconds (see :class:`_Display`). Phases go to stderr. EnvSched's graph is cached by pool fingerprint and
+graph configuration (``envsched.bench.runner.envsched_graph``, the cache ``envsched bench`` uses).
+``--explain FILE`` records why each task was picked (read it with ``envsched explain FILE``); ``--store PATH``
+runs the sampler on a durable history store (read it with ``envsched store info|verify PATH``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from envsched.cli.common import (
     MAX_GROUP_SIZE,
     MAX_SEED,
     MAX_STEPS,
+    echo_wrapped,
     float_range,
     int_range,
     load_pool_or_default,
@@ -51,28 +53,70 @@ def _row(values: list[str]) -> str:
     return "".join(v.rjust(w) for v, (_, w) in zip(values, _COLUMNS, strict=True))
 
 
-class _Progress:
-    """Progress on stderr: a bar when stderr is a terminal, otherwise a plain line every few seconds."""
+class _Display:
+    """Where rows and progress go, so that they never share a line.
 
-    def __init__(self, total: int, start: int, interval_s: float = 5.0) -> None:
+    - stdout a terminal: one rich Console on stdout; rows (or ``--json`` lines) are printed through the live
+      progress bar's console, above the bar, which stays on the last line of the screen.
+    - stdout piped, stderr a terminal: rows as plain lines on stdout, rich's progress bar on stderr.
+    - stderr not a terminal: rows as plain lines, a plain progress line on stderr every few seconds.
+    """
+
+    def __init__(self, total: int, start: int, *, as_json: bool, interval_s: float = 5.0) -> None:
         self.total, self.start, self.interval = total, start, interval_s
         self.t0 = self.last = time.monotonic()
-        self.tty = sys.stderr.isatty()
+        self.progress: Any = None
+        self.task: Any = None
+        out_tty = sys.stdout.isatty()  # rows (JSON lines too) then go through the bar's console, above the bar
+        if out_tty or sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
-    def __call__(self, step: int, *, final: bool = False) -> None:
+            console = Console(stderr=not out_tty, highlight=False)
+            self.progress = Progress(TextColumn("steps"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                     TextColumn("left"), TimeRemainingColumn(), console=console,
+                                     transient=True, redirect_stdout=False, redirect_stderr=False)
+        self.rows_on_console = out_tty
+        self.as_json = as_json
+
+    def __enter__(self) -> _Display:
+        if self.progress is not None:
+            self.progress.start()
+            self.task = self.progress.add_task("steps", total=max(self.total - self.start, 0))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def line(self, text: str) -> None:
+        """One row: above the bar when the bar and the rows share the terminal, else a plain stdout line."""
+        if self.rows_on_console:
+            # a JSON line stays one line (the terminal may fold it, rich does not cut it)
+            self.progress.console.print(text, markup=False, highlight=False, soft_wrap=self.as_json)
+        else:
+            click.echo(text)
+            sys.stdout.flush()
+
+    def step(self, step: int) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, completed=step - self.start)
+            return
         now = time.monotonic()
-        if not final and not self.tty and now - self.last < self.interval:
+        if now - self.last < self.interval and step < self.total:
             return
         self.last = now
-        done = step - self.start
-        rate = done / max(now - self.t0, 1e-9)
+        rate = (step - self.start) / max(now - self.t0, 1e-9)
         eta = (self.total - step) / rate if rate > 0 else math.nan
-        text = (f"envsched: step {step}/{self.total} ({100 * step / self.total:.0f}%), "
-                f"{now - self.t0:.1f} s elapsed" + (f", about {eta:.0f} s left" if not final and eta == eta else ""))
-        if self.tty:
-            click.echo("\r" + text.ljust(78), err=True, nl=final)
-        else:
-            click.echo(text, err=True)
+        click.echo(f"envsched: step {step}/{self.total} ({100 * step / self.total:.0f}%), {now - self.t0:.1f} s "
+                   f"elapsed" + (f", about {eta:.0f} s left" if step < self.total and eta == eta else ""), err=True)
 
 
 @click.command("run")
@@ -157,11 +201,13 @@ def run(pool_file: Path | None, sampler_name: str, steps: int, batch_size: int, 
     if start >= steps:
         note(f"the run in {run_dir} has already done {start} of {steps} steps; nothing to do "
              "(ask for more with a larger --steps)")
-    progress = _Progress(steps, start)
+    display = _Display(steps, start, as_json=as_json)
     title = f"{sampler_name} on {visible(pool.name or 'pool')} ({len(pool)} tasks, {len(pool.envs)} envs)"
+    note(f"scheduling {steps - start} batches of {batch_size} pairs x {group_size} rollouts with {sampler_name}")
     if not as_json and start < steps:
         click.echo(title)
         click.echo(_row([c for c, _ in _COLUMNS]))
+        sys.stdout.flush()
 
     def on_step(stats: StepStats) -> None:
         rows.append(stats)
@@ -169,18 +215,18 @@ def run(pool_file: Path | None, sampler_name: str, steps: int, batch_size: int, 
             _write_explanations(sampler, explain_file)
         if stats.step % log_every == 0 or stats.step == steps:
             if as_json:
-                click.echo(json.dumps({"kind": "step", **stats.as_dict()}))
+                display.line(json.dumps({"kind": "step", **stats.as_dict()}))
             else:
-                click.echo(_row([str(stats.step), str(stats.envs_covered), str(stats.tools_covered),
-                                 _fmt(stats.mean_reward, 3), _fmt(stats.mean_within_task_variance),
-                                 f"{stats.signal_groups}/{stats.groups}", str(stats.unscored_episodes)]))
-            sys.stdout.flush()
-        progress(stats.step)
+                display.line(_row([str(stats.step), str(stats.envs_covered), str(stats.tools_covered),
+                                   _fmt(stats.mean_reward, 3), _fmt(stats.mean_within_task_variance),
+                                   f"{stats.signal_groups}/{stats.groups}", str(stats.unscored_episodes)]))
+        display.step(stats.step)
 
-    note(f"scheduling {steps - start} batches of {batch_size} pairs x {group_size} rollouts with {sampler_name}")
+    started = time.monotonic()
     try:
-        run_schedule(sampler, source, steps=steps, batch_size=batch_size, group_size=group_size,
-                     run_dir=run_dir, resume=resume, config=config, on_step=on_step)
+        with display:
+            run_schedule(sampler, source, steps=steps, batch_size=batch_size, group_size=group_size,
+                         run_dir=run_dir, resume=resume, config=config, on_step=on_step)
     except (FileExistsError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     except BrokenPipeError:  # `envsched run | head`: the reader left; stop quietly (the checkpoint is kept)
@@ -190,7 +236,7 @@ def run(pool_file: Path | None, sampler_name: str, steps: int, batch_size: int, 
         os.dup2(devnull, sys.stdout.fileno())  # no second BrokenPipeError when Python flushes stdout at exit
         sys.exit(0)
     if rows:
-        progress(rows[-1].step, final=True)
+        note(f"{len(rows)} steps in {time.monotonic() - started:.1f} s")
     metrics = sampler.metrics()
     summary: dict[str, Any] = {
         "config": {**config, "steps_planned": steps},
@@ -210,20 +256,21 @@ def run(pool_file: Path | None, sampler_name: str, steps: int, batch_size: int, 
     if as_json:
         click.echo(json.dumps({"kind": "summary", **summary}))
         return
-    click.echo(f"signal groups per episode: {metrics['signal_groups_per_episode']:.4f}   "
-               f"per unit cost: {metrics['signal_groups_per_cost']:.6f}   "
-               f"zero-signal fraction: {metrics['zero_signal_fraction']:.3f}   "
-               f"episodes: {int(metrics['episodes'])}   unscored: {int(metrics['unscored_episodes'])}")
+    lines = [f"signal groups per episode: {metrics['signal_groups_per_episode']:.4f}, per unit cost: "
+             f"{metrics['signal_groups_per_cost']:.6f}",
+             f"zero-signal fraction: {metrics['zero_signal_fraction']:.3f}; episodes: {int(metrics['episodes'])}, "
+             f"unscored: {int(metrics['unscored_episodes'])}"]
     if rows:
-        click.echo(f"mean per batch: {summary['mean_envs_covered']:.2f} environments, "
-                   f"{summary['mean_tools_covered']:.2f} tools, within-task variance "
-                   f"{summary['mean_within_task_variance']:.5f}")
+        lines.append(f"mean per batch: {summary['mean_envs_covered']:.2f} environments, "
+                     f"{summary['mean_tools_covered']:.2f} tools")
+        lines.append(f"mean within-task variance: {summary['mean_within_task_variance']:.5f}")
     if run_dir is not None:
-        click.echo(f"run written to {run_dir} (resume with --output {run_dir} --resume)")
+        lines.append(f"run written to {run_dir}; resume with: --output {run_dir} --resume")
     if explain_file is not None:
-        click.echo(f"explanations written to {explain_file} (read them with: envsched explain {explain_file})")
+        lines.append(f"explanations written to {explain_file}; read them with: envsched explain {explain_file}")
     if store_target is not None:
-        click.echo(f"history store {store_target} (check it with: envsched store verify {store_target})")
+        lines.append(f"history store {store_target}; check it with: envsched store verify {store_target}")
+    echo_wrapped(lines)
 
 
 def _write_explanations(sampler: Any, path: Path) -> None:

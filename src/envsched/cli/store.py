@@ -10,7 +10,9 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from envsched.cli.common import is_url, require_store_backend
 
@@ -71,13 +73,29 @@ def info(target: str, prefix: str, as_json: bool) -> None:
         click.echo(json.dumps(summary, indent=2))
         return
     console = Console()
+    # every value whole (long ones fold onto further lines; --json gives the same values unchanged)
     table = Table(title=f"history store {st.where}", show_header=False)
+    table.add_column(overflow="fold")
+    table.add_column(overflow="fold")
     for key in ("sampler_class", "num_tasks", "group_size", "events", "by_kind", "snapshots",
-                "updates_with_unscored_rollouts"):
-        table.add_row(key, str(summary[key]))
-    table.add_row("pool_fingerprint", summary["pool_fingerprint"][:16] + "...")
-    table.add_row("sampler_params", json.dumps(summary["sampler_params"])[:200])
+                "updates_with_unscored_rollouts", "pool_fingerprint"):
+        table.add_row(key, escape(str(summary[key])))
     console.print(table)
+    params = summary["sampler_params"]
+    console.print("sampler_params:")  # one line per parameter, below the table: a long one wraps at spaces
+    for key, value in _flat(params) if isinstance(params, dict) else [("", params)]:
+        console.print(Text(f"  {key}: {json.dumps(value)}" if key else f"  {json.dumps(value)}"))
+
+
+def _flat(params: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """``{"config": {"seed": 0}}`` -> ``[("config.seed", 0)]``: one line per parameter in ``store info``."""
+    out: list[tuple[str, Any]] = []
+    for key, value in params.items():
+        if isinstance(value, dict) and value:
+            out += _flat(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
 
 
 @store.command("verify")

@@ -111,7 +111,7 @@ def benchmark_pool(*, seed: int = 0, require_bfcl: bool = False,
 
 
 def _cache_key(seed: int) -> dict[str, Any]:
-    from envsched import __version__
+    from envsched._version import __version__
     from envsched.envs.bfcl import _bfcl, bfcl_available
     from envsched.envs.reasoning_gym import rg_version
 

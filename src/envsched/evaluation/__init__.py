@@ -3,6 +3,8 @@
 * :class:`EvalHarness` runs a split crossed with seeds through any envsched environment runner and a
   policy, with retries, a concurrency limit, per-episode timeouts and resumption from its JSONL;
 * :class:`ChatCompletionsPolicy` queries an OpenAI-compatible endpoint; adapters turn its text into actions;
+* :func:`check_endpoint` and :class:`CircuitBreaker` stop an evaluation early when its endpoints cannot be
+  reached (before the first episode, or after consecutive infrastructure failures);
 * :func:`compare_eval_results` lists fixed, regressed and left-out tasks and the change of each metric;
 * :class:`EvalSchedule` evaluates every ``n`` optimizer steps (step 0: the baseline);
 * :class:`EnvEvalHarness` (RFC 013's form: an ``openenv.core.evals.EvalHarness`` on OpenEnv's
@@ -14,6 +16,7 @@
 from typing import Any
 
 from envsched.evaluation.compare import EvalComparison, compare_eval_results
+from envsched.evaluation.guards import CircuitBreaker, EndpointUnreachable, EvaluationStopped, check_endpoint
 from envsched.evaluation.harness import EpisodeSettings, EvalHarness, EvalResult, run_episode
 from envsched.evaluation.metrics import binomial_se, pass_at_k, report, score_records, wilson_interval
 from envsched.evaluation.policy import (
@@ -35,6 +38,8 @@ __all__ = [
     "AnswerAdapter",
     "AnswerHarnessAdapter",
     "ChatCompletionsPolicy",
+    "CircuitBreaker",
+    "EndpointUnreachable",
     "EnvEvalHarness",
     "EpisodeLog",
     "EpisodeRecord",
@@ -43,6 +48,7 @@ __all__ = [
     "EvalHarness",
     "EvalResult",
     "EvalSchedule",
+    "EvaluationStopped",
     "FunctionCallAdapter",
     "OpenEnvSessionFactory",
     "Policy",
@@ -50,6 +56,7 @@ __all__ = [
     "PolicyResponse",
     "PolicyUnavailable",
     "binomial_se",
+    "check_endpoint",
     "compare_eval_results",
     "episode_key",
     "pass_at_k",

@@ -33,6 +33,7 @@ from typing import Any
 
 from envsched.envs.base import Environment, InfrastructureError
 from envsched.envs.openenv import InvalidActionError
+from envsched.evaluation.guards import CircuitBreaker, EvaluationStopped, check_endpoint
 from envsched.evaluation.metrics import report, reproducibility_check
 from envsched.evaluation.policy import ActionAdapter, AnswerAdapter, Policy, PolicyError
 from envsched.evaluation.records import EpisodeLog, EpisodeRecord, episode_key
@@ -289,6 +290,12 @@ class EvalHarness:
         check_reproducibility: reset two fresh environments on the first task and compare hashes.
         ray_address: run episodes as Ray tasks (``"auto"``, ``"local"`` or a cluster address).
         meta: free-form description stored in the result (model, endpoint, environment spec).
+        endpoints: further endpoints to check before the first episode, ``{what: url}`` (an OpenEnv server);
+            the policy's own ``url`` (a :class:`ChatCompletionsPolicy`) is always checked. An unreachable one
+            raises :class:`~envsched.evaluation.guards.EndpointUnreachable` before any episode runs.
+        max_consecutive_infra_errors: stop the run (raise
+            :class:`~envsched.evaluation.guards.EvaluationStopped`) after this many consecutive episodes
+            ended in an infrastructure failure; ``None`` never stops.
     """
 
     def __init__(self, env_factory: Callable[[], Environment], policy: Policy, tasks: Any, *,
@@ -297,7 +304,8 @@ class EvalHarness:
                  success_threshold: float = 1.0, concurrency: int = 1, episode_timeout_s: float = 300.0,
                  max_retries: int = 3, backoff_s: float = 1.0, backoff_max_s: float = 30.0,
                  check_reproducibility: bool = True, ray_address: str | None = None,
-                 meta: Mapping[str, Any] | None = None, num_episodes: int | None = None) -> None:
+                 meta: Mapping[str, Any] | None = None, num_episodes: int | None = None,
+                 endpoints: Mapping[str, str] | None = None, max_consecutive_infra_errors: int | None = 5) -> None:
         if not callable(env_factory):
             raise TypeError("env_factory must be a callable returning a fresh Environment")
         if not hasattr(policy, "complete"):
@@ -339,6 +347,17 @@ class EvalHarness:
                                         backoff_s=float(backoff_s), backoff_max_s=float(backoff_max_s))
         self._tasks_source = tasks
         self._tasks: list[dict[str, Any]] | None = None
+        self.endpoints = dict(endpoints or {})
+        CircuitBreaker(max_consecutive_infra_errors)  # validates the threshold now, not at run time
+        self.max_consecutive_infra_errors = max_consecutive_infra_errors
+
+    def check_endpoints(self) -> None:
+        """One TCP connection to the policy's endpoint and to each of ``endpoints``; raises
+        :class:`~envsched.evaluation.guards.EndpointUnreachable` with the connection error."""
+        url = getattr(self.policy, "url", None)
+        targets = ({"the LLM endpoint": url} if isinstance(url, str) else {}) | self.endpoints
+        for what, target in targets.items():
+            check_endpoint(target, what=what)
 
     # ------------------------------------------------------------------ planning
     @property
@@ -405,7 +424,12 @@ class EvalHarness:
     def run(self, output_dir: str | os.PathLike[str] | None = None, *, resume: bool = True,
             progress: Callable[[EpisodeRecord, int, int], None] | None = None) -> EvalResult:
         """Run (or resume) the evaluation; write ``episodes.jsonl``, ``run.json`` and ``result.json``
-        under ``output_dir`` (kept in memory only when it is ``None``)."""
+        under ``output_dir`` (kept in memory only when it is ``None``).
+
+        Checks the endpoints first (:meth:`check_endpoints`) and stops early after
+        ``max_consecutive_infra_errors`` consecutive infrastructure failures (:class:`EvaluationStopped`; the
+        episodes finished so far stay in ``episodes.jsonl`` and a rerun resumes them)."""
+        self.check_endpoints()
         plan = self.plan()
         config = self.config()
         out = Path(output_dir) if output_dir is not None else None
@@ -434,8 +458,10 @@ class EvalHarness:
                                                                                   "skipped": True}
         log.info("evaluating %d episodes (%d already recorded)", len(todo), len(plan) - len(todo))
         done_count = len(plan) - len(todo)
+        breaker = CircuitBreaker(self.max_consecutive_infra_errors)
 
-        def finish(rec: EpisodeRecord) -> None:
+        def finish(rec: EpisodeRecord) -> bool:
+            """Record one episode; return whether the run must stop (the circuit breaker tripped)."""
             nonlocal done_count
             records[rec.key] = rec
             if log_file is not None:
@@ -443,21 +469,26 @@ class EvalHarness:
             done_count += 1
             if progress is not None:
                 progress(rec, done_count, len(plan))
+            return breaker.record(rec.outcome, rec.error)
 
         if self.ray_address is not None:
             self._run_ray(todo, finish)
         else:
             self._run_threads(todo, finish)
+        if breaker.tripped:
+            raise EvaluationStopped(breaker.consecutive, breaker.last_error, done_count, len(plan))
         result = self.result_from_records(records.values(), plan=plan, reproducibility=repro)
         if out is not None:
             result.save(out / RESULT_FILE)
         return result
 
     def _run_threads(self, todo: list[tuple[dict[str, Any], int | None, int]],
-                     finish: Callable[[EpisodeRecord], None]) -> None:
+                     finish: Callable[[EpisodeRecord], bool]) -> None:
         if self.concurrency == 1:
             for task, seed, sample in todo:
-                finish(run_episode(self.env_factory, self.policy, self.adapter, task, seed, sample, self.settings))
+                if finish(run_episode(self.env_factory, self.policy, self.adapter, task, seed, sample,
+                                      self.settings)):
+                    return
             return
         lock = threading.Lock()
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="envsched-eval") as pool:
@@ -467,10 +498,14 @@ class EvalHarness:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in finished:
                     with lock:
-                        finish(fut.result())
+                        stop = finish(fut.result())
+                    if stop:  # the breaker tripped: drop the episodes not started, wait for the running ones
+                        for other in pending:
+                            other.cancel()
+                        return
 
     def _run_ray(self, todo: list[tuple[dict[str, Any], int | None, int]],
-                 finish: Callable[[EpisodeRecord], None]) -> None:
+                 finish: Callable[[EpisodeRecord], bool]) -> None:
         try:
             import ray
         except ImportError as exc:
@@ -489,7 +524,10 @@ class EvalHarness:
                 running.append(remote.remote(env_ref, pol_ref, self.adapter, t, s, j, self.settings))
             ready, running = ray.wait(running, num_returns=1)
             for ref in ready:
-                finish(ray.get(ref))
+                if finish(ray.get(ref)):
+                    for other in running:
+                        ray.cancel(other)
+                    return
 
     def result_from_records(self, records: Iterable[EpisodeRecord], *,
                             plan: Sequence[tuple[dict[str, Any], int | None, int]] | None = None,

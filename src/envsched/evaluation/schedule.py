@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from envsched.evaluation.guards import EndpointUnreachable, EvaluationStopped
 from envsched.evaluation.harness import EvalHarness
 
 __all__ = ["DEFAULT_HISTORY_SIZE", "EvalSchedule"]
@@ -77,6 +78,9 @@ class EvalSchedule:
         self.history_size = history_size
         #: Evaluations run so far (kept in :attr:`history` or dropped from it).
         self.evaluations = 0
+        #: ``(step, reason)`` of each due evaluation that stopped early because its endpoint could not be
+        #: reached (training goes on; the next due step tries again)
+        self.skipped: list[tuple[int, str]] = []
         self._last_step: int | None = None
 
     def due(self, step: int) -> bool:
@@ -88,7 +92,10 @@ class EvalSchedule:
         return step % self.every_n_steps == 0
 
     def maybe_run(self, step: int) -> Any:
-        """Evaluate if ``step`` is due (0, then every ``every_n_steps``; never twice for one step)."""
+        """Evaluate if ``step`` is due (0, then every ``every_n_steps``; never twice for one step).
+
+        An evaluation whose endpoint cannot be reached, or that the circuit breaker stops, is logged, recorded
+        in :attr:`skipped` and returns ``None``: it does not stop the training."""
         if not self.due(step):
             return None
         out = self.output_dir / f"step-{step:08d}" if self.output_dir is not None else None
@@ -107,7 +114,12 @@ class EvalSchedule:
                 out.mkdir(parents=True, exist_ok=True)
                 (out / "result.json").write_text(result.model_dump_json(indent=2))
         else:
-            result = self.harness.run(out)
+            try:
+                result = self.harness.run(out)
+            except (EndpointUnreachable, EvaluationStopped) as exc:  # an evaluation never stops the training
+                log.warning("eval at step %d skipped: %s", step, exc)
+                self.skipped.append((step, str(exc)))
+                return None
             result.training = training
             if out is not None:
                 result.save(out / "result.json")

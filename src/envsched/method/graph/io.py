@@ -123,7 +123,7 @@ def save_graph(graph: DualRelationGraph, path: str | os.PathLike[str]) -> Path:
         state = graph.feature_space.to_state()
         space_meta = state["meta"]
         arrays.update(state["arrays"])
-    from envsched import __version__
+    from envsched._version import __version__
 
     header = {
         "format": FORMAT_NAME, "version": FORMAT_VERSION, "envsched_version": __version__,
