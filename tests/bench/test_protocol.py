@@ -107,3 +107,16 @@ def test_pilot_refuses_evaluation_seeds_and_reports_the_mde(tmp_path: Path) -> N
     pair = doc["pairs"]["uniform - plr"]
     assert pair["n"] == 3 and doc["eval_seeds"] == 3
     assert pair["mde_at_eval_seeds"] >= 0 or pair["sd"] != pair["sd"]
+
+
+def test_cli_protocol_refuses_what_the_protocol_fixes(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from envsched.cli.main import cli
+
+    runner = CliRunner()
+    res = runner.invoke(cli, ["bench", "--pilot"])
+    assert res.exit_code != 0 and "--pilot is part of --protocol" in res.output
+    res = runner.invoke(cli, ["bench", "--protocol", str(tmp_path / "p"), "--seeds", "3"])
+    assert res.exit_code != 0 and "drop --quick" in res.output
+    assert not (tmp_path / "p").exists()

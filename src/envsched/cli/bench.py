@@ -118,6 +118,12 @@ class _SamplersOption(click.Option):
               help="Held-out split option: split_seed, heldout_env_share (0.15), heldout_task_share (0.2).")
 @click.option("--data-dir", "data_dirs", multiple=True, metavar="CORPUS=DIR",
               help="--matrix: tau2=DIR and/or acebench=DIR, added to the small-environments pool mix.")
+@click.option("--protocol", "protocol_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Run the pre-registered evaluation protocol (docs/evaluation-protocol.md) into this folder and "
+                   "write protocol-report.md/json (the neural learner unless --learner model); resumes.")
+@click.option("--pilot", is_flag=True,
+              help="With --protocol: the development-seed pilot (uniform, plr, envsched on seeds 0-4) and the "
+                   "minimum detectable effect at the protocol's seeds, instead of the evaluation.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--list-samplers", is_flag=True, help="List the benchmark samplers and exit.")
@@ -127,7 +133,7 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
           coldstart_steps: int | None, coldstart_samplers: str, out_dir: Path | None, workers: int | None,
           use_ray: bool, ray_address: str | None, quick: bool, matrix: str | None, tune: bool, trials: int,
           tuned_file: Path | None, untuned: bool, split_opts: tuple[str, ...], data_dirs: tuple[str, ...],
-          no_plots: bool, as_json: bool, list_samplers: bool) -> None:
+          protocol_dir: Path | None, pilot: bool, no_plots: bool, as_json: bool, list_samplers: bool) -> None:
     """Run samplers against the learner model at a matched rollout budget and report what each one gets
     out of it. Samplers draw from the training part of the pool; the learner is scored on held-out tasks
     and held-out environments they never see (the held-out score judges them, with paired differences to
@@ -143,6 +149,7 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
       envsched bench --out bench-runs/full
       envsched bench --matrix quick --out bench-runs/matrix
       envsched bench --tune --trials 8
+      envsched bench --protocol protocol-runs --workers 2
     """
     from envsched.bench.pools import load_bench_pool
     from envsched.bench.report import missing_bench_outputs
@@ -150,6 +157,15 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
     from envsched.bench.tuning import load_tuned
 
     console = Console(stderr=as_json)
+    if pilot and protocol_dir is None:
+        raise click.UsageError("--pilot is part of --protocol: add --protocol FOLDER")
+    if protocol_dir is not None:
+        if quick or tune or matrix or samplers or seeds or steps:
+            raise click.UsageError("--protocol runs what docs/evaluation-protocol.md fixes: drop --quick, --tune, "
+                                   "--matrix, --samplers, --seeds and --steps")
+        kind = "neural" if not any("=" not in x for x in learner_opts) else _split_learner(learner_opts)[0]
+        _run_protocol(console, protocol_dir, kind, families, workers or 1, pilot, as_json)
+        return
     learner_kind, learner_opts = _split_learner(learner_opts)
     neural = learner_kind == "neural"
     if families is not None and not neural:
@@ -393,3 +409,33 @@ def _run_matrix(console: Console, preset: str, names: list[str] | None, options:
         console.print(f"{s}: {t['win']} wins, {t['tie']} ties, {t['loss']} losses over {len(doc['cells'])} cells")
     console.print(f"written to {out_dir}: matrix.md, matrix.json" + ("" if no_plots else ", matrix.png")
                   + f" ({doc['wall_seconds']:.0f} s)")
+
+
+def _run_protocol(console: Console, out: Path, learner: str, families: str | None, workers: int, pilot: bool,
+                  as_json: bool) -> None:
+    from envsched.bench.protocol import ProtocolConfig, run_pilot, run_protocol
+
+    config = ProtocolConfig(learner=learner, families=families) if learner == "neural" else \
+        ProtocolConfig(learner="model", batch_size=64)
+    last: dict[str, int] = {}
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if last.get(phase) != done:
+            last[phase] = done
+            console.print(f"protocol {phase}: {done}/{total} runs", markup=False)
+
+    if pilot:
+        doc = run_pilot(out, config=config, workers=workers, progress=lambda d, t: progress("pilot", d, t))
+        if as_json:
+            click.echo(json.dumps(doc, indent=2, default=float))
+            return
+        for name, pair in doc["pairs"].items():
+            console.print(f"{name}: mean {pair['mean']:+.2f}, sd of paired differences {pair['sd']:.2f}, minimum "
+                          f"detectable effect at {doc['eval_seeds']} seeds {pair['mde_at_eval_seeds']:.2f}",
+                          markup=False)
+        return
+    report = run_protocol(config, out, workers=workers, progress=progress)
+    if as_json:
+        click.echo(json.dumps(report, indent=2, default=float))
+    else:
+        click.echo((out / "protocol-report.md").read_text())

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from envsched.pool.pool import TaskPool
 
 # ------------------------------------------------------------------------------------------ numeric bounds
-# Upper bounds of the CLI's numeric options, sized for a 2-core, 24 GiB machine (docs/limits-files.md,
+# Upper bounds of the CLI's numeric options, sized for a 2-core, 24 GiB machine (docs/limits.md,
 # "Command-line numbers"). A value beyond one is a one-line usage error naming the option and the range.
 MAX_STEPS = 1_000_000           #: batches of `run` (a run file line each) and `run --log-every`
 MAX_BENCH_STEPS = 100_000       #: budget steps of one benchmark run (every sampler x seed runs them)

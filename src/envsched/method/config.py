@@ -186,7 +186,7 @@ DEFAULT_ABSTRACT_VIEW_WEIGHTS: dict[str, float] = {
 }
 
 
-#: Upper bounds of GraphConfig's integer fields, sized for a 24 GiB machine (docs/limits-files.md): the
+#: Upper bounds of GraphConfig's integer fields, sized for a 24 GiB machine (docs/limits.md): the
 #: neighbour arrays take N x (k_within + k_cross) x 20 bytes, exact search holds exact_block_rows x N
 #: scores and is O(N^2) up to exact_max_nodes tasks, the HNSW index N x ann_dense_dim x 4 bytes plus
 #: N x ann_m links. The CLI's options use the same bounds.

@@ -14,7 +14,7 @@ the ``.npy`` headers alone: that the path is a regular file, the number of membe
 decompressed size (:data:`DEFAULT_MAX_BYTES` in all, overridable per call or with the environment variable
 ``ENVSCHED_GRAPH_MAX_BYTES``) and its compression ratio (:data:`MAX_COMPRESSION_RATIO`: a zip bomb is
 refused before it is inflated), and that each member's declared shape and dtype match the header and
-the member's size. After reading, the format's own rules are checked (docs/graph.md, docs/limits-files.md):
+the member's size. After reading, the format's own rules are checked (docs/graph.md, docs/limits.md):
 no self-loops, within-relation neighbours in the node's environment and cross-relation neighbours outside
 it, no repeated neighbour in a row, padding (-1) with weight and similarity 0, row weights summing to 1,
 similarities of edges in (0, 1], L2-normalised feature rows, and vocabularies
