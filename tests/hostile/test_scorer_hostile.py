@@ -264,7 +264,11 @@ def test_an_unaudited_dataset_is_refused_unless_the_operator_accepts_it(unaudite
         score_task_answer(spec, "2")
     with pytest.raises(UnsafeScorerError):
         ReasoningGymEnvironment().reset(spec)
-    assert unaudited_dataset not in {s["env"] for s in build_reasoning_gym_pool("all", tasks_per_dataset=0)}
+    from envsched.envs.reasoning_gym import list_datasets, list_scorable_datasets
+
+    assert unaudited_dataset in list_datasets()
+    assert unaudited_dataset not in list_scorable_datasets()  # what datasets="all" builds
+    assert unaudited_dataset in list_scorable_datasets(allow_evaluating_scorers=True)
     monkeypatch.setenv(safe_scoring.ALLOW_EVALUATING_ENV, "1")
     assert score_task_answer(spec, "1 + 1") == 1.0  # the operator accepted evaluation
     with pytest.raises(UnsafeScorerError):  # an explicit False wins over the environment variable

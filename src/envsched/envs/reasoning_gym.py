@@ -41,6 +41,7 @@ __all__ = [
     "build_reasoning_gym_pool",
     "dataset_tiers",
     "list_datasets",
+    "list_scorable_datasets",
     "regenerate_item",
     "rg_version",
     "score_task_answer",
@@ -105,6 +106,15 @@ def list_datasets() -> list[str]:
     """Names of the registered reasoning-gym datasets (without the ``composite`` meta-dataset)."""
     _, factory = _rg()
     return sorted(n for n in factory.DATASETS if n != "composite")
+
+
+def list_scorable_datasets(allow_evaluating_scorers: bool | None = None) -> list[str]:
+    """:func:`list_datasets` without the datasets that have no safe scorer (unless ``allow_evaluating_scorers``,
+    default ``ENVSCHED_ALLOW_EVALUATING_SCORERS``): what ``datasets="all"`` builds."""
+    from envsched.envs.safe_scoring import evaluating_scorers_allowed, scoring_kind
+
+    allow = evaluating_scorers_allowed() if allow_evaluating_scorers is None else allow_evaluating_scorers
+    return [n for n in list_datasets() if allow or scoring_kind(n) != "unaudited"]
 
 
 def _check_dataset(name: str) -> None:
@@ -229,12 +239,6 @@ def _verifier(name: str) -> tuple[tuple[str, ...], str, str]:
     return checks, code, owner.__name__
 
 
-def _evaluating_allowed() -> bool:
-    from envsched.envs.safe_scoring import evaluating_scorers_allowed
-
-    return evaluating_scorers_allowed()
-
-
 def _spread(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
@@ -266,11 +270,10 @@ def build_reasoning_gym_pool(datasets: Iterable[str] | str | None = None, *,
     operation, ``initial_state`` the tier's configuration, ``verifier`` (checks; ``code``: the source of
     the dataset's ``score_answer``) and ``reasoning_gym`` (dataset, tier, config, seed, size, item, version).
     """
-    from envsched.envs.safe_scoring import check_scorer_allowed, scoring_kind
+    from envsched.envs.safe_scoring import check_scorer_allowed
 
-    if datasets == "all":  # without the datasets that have no safe scorer, unless the operator accepts them
-        names = [n for n in list_datasets() if scoring_kind(n) != "unaudited" or allow_evaluating_scorers
-                 or (allow_evaluating_scorers is None and _evaluating_allowed())]
+    if datasets == "all":
+        names = list_scorable_datasets(allow_evaluating_scorers)
     elif isinstance(datasets, str):
         raise TypeError("datasets must be a list of dataset names (or \"all\"), not a single string")
     else:
