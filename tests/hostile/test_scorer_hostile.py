@@ -173,7 +173,8 @@ def test_the_environment_step_never_evaluates_a_hostile_answer(dataset: str, one
 
 
 def test_the_scorer_worker_is_bounded_in_time(monkeypatch: pytest.MonkeyPatch, one_task_each: dict) -> None:
-    """An answer the grammar accepts but SymPy cannot finish is killed at the budget and scores 0."""
+    """An answer the grammar accepts but SymPy cannot finish soon (reasoning-gym's own scorer would run it for
+    more than 20 s) is killed at the budget and scores 0."""
     monkeypatch.setenv(safe_scoring.SCORER_TIMEOUT_ENV, "2")
     spec = one_task_each["simple_integration"]
     env = ReasoningGymEnvironment()
@@ -182,8 +183,7 @@ def test_the_scorer_worker_is_bounded_in_time(monkeypatch: pytest.MonkeyPatch, o
     result = env.step("(x + 1)**100000 + (x + 2)**99999")
     assert time.monotonic() - started < HANG_GUARD_S
     assert result.reward == 0.0
-    if "scoring" in result.info:  # killed at the budget (a fast machine may finish: then it is just wrong)
-        assert "longer than 2s" in result.info["scoring"]
+    assert "longer than 2s" in result.info["scoring"]  # killed at the budget (it ran > 20 s when measured)
     assert score_task_answer(spec, _reference(spec)) == 1.0  # a fresh worker serves the next answer
 
 

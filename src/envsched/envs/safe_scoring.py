@@ -612,7 +612,7 @@ def _worker_main(conn: Any, memory_bytes: int) -> None:
     conn.send_bytes(b'{"ready": true}')
     while True:
         try:
-            msg = conn.recv()
+            msg = pickle.loads(conn.recv_bytes())  # from the trusted caller only
         except (EOFError, OSError):
             return
         try:
@@ -646,6 +646,7 @@ class _ScorerWorker:
     """One scorer worker process and the pipe to it."""
 
     def __init__(self, memory_bytes: int) -> None:
+        _names()  # computed here, so the forked child imports nothing (another thread may hold an import lock)
         ctx = _context()
         self.conn, child = ctx.Pipe()
         self.memory_bytes = memory_bytes
@@ -676,7 +677,11 @@ class _ScorerWorker:
         """The worker's JSON reply; ``{"budget": why}`` when it ran out of time or memory or died (then the
         worker is gone)."""
         try:
-            self.conn.send(msg)
+            payload = pickle.dumps(msg)
+        except (TypeError, ValueError, pickle.PicklingError) as exc:
+            raise ValueError(f"cannot send this item to the scorer worker: {exc}") from exc
+        try:
+            self.conn.send_bytes(payload)
             if self.conn.poll(timeout_s):
                 reply = json.loads(self.conn.recv_bytes(_REPLY_BYTES))
                 if not isinstance(reply, dict):
@@ -761,8 +766,7 @@ def score_answer(name: str, dataset: Any, entry: Mapping[str, Any], answer: Any,
     timeout, memory = scorer_budget()
     try:
         msg = (name, json.dumps(dict(config), sort_keys=True), int(seed), int(size), dict(entry), answer)
-        pickle.dumps(msg)
-    except (TypeError, ValueError, pickle.PicklingError) as exc:
+    except (TypeError, ValueError) as exc:
         raise ValueError(f"cannot send this item to the scorer worker: {exc}") from exc
     worker = _ScorerWorker.get(memory)
     try:
