@@ -159,3 +159,54 @@ def test_items_do_not_depend_on_the_ambient_decimal_context() -> None:
         ctx.prec = 3  # e.g. what BFCL's MathAPI leaves behind in a process running it
         assert [regenerate_item(s)["question"] for s in specs] == [s["instruction"] for s in specs]
         assert all(score_task_answer(s, regenerate_item(s)["answer"]) == 1.0 for s in specs)
+
+
+def _benign_answers(reference: str) -> list[str]:
+    """The reference, near misses and list forms a model might give (nothing that only scores when evaluated)."""
+    words = reference.split()
+    out = [reference, f" {reference} ", reference + "0", "", "0", "1", "this is not the answer 0.123", "[1, 2]",
+           "x", "x**2/2 + C", "(1 + 2) * 3", str(words), "[" + ", ".join(words) + "]"]
+    if "\n" in reference:
+        out.append(str([[int(v) if v.lstrip("-").isdigit() else v for v in row.split()]
+                        for row in reference.split("\n")]))
+    if len(reference) < 200:
+        out.append(repr(list(reference)))
+    return out
+
+
+_EVALUATING_ELSEWHERE = ("binary_matrix", "countdown", "intermediate_integration", "n_queens",
+                         "polynomial_multiplication", "puzzle24", "string_insertion")
+
+
+@pytest.mark.parametrize("dataset", sorted(DEFAULT_DATASETS + _EVALUATING_ELSEWHERE))
+def test_the_safe_path_scores_as_the_datasets_own_scorer_on_benign_answers(dataset: str) -> None:
+    """Every default dataset (one item per tier) and the evaluating datasets outside it (two items):
+    references score 1.0 through the safe path, and benign answers score exactly what reasoning-gym's own
+    score_answer gives them."""
+    import decimal
+
+    from envsched.envs import reasoning_gym as rg
+    from envsched.envs.safe_scoring import scoring_kind
+
+    assert scoring_kind(dataset) != "unaudited"
+    n = 2 if dataset in _EVALUATING_ELSEWHERE else len(dataset_tiers(dataset))
+    specs = build_reasoning_gym_pool([dataset], tasks_per_dataset=n, seed=13)
+    differ = []
+    for spec in specs:
+        item = regenerate_item(spec)
+        assert score_task_answer(spec, item["answer"]) == 1.0, spec["id"]
+        m = spec["reasoning_gym"]
+        ds = rg._dataset(dataset, json.dumps(m["config"], sort_keys=True), m["seed"], m["size"])
+        for answer in _benign_answers(str(item["answer"])):
+            with decimal.localcontext(decimal.Context()):
+                try:
+                    want = float(ds.score_answer(answer, entry=item))
+                except Exception:
+                    want = None
+            try:
+                got = score_task_answer(spec, answer)
+            except Exception:
+                got = None
+            if got != want:
+                differ.append((spec["id"], answer[:40], got, want))
+    assert differ == []

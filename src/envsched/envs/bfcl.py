@@ -41,7 +41,10 @@ refused with an error result, as above). Calls run in a worker process (one per 
 episodes when it ends cleanly), each under ``call_timeout_s`` seconds and ``call_memory_mb`` MiB of extra
 address space and under the deadline :meth:`BFCLEnvironment.set_deadline` sets (the evaluation harness
 sets its episode deadline). A call that exceeds its budget is killed and ends the episode, scored 0: the
-policy's failure (``info["terminated"]`` says why), never an infrastructure failure.
+policy's failure (``info["terminated"]`` says why), never an infrastructure failure. The final check, which
+replays every call, runs under the same deadline: when the deadline passes during it, the check is killed and
+:class:`BFCLDeadlineExceeded` (an :class:`~envsched.envs.base.InfrastructureError`) is raised from the step
+that ended the episode, so an episode never runs past its deadline and is not scored by a cut-off check.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from envsched.envs.base import Environment, EnvironmentUnavailable, StepResult
+from envsched.envs.base import Environment, EnvironmentUnavailable, InfrastructureError, StepResult
 
 __all__ = [
     "BFCL_INSTALL",
@@ -78,6 +81,7 @@ __all__ = [
     "MAX_LITERAL_INT",
     "MAX_LITERAL_ITEMS",
     "MULTI_TURN_CATEGORIES",
+    "BFCLDeadlineExceeded",
     "BFCLEnvironment",
     "bfcl_available",
     "build_bfcl_pool",
@@ -601,6 +605,11 @@ class _CallWorker:
             self.conn.close()
 
 
+class BFCLDeadlineExceeded(InfrastructureError):
+    """The episode deadline (:meth:`BFCLEnvironment.set_deadline`) passed during BFCL's final check: the
+    episode is not scored (a timeout of the infrastructure, as the evaluation harness treats its own)."""
+
+
 class BFCLEnvironment(Environment):
     """Runs BFCL multi-turn episodes in process against fresh instances of the package's classes.
 
@@ -760,8 +769,10 @@ class BFCLEnvironment(Environment):
                                "error_message": reason}
             self._reward = 0.0
             return self._reward
-        self._reward, self.last_check = self._remote_check()
-        self._cleanup()
+        try:
+            self._reward, self.last_check = self._remote_check()
+        finally:
+            self._cleanup()
         return self._reward
 
     def _remote_check(self) -> tuple[float | None, dict[str, Any]]:
@@ -773,9 +784,20 @@ class BFCLEnvironment(Environment):
         replayed = sum(len(step) for turn in self._calls for step in turn)
         replayed += sum(len(t) for t in self._entry["ground_truth"])
         budget = self.check_timeout_s + self.call_timeout_s * replayed
-        status, out = self._worker.request(("check", self._calls), budget)
+        cut_by_deadline = False
+        if self._deadline is not None and self._deadline - time.monotonic() <= budget:
+            budget, cut_by_deadline = self._deadline - time.monotonic(), True
+        if budget <= 0:
+            status, out = "budget", "the call took longer than its budget"
+        else:
+            status, out = self._worker.request(("check", self._calls), budget)
         if status == "ok":
             return out[0], out[1]
+        if cut_by_deadline and status == "budget" and out.startswith("the call took longer"):
+            why = (f"the episode deadline passed during BFCL's final check (it replays the episode's {replayed} "
+                   "calls and the ground truth's)")
+            self.last_check = {"error": why, "timeout": True}
+            raise BFCLDeadlineExceeded(why)
         return None, {"error": f"the checker could not score the episode: {out}"}
 
     def close(self) -> None:

@@ -13,7 +13,10 @@ curriculum's global level ``k`` with each range attribute narrowed to its level'
 curriculum has one tier, its default configuration.
 
 **Episodes** (:class:`ReasoningGymEnvironment`): ``reset(task)`` returns the question; ``step(answer_text)``
-ends the episode with the reward of the dataset's ``score_answer``.
+ends the episode with the reward of the dataset's scoring rules. No answer is ever evaluated as code: the
+eleven datasets whose ``score_answer`` evaluates text are scored by envsched's safe equivalents, the others
+by their own scorer under a guard, and a dataset that was not audited is refused unless the operator sets
+``ENVSCHED_ALLOW_EVALUATING_SCORERS=1`` (:mod:`envsched.envs.safe_scoring`, docs/scorers.md).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ __all__ = [
     "build_reasoning_gym_pool",
     "dataset_tiers",
     "list_datasets",
+    "list_scorable_datasets",
     "regenerate_item",
     "rg_version",
     "score_task_answer",
@@ -102,6 +106,15 @@ def list_datasets() -> list[str]:
     """Names of the registered reasoning-gym datasets (without the ``composite`` meta-dataset)."""
     _, factory = _rg()
     return sorted(n for n in factory.DATASETS if n != "composite")
+
+
+def list_scorable_datasets(allow_evaluating_scorers: bool | None = None) -> list[str]:
+    """:func:`list_datasets` without the datasets that have no safe scorer (unless ``allow_evaluating_scorers``,
+    default ``ENVSCHED_ALLOW_EVALUATING_SCORERS``): what ``datasets="all"`` builds."""
+    from envsched.envs.safe_scoring import evaluating_scorers_allowed, scoring_kind
+
+    allow = evaluating_scorers_allowed() if allow_evaluating_scorers is None else allow_evaluating_scorers
+    return [n for n in list_datasets() if allow or scoring_kind(n) != "unaudited"]
 
 
 def _check_dataset(name: str) -> None:
@@ -176,13 +189,28 @@ def regenerate_item(task: Mapping[str, Any]) -> dict[str, Any]:
         return ds[int(m["item"])]
 
 
-def score_task_answer(task: Mapping[str, Any], answer: str | None) -> float:
-    """Score ``answer`` with the task's dataset's own ``score_answer`` (a reward in [0, 1])."""
+def score_task_answer(task: Mapping[str, Any], answer: str | None, *,
+                      allow_evaluating_scorers: bool | None = None) -> float:
+    """Score ``answer`` by the task's dataset's scoring rules (a reward in [0, 1]), never evaluating it as code.
+
+    Datasets whose reasoning-gym scorer evaluates text are scored by envsched's safe equivalents, the others
+    by their own ``score_answer`` under a guard (see :mod:`envsched.envs.safe_scoring`). A dataset without a
+    safe scorer raises :class:`~envsched.envs.safe_scoring.UnsafeScorerError` unless
+    ``allow_evaluating_scorers`` (or ``ENVSCHED_ALLOW_EVALUATING_SCORERS=1``).
+    """
+    return _score(task, answer, allow_evaluating_scorers).reward
+
+
+def _score(task: Mapping[str, Any], answer: Any, allow: bool | None, item: Mapping[str, Any] | None = None) -> Any:
+    from envsched.envs.safe_scoring import check_scorer_allowed, score_answer
+
     m = _meta(task)
-    item = regenerate_item(task)
+    check_scorer_allowed(m["dataset"], allow)
+    if item is None:
+        item = regenerate_item(task)
     ds = _dataset(m["dataset"], json.dumps(m["config"], sort_keys=True), int(m["seed"]), int(m["size"]))
-    with _decimal_context():
-        return float(ds.score_answer(answer, entry=item))
+    return score_answer(m["dataset"], ds, item, answer, config=m["config"], seed=int(m["seed"]),
+                        size=int(m["size"]), allow_evaluating=allow)
 
 
 @functools.cache
@@ -219,7 +247,8 @@ def build_reasoning_gym_pool(datasets: Iterable[str] | str | None = None, *,
                              tasks_per_dataset: int | Mapping[str, int] = 50,
                              num_tiers: int = DEFAULT_NUM_TIERS, seed: int = 0,
                              split: str = "train",
-                             on_progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+                             on_progress: Callable[[int, int], None] | None = None,
+                             allow_evaluating_scorers: bool | None = None) -> list[dict[str, Any]]:
     """Generate reasoning-gym items as envsched task specs: one environment per dataset.
 
     Args:
@@ -232,20 +261,26 @@ def build_reasoning_gym_pool(datasets: Iterable[str] | str | None = None, *,
         seed: base seed; each (dataset, split, tier) gets its own seed derived from it.
         split: the ``split`` of every spec; ``index`` numbers the specs 0..N-1 in order.
         on_progress: called as ``on_progress(done, total)`` after each task.
+        allow_evaluating_scorers: accept datasets without a safe scorer (see
+            :mod:`envsched.envs.safe_scoring`; default: ``ENVSCHED_ALLOW_EVALUATING_SCORERS``). Without it
+            ``"all"`` leaves them out and a list naming one is refused.
 
     Each spec: ``id`` ``reasoning_gym/{dataset}-{split}-{k}``, ``env`` and ``group`` the dataset,
     ``difficulty`` the tier, ``instruction`` the question, ``tools`` one ``{dataset}.submit_answer``
     operation, ``initial_state`` the tier's configuration, ``verifier`` (checks; ``code``: the source of
     the dataset's ``score_answer``) and ``reasoning_gym`` (dataset, tier, config, seed, size, item, version).
     """
+    from envsched.envs.safe_scoring import check_scorer_allowed
+
     if datasets == "all":
-        names = list_datasets()
+        names = list_scorable_datasets(allow_evaluating_scorers)
     elif isinstance(datasets, str):
         raise TypeError("datasets must be a list of dataset names (or \"all\"), not a single string")
     else:
         names = list(datasets) if datasets is not None else list(DEFAULT_DATASETS)
     for name in names:
         _check_dataset(name)
+        check_scorer_allowed(name, allow_evaluating_scorers)
     if len(set(names)) != len(names):
         raise ValueError("datasets lists a name twice")
     counts: dict[str, int] = {}
@@ -297,15 +332,19 @@ def build_reasoning_gym_pool(datasets: Iterable[str] | str | None = None, *,
 class ReasoningGymEnvironment(Environment):
     """One-step episodes of reasoning-gym tasks: ``reset`` gives the question, ``step`` takes the answer.
 
-    ``step(answer_text)`` returns ``StepResult(observation=None, reward=score, done=True)``; the score is the
-    dataset's own ``score_answer``. If the scorer raises, the reward is ``None`` and ``info["error"]`` says
-    why (the environment could not score the answer).
+    ``step(answer_text)`` returns ``StepResult(observation=None, reward=score, done=True)``; the score is
+    :func:`score_task_answer`'s (the dataset's scoring rules, never evaluating the answer). If the scorer
+    raises, the reward is ``None`` and ``info["error"]`` says why (the environment could not score the
+    answer); an answer over its scoring budget scores 0.0 with ``info["scoring"]`` saying why. ``reset``
+    refuses a dataset without a safe scorer unless ``allow_evaluating_scorers`` (default:
+    ``ENVSCHED_ALLOW_EVALUATING_SCORERS``).
     """
 
     name = "reasoning_gym"
 
-    def __init__(self) -> None:
+    def __init__(self, *, allow_evaluating_scorers: bool | None = None) -> None:
         _rg()
+        self.allow_evaluating_scorers = allow_evaluating_scorers
         self._task: dict[str, Any] | None = None
         self._item: dict[str, Any] | None = None
         self._reward: float | None = None
@@ -314,6 +353,9 @@ class ReasoningGymEnvironment(Environment):
 
     def reset(self, task: Mapping[str, Any], seed: int | None = None) -> str:
         """Regenerate the task's item and return its question (``seed`` is unused: the spec fixes the item)."""
+        from envsched.envs.safe_scoring import check_scorer_allowed
+
+        check_scorer_allowed(_meta(task)["dataset"], self.allow_evaluating_scorers)
         self._item = regenerate_item(task)
         self._task = dict(task)
         self._reward = None
@@ -329,12 +371,12 @@ class ReasoningGymEnvironment(Environment):
         if action is not None and not isinstance(action, str):
             raise TypeError(f"a reasoning-gym action is the answer text (str), got {type(action).__name__}")
         self._done = True
-        m = _meta(self._task)
-        ds = _dataset(m["dataset"], json.dumps(m["config"], sort_keys=True), int(m["seed"]), int(m["size"]))
         info: dict[str, Any] = {}
         try:
-            with _decimal_context():
-                self._reward = float(ds.score_answer(action, entry=self._item))
+            score = _score(self._task, action, self.allow_evaluating_scorers, item=self._item)
+            self._reward = score.reward
+            if score.note:
+                info["scoring"] = score.note
         except Exception as exc:  # the dataset's scorer failed on this answer: unscored, not zero
             self._reward = None
             self.last_error = f"{type(exc).__name__}: {exc}"
