@@ -54,7 +54,9 @@ def test_protocol_runs_every_phase_and_resumes(tmp_path: Path) -> None:
     # untuned: 4 samplers x 3 seeds; tuning: plr and envsched have knobs (2 trials x 1 seed); tuned: 2 x 3
     assert sum(r.startswith("untuned/") for r in runs) == 12
     assert sum(r.startswith("tuning/") for r in runs) == 4
+    # tuned: plr and envsched x 3 seeds (controls and descriptive samplers run untuned only)
     assert sum(r.startswith("tuned/") for r in runs) == 6 and "tuned/plr__5001.json" in runs
+    assert report["tuned"]["controls"] == {} and set(report["tuned"]["primary"]) == {"uniform", "plr"}
     prim = report["untuned"]["primary"]
     assert set(prim) == {"uniform", "plr"} and all(c["n"] == 3 for c in prim.values())
     assert set(report["untuned"]["controls"]) == {"envsched-shuffled-graph"}
@@ -93,7 +95,8 @@ def test_protocol_config_keeps_seed_ranges_apart() -> None:
 def test_the_committed_protocol_is_what_the_code_runs() -> None:
     cfg = ProtocolConfig()
     doc = (Path(__file__).resolve().parents[2] / "docs" / "evaluation-protocol.md").read_text()
-    assert cfg.eval_seeds == tuple(range(5000, 5020)) and "5000-5019" in doc
+    assert cfg.eval_seeds == tuple(range(5000, 5040)) and "5000-5039" in doc
+    assert "Status: in force" in doc and "DRAFT" not in doc
     assert cfg.primary == ("uniform", "plr", "mopps", "dps", "sec")
     assert cfg.margin == 2.0 and "2.0 points" in doc
     assert cfg.trials == 8 and "8 random-search trials" in doc

@@ -5,11 +5,11 @@ It runs what the committed protocol fixes and nothing else:
 1. **untuned**: every sampler of the primary family, EnvSched, the negative controls and the descriptive
    samplers at their defaults, on every evaluation seed. Each seed gets its own pool instance (the neural
    learner's families generated with that seed) and its own split (split seed = the seed).
-2. **tuning**: every sampler with knobs gets the same number of random-search trials (trial 0 = its
-   defaults), each at the reported horizon on the tuning seeds, on pools and splits generated from those
-   seeds. The objective is the sampled held-out score at the last step.
-3. **tuned**: the best trial of each tuned sampler on the evaluation seeds (samplers without knobs reuse
-   their untuned runs).
+2. **tuning**: EnvSched and every primary baseline with knobs get the same number of random-search trials
+   (trial 0 = its defaults), each at the reported horizon on the tuning seeds, on pools and splits generated
+   from those seeds. The objective is the sampled held-out score at the last step.
+3. **tuned**: the best trial of each tuned sampler on the evaluation seeds; samplers without knobs (uniform)
+   reuse their untuned runs. The negative controls and the descriptive samplers are run untuned only.
 4. **report**: EnvSched against each baseline on the primary endpoint (paired, Holm, TOST within the margin),
    the negative controls as a separate family, and the secondary endpoints (paired intervals, uncorrected).
 
@@ -45,7 +45,7 @@ __all__ = ["DEV_SEEDS", "EVAL_SEEDS", "TUNING_SEEDS", "ProtocolConfig", "protoco
 #: Disjoint seed ranges (docs/evaluation-protocol.md, section 5).
 DEV_SEEDS = range(0, 1000)
 TUNING_SEEDS = (1000, 1001)
-EVAL_SEEDS = tuple(range(5000, 5020))
+EVAL_SEEDS = tuple(range(5000, 5040))
 
 #: Secondary endpoints: record key at the last step (``last``) or summarised over the run (``mean``/``auc``).
 SECONDARY = {
@@ -68,7 +68,7 @@ class ProtocolConfig:
     method: str = "envsched"
     primary: tuple[str, ...] = ("uniform", "plr", "mopps", "dps", "sec")
     controls: tuple[str, ...] = ("envsched-shuffled-graph", "envsched-noise-features")
-    descriptive: tuple[str, ...] = ("curriculum", "greso", "uniform-ds", "envsched-paper")
+    descriptive: tuple[str, ...] = ("envsched-paper",)
     eval_seeds: tuple[int, ...] = EVAL_SEEDS
     tuning_seeds: tuple[int, ...] = TUNING_SEEDS
     trials: int = 8
@@ -203,7 +203,7 @@ def _tuning_plan(config: ProtocolConfig) -> dict[str, list[dict[str, Any]]]:
     from envsched.bench.tuning import _draw, tuning_space
 
     plan: dict[str, list[dict[str, Any]]] = {}
-    for name in config.samplers:
+    for name in (config.method, *config.primary):
         space = tuning_space(name)
         if not space:
             continue
@@ -269,17 +269,19 @@ def protocol_report(config: ProtocolConfig, untuned: Sequence[Mapping[str, Any]]
     by_sampler = {r["sampler"]: r for r in tuned}
     tuned_all = list(tuned) + [r for r in untuned if r["sampler"] not in by_sampler]
 
-    def phase(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def phase(results: Sequence[Mapping[str, Any]], with_controls: bool) -> dict[str, Any]:
         secondary = {}
+        baselines = [*config.primary, *config.controls] if with_controls else list(config.primary)
         for key, (_, label) in SECONDARY.items():
-            comp = _family(config, results, [*config.primary, *config.controls], key)
+            comp = _family(config, results, baselines, key)
             secondary[key] = {"label": label,
                               **{b: {k: c[k] for k in ("n", "mean", "low", "high")} for b, c in comp.items()}}
+        names = config.samplers if with_controls else (config.method, *config.primary)
         means = {s: {k: float(np.nanmean(list(_values(results, s, k).values())) if _values(results, s, k)
                                else math.nan) for k in (config.endpoint, *SECONDARY)}
-                 for s in config.samplers}
+                 for s in names}
         return {"primary": _family(config, results, config.primary, config.endpoint),
-                "controls": _family(config, results, config.controls, config.endpoint),
+                "controls": _family(config, results, config.controls, config.endpoint) if with_controls else {},
                 "secondary": secondary, "means": means}
 
     commit = ""
@@ -289,7 +291,7 @@ def protocol_report(config: ProtocolConfig, untuned: Sequence[Mapping[str, Any]]
     cpu = [float(r.get("cpu_s", 0.0)) for r in [*untuned, *tuned]]
     return {"format": "envsched.protocol/1", "config": asdict(config), "commit": commit,
             "python": platform.python_version(), "cpu_seconds": float(np.sum(cpu)),
-            "untuned": phase(untuned), "tuned": phase(tuned_all) if tuned else None,
+            "untuned": phase(untuned, True), "tuned": phase(tuned_all, False) if tuned else None,
             "tuned_params": dict(tuned_params),
             "tuned_minus_untuned": {s: {k: v for k, v in _tuned_gain(untuned, tuned, s).items()}
                                     for s in tuned_params}}
