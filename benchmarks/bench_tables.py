@@ -64,11 +64,13 @@ def matrix_tables(matrix_file: Path, prefix: str) -> list[Path]:
                 continue
             p = d.get("paired_vs_best") or {}
             mean = p.get("mean", math.nan)
-            row.append(f"{d['heldout_score']['mean']:.2f} ({mean:+.2f}) {c['verdict'][s][0].upper()}")
+            mark = {"win": "W", "loss": "L"}.get(c["verdict"][s], "-")  # "-": not detected ("tie" in old files)
+            row.append(f"{d['heldout_score']['mean']:.2f} ({mean:+.2f}) {mark}")
         rows.append(row)
     out = [_write(f"{prefix}_cells", ["setting", *names], rows)]
-    tally = [[s, str(t["win"]), str(t["tie"]), str(t["loss"])] for s, t in doc["tally"].items()]
-    out.append(_write(f"{prefix}_tally", ["sampler", "wins", "ties", "losses"], tally))
+    tally = [[s, str(t["win"]), str(t.get("not detected", t.get("tie", 0))), str(t["loss"])]
+             for s, t in doc["tally"].items()]
+    out.append(_write(f"{prefix}_tally", ["sampler", "wins", "not detected", "losses"], tally))
     return out
 
 

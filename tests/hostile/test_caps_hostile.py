@@ -126,6 +126,7 @@ def zip_bomb(good_graph: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
                     header=_npy_header((15, rows), "<f4"), stream_zeros=15 * rows * 4, compress=True)
 
 
+@pytest.mark.hostile_budget(30)  # many inputs (or a deadline the test waits out) in one call
 def test_the_zip_bomb_is_refused_from_the_directory_in_a_small_process(zip_bomb: Path) -> None:
     assert zip_bomb.stat().st_size < 4 * 2**20
     rc, err, rss = _child(f"""

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from envsched.store import DurableSampler, HistoryStore
 
 HERE = Path(__file__).parent
@@ -18,6 +20,7 @@ _spec.loader.exec_module(kw)
 KILLS = 50
 
 
+@pytest.mark.hostile_budget(60)  # many inputs (or a deadline the test waits out) in one call
 def test_fifty_sigkills_including_checkpoints_all_resume(tmp_path: Path) -> None:
     store, acks = tmp_path / "history.sqlite", tmp_path / "acks.txt"
     proc = subprocess.run([sys.executable, str(HERE / "_kill_worker.py"), str(store), str(acks), str(KILLS),

@@ -143,6 +143,7 @@ def _check_dataset(spec: dict, mark: Path, score) -> tuple[float, str]:
 
 
 @pytest.mark.parametrize("dataset", sorted(EVALUATING_DATASETS))
+@pytest.mark.hostile_budget(60)  # many inputs (or a deadline the test waits out) in one call
 def test_score_task_answer_never_evaluates_a_hostile_answer(dataset: str, one_task_each: dict, tmp_path: Path
                                                             ) -> None:
     spec = one_task_each[dataset]
@@ -158,6 +159,7 @@ def _reference(spec: dict) -> str:
 
 
 @pytest.mark.parametrize("dataset", sorted(EVALUATING_DATASETS))
+@pytest.mark.hostile_budget(60)  # many inputs (or a deadline the test waits out) in one call
 def test_the_environment_step_never_evaluates_a_hostile_answer(dataset: str, one_task_each: dict,
                                                                tmp_path: Path) -> None:
     spec = one_task_each[dataset]
@@ -352,6 +354,7 @@ def _ws_episode(port: int, answer: str, index: int = 0) -> dict:
         return json.loads(ws.recv(timeout=HANG_GUARD_S))
 
 
+@pytest.mark.hostile_budget(30)  # many inputs (or a deadline the test waits out) in one call
 def test_the_reported_exploit_over_the_websocket_runs_nothing(spiral_server) -> None:
     _proc, port, root, _ = spiral_server
     reply = _ws_episode(port, "__import__('os').system('id > marker') or [1]")
@@ -393,6 +396,7 @@ def test_every_hostile_answer_over_the_websocket_scores_zero_and_memory_stays_bo
 
 
 # ---------------------------------------------------------------------------------------- BFCL (finding 7)
+@pytest.mark.hostile_budget(30)  # many inputs (or a deadline the test waits out) in one call
 def test_bfcl_final_check_ends_at_the_episode_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     """The audit's case: an 8 s deadline and six 0.85 s calls; the final check replays them and ran the
     episode to 10.6 s. Now it is cut at the deadline and the episode is an infrastructure timeout."""
@@ -449,6 +453,7 @@ def test_bfcl_final_check_within_the_deadline_still_scores(monkeypatch: pytest.M
         env.close()
 
 
+@pytest.mark.hostile_budget(30)  # many inputs (or a deadline the test waits out) in one call
 def test_bfcl_deadline_in_the_evaluation_harness_is_an_infrastructure_timeout(monkeypatch: pytest.MonkeyPatch
                                                                               ) -> None:
     pytest.importorskip("bfcl_eval", reason="needs bfcl-eval")

@@ -318,6 +318,7 @@ def test_a_client_that_never_sends_a_message_is_closed_with_the_idle_code(guarde
         assert time.monotonic() - t0 < 15
 
 
+@pytest.mark.hostile_budget(30)  # many inputs (or a deadline the test waits out) in one call
 def test_a_client_that_does_not_read_its_replies_is_dropped(guarded: ServerThread) -> None:
     """Frames are sent on a raw socket with a tiny receive buffer and never read: the server's replies back up,
     and the connection is dropped once a reply waits longer than the idle limit (no session is left behind)."""

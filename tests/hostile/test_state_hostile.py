@@ -237,6 +237,7 @@ SWEEP_NAMES = sorted(BUILDERS)
 
 
 @pytest.mark.parametrize("name", SWEEP_NAMES)
+@pytest.mark.hostile_budget(120)  # many inputs (or a deadline the test waits out) in one call
 def test_generated_sweep_refuses_every_invalid_state(name: str) -> None:
     r = sweep(name)
     assert r["accepted_invalid"] == [], f"{len(r['accepted_invalid'])} invalid states accepted"
@@ -250,6 +251,7 @@ def test_generated_sweep_refuses_every_invalid_state(name: str) -> None:
         assert _draws(r["sampler"]) == _draws(twin)
 
 
+@pytest.mark.hostile_budget(120)  # many inputs (or a deadline the test waits out) in one call
 def test_the_sweep_crafts_at_least_3000_states() -> None:
     counts = {name: sum(1 for _ in crafted_states(json.loads(json.dumps(_build(name).state_dict()))))
               for name in SWEEP_NAMES}

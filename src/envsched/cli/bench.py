@@ -105,7 +105,7 @@ class _SamplersOption(click.Option):
               help="Small setting: 10 samplers x 3 seeds x 30 steps, 10 cold starts (a few minutes on 2 cores).")
 @click.option("--matrix", type=click.Choice(["quick", "full"]), default=None,
               help="Run the sensitivity matrix instead (batch size, reward, sharing, misleading features, pool "
-                   "mixes): one table and one heat map of win/tie/loss per cell.")
+                   "mixes): one table and one heat map of win / not detected / loss per cell.")
 @click.option("--tune", is_flag=True,
               help="Run the symmetric tuning protocol (tuning pool and seeds, same budget per sampler) and write "
                    "the tuned values (--tuned-file, default: the packaged tuned.json).")

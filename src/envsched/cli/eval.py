@@ -298,7 +298,7 @@ def _fmt(x: Any, pct: bool = False) -> str:
               help="Retries of an episode after an infrastructure failure (exponential backoff).")
 @click.option("--backoff", default=1.0, show_default=True, type=float_range(0.0, MAX_BACKOFF_S),
               help="First backoff in seconds (doubles per retry, at most 30 s).")
-@click.option("--stop-after", default=5, show_default=True, type=click.IntRange(min=0),
+@click.option("--stop-after", default=5, show_default=True, type=int_range(0, MAX_TASKS),
               help="Stop after this many consecutive episodes failed on infrastructure (0: never stop).")
 @click.option("--no-repro-check", is_flag=True, help="Skip the reproducibility check.")
 @click.option("--json", "as_json", is_flag=True, help="Print result.json instead of tables.")
