@@ -1,0 +1,119 @@
+"""How fast the dashboard answers on a long run: 10,000 steps of 64 groups over the bundled 2,550-task pool.
+
+Writes (once; cached under /tmp) a SQLite history store with a real sampler, the real reward simulation and a
+real :class:`~envsched.store.DurableSampler` (one transaction per step: ``update_many`` of the batch's 64
+groups, then the next ``sample``), then starts ``envsched dashboard`` on 127.0.0.1 and times:
+
+* the dashboard's start: opening the store read-only and indexing every event;
+* the page (``GET /``) and each JSON endpoint it loads, cold and warm (median of ``--repeat`` requests);
+* how long a newly committed step takes to appear in ``/api/state`` (the live path).
+
+    PYTHONPATH=src python benchmarks/dashboard_load.py [--steps 10000] [--sampler mopps] [--json out.json]
+
+Figures from one run are in docs/dashboard.md (taken on a loaded 2-core machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+
+def build_store(path: Path, *, steps: int, sampler_name: str, batch_size: int = 64, group_size: int = 8,
+                seed: int = 0) -> Path:
+    """Write a run of ``steps`` batches to ``path`` (skipped when a complete one is already there)."""
+    from envsched.bench.rewards import StochasticRewardSource
+    from envsched.envs.default_pool import default_pool
+    from envsched.samplers.registry import make_sampler
+    from envsched.store import DurableSampler, HistoryStore
+
+    done = path.with_suffix(".done")
+    if path.exists() and done.exists() and done.read_text().strip() == f"{steps} {sampler_name}":
+        return path
+    for extra in ("", "-wal", "-shm"):
+        Path(str(path) + extra).unlink(missing_ok=True)
+    done.unlink(missing_ok=True)
+    pool = default_pool()
+    sampler = make_sampler(sampler_name, pool, seed=seed, group_size=group_size)
+    durable = DurableSampler(sampler, HistoryStore(path, synchronous="NORMAL"), group_size=group_size,
+                             snapshot_every=20_000)
+    source = StochasticRewardSource(pool, seed=seed)
+    t0 = time.perf_counter()
+    tasks = durable.sample(batch_size)
+    for step in range(1, steps + 1):
+        items = []
+        for task in tasks:
+            rewards, costs = source.rollout(task, group_size)
+            items.append((task, rewards, costs, None))
+        results = durable.update_many(items)
+        assert all(r == "applied" for r in results), results
+        if step < steps:
+            tasks = durable.sample(batch_size)
+        if step % 1000 == 0:
+            print(f"  wrote step {step}/{steps} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    durable.close()
+    done.write_text(f"{steps} {sampler_name}")
+    return path
+
+
+def _get(url: str) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=60) as resp:
+        body = resp.read()
+    return time.perf_counter() - t0, len(body)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=10_000)
+    ap.add_argument("--sampler", default="mopps")
+    ap.add_argument("--store", type=Path, default=None, help="default: /tmp/envsched-dashboard-<steps>.sqlite")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    store = args.store or Path(f"/tmp/envsched-dashboard-{args.steps}-{args.sampler}.sqlite")
+    t0 = time.perf_counter()
+    build_store(store, steps=args.steps, sampler_name=args.sampler)
+    print(f"store {store} ready ({time.perf_counter() - t0:.1f} s; {store.stat().st_size / 1e6:.0f} MB)")
+
+    import uvicorn
+
+    from envsched.dashboard.app import create_app
+
+    t0 = time.perf_counter()
+    app = create_app(str(store))
+    start_s = time.perf_counter() - t0
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    out: dict[str, Any] = {"store": str(store), "steps": args.steps, "sampler": args.sampler,
+                           "start_index_s": round(start_s, 3)}
+    print(f"dashboard start (open read-only + index every event): {start_s:.2f} s")
+    # the page: the HTML, then what its script loads at once (plotly.js, the views)
+    for name, path in (("page", "/"), ("plotly_js", "/static/plotly.min.js"), ("state", "/api/state"),
+                       ("views", "/api/views"), ("picks", "/api/picks?limit=200")):
+        cold, size = _get(base + path)
+        warm = statistics.median(_get(base + path)[0] for _ in range(args.repeat))
+        out[name] = {"cold_s": round(cold, 4), "warm_median_s": round(warm, 4), "bytes": size}
+        print(f"  {path:<24} cold {cold * 1e3:7.1f} ms, warm median {warm * 1e3:7.1f} ms, {size:,} bytes")
+    ready = sum(out[k]["cold_s"] for k in ("page", "plotly_js", "state", "views", "picks"))
+    out["page_ready_s"] = round(ready, 3)
+    print(f"page ready (HTML + plotly.js + state + views + picks, sequential, cold): {ready:.3f} s")
+    server.should_exit = True
+    thread.join(timeout=10)
+    if args.json is not None:
+        args.json.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
