@@ -12,7 +12,7 @@ import pytest
 
 from envsched.dashboard.model import RunIndex
 from envsched.dashboard.reader import DashboardError, StoreReader
-from envsched.dashboard.views import build_views, metrics, uniform_envs_expected
+from envsched.dashboard.views import build_views, metrics, pick_rows, uniform_envs_expected
 from envsched.samplers.simple import UniformSampler
 from envsched.store import DurableSampler, HistoryStore
 
@@ -157,3 +157,26 @@ def test_coverage_counts_each_environment_per_step(tmp_path, run_writer):
             assert heat["z"][row][step] == pytest.approx(share, abs=1e-6)
     per_batch = views["figures"]["envs_per_batch"]["data"][0]["y"]
     assert per_batch == [float(len({env_of[k] for k in keys})) for keys in draws]
+
+
+def test_repeated_draws_of_a_task_are_answered_first_in_first_out(tmp_path):
+    from envsched.samplers.simple import SequentialSampler
+
+    pool = make_pool(4, 5)  # 21 tasks
+    d = DurableSampler(SequentialSampler(pool, wrap=True), HistoryStore(tmp_path / "s.sqlite"), group_size=2)
+    first = d.sample(15)
+    second = d.sample(15)  # tasks 15..20, then 0..8 again
+    again = [t["id"] for t in second if t["id"] in {x["id"] for x in first}]
+    assert len(again) == 9
+    t0 = first[0]
+    d.update(t0, [1.0, 0.0])  # answers the draw of step 1 (it arrived after step 2 was drawn: late)
+    d.update(t0, [1.0, 1.0])  # answers the draw of step 2
+    ix = RunIndex(StoreReader(tmp_path / "s.sqlite"))
+    ix.refresh()
+    snap = ix.snapshot()
+    assert list(snap["c_step"]) == [1, 2] and list(snap["c_lag"]) == [1, 0]
+    rows = {(r["step"], r["task_id"]): r for r in pick_rows(ix, snap, task=t0["id"])}
+    assert rows[(1, t0["id"])]["status"] == "late update" and rows[(1, t0["id"])]["signal"] is True
+    assert rows[(2, t0["id"])]["status"] == "updated" and rows[(2, t0["id"])]["signal"] is False
+    assert metrics(ix, snap)["outstanding_groups"] == d.metrics()["outstanding_groups"] == 28
+    d.close()

@@ -300,15 +300,15 @@ class RunIndex:
         free_p = np.flatnonzero(~p_leased & (p_task >= 0))
         free_c = np.flatnonzero(~leased & (c_task >= 0))
         if free_p.size and free_c.size:
-            rp = _rank_within(p_task[free_p], p_seq[free_p])
-            rc = _rank_within(c_task[free_c], c_seq[free_c])
+            # both sides sorted by (task, seq): the k-th close of a task answers its k-th draw
+            ip, rp = _rank_within(p_task[free_p], p_seq[free_p])
+            ic, rc = _rank_within(c_task[free_c], c_seq[free_c])
             big = max(free_p.size, free_c.size) + 1
-            pcode = p_task[free_p].astype(np.int64) * big + rp
-            ccode = c_task[free_c].astype(np.int64) * big + rc
-            order = np.argsort(pcode, kind="stable")
-            at = np.searchsorted(pcode[order], ccode)
-            ok = (at < pcode.size) & (pcode[order][np.minimum(at, pcode.size - 1)] == ccode)
-            match[free_c[ok]] = free_p[order[at[ok]]]
+            pcode = p_task[free_p][ip].astype(np.int64) * big + rp
+            ccode = c_task[free_c][ic].astype(np.int64) * big + rc
+            at = np.searchsorted(pcode, ccode)  # sorted queries into a sorted array
+            ok = (at < pcode.size) & (pcode[np.minimum(at, pcode.size - 1)] == ccode)
+            match[free_c[ic[ok]]] = free_p[ip[at[ok]]]
         # the step a close arrived in (the batches drawn before it) and the step it answers
         arrival = np.searchsorted(s["seq"], c_seq)  # number of sample events before the close
         step = np.where(match >= 0, p_step[np.maximum(match, 0)] if p_step.size else 0, np.maximum(arrival, 1))
@@ -345,13 +345,11 @@ class RunIndex:
                     "run_file_bad_lines": self.run_file.bad_lines if self.run_file is not None else 0}
 
 
-def _rank_within(group: np.ndarray, order_by: np.ndarray) -> np.ndarray:
-    """For each element, its rank (0, 1, ...) among the elements of its group, ordered by ``order_by``."""
+def _rank_within(group: np.ndarray, order_by: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The order that sorts the elements by (``group``, ``order_by``), and each sorted element's rank (0, 1, ...)
+    within its group."""
     idx = np.lexsort((order_by, group))
     g = group[idx]
     starts = np.r_[0, np.flatnonzero(np.diff(g)) + 1]
     counts = np.diff(np.r_[starts, g.size])
-    ranks_sorted = np.arange(g.size) - np.repeat(starts, counts)
-    out = np.empty(g.size, dtype=np.int64)
-    out[idx] = ranks_sorted
-    return out
+    return idx, np.arange(g.size) - np.repeat(starts, counts)
