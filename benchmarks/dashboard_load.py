@@ -62,6 +62,48 @@ def build_store(path: Path, *, steps: int, sampler_name: str, batch_size: int = 
     return path
 
 
+def _resume(path: Path, sampler_name: str, group_size: int = 8, seed: int = 0) -> tuple[object, object]:
+    """The run's sampler, rebuilt from its store (to write more steps), and its reward source."""
+    from envsched.bench.rewards import StochasticRewardSource
+    from envsched.envs.default_pool import default_pool
+    from envsched.samplers.registry import make_sampler
+    from envsched.store import DurableSampler, HistoryStore
+
+    pool = default_pool()
+    sampler = make_sampler(sampler_name, pool, seed=seed, group_size=group_size)
+    durable = DurableSampler(sampler, HistoryStore(path, synchronous="NORMAL"), group_size=group_size,
+                             snapshot_every=20_000)
+    return durable, StochasticRewardSource(pool, seed=seed + 1)
+
+
+def measure_live(path: Path, base: str, sampler_name: str, steps: int) -> list[float]:
+    """Seconds from the commit of a new step (a draw and its 64 updates) to the dashboard's views showing it
+    (``/api/views`` at the new step count), polled every 20 ms. The page polls ``/api/state`` every second,
+    so a browser shows the step at most about one second after that."""
+    durable, source = _resume(path, sampler_name)
+    out = []
+    for _ in range(steps):
+        tasks = durable.sample(64)  # type: ignore[attr-defined]
+        items = [(t, *source.rollout(t, 8), None) for t in tasks]  # type: ignore[attr-defined]
+        durable.update_many(items)  # type: ignore[attr-defined]
+        t0 = time.perf_counter()
+        want = None
+        while True:
+            with urllib.request.urlopen(base + "/api/state", timeout=60) as resp:
+                st = json.loads(resp.read())
+            if want is None:
+                want = st["head"]
+            if st["caught_up"] and st["seq"] >= durable.seq:  # type: ignore[attr-defined]
+                with urllib.request.urlopen(base + "/api/views", timeout=60) as resp:
+                    views = json.loads(resp.read())
+                if views["seq"] >= durable.seq:  # type: ignore[attr-defined]
+                    break
+            time.sleep(0.02)
+        out.append(time.perf_counter() - t0)
+    durable.close()  # type: ignore[attr-defined]
+    return out
+
+
 def _get(url: str) -> tuple[float, int]:
     t0 = time.perf_counter()
     with urllib.request.urlopen(url, timeout=60) as resp:
@@ -75,6 +117,7 @@ def main() -> None:
     ap.add_argument("--sampler", default="mopps")
     ap.add_argument("--store", type=Path, default=None, help="default: /tmp/envsched-dashboard-<steps>.sqlite")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--live-steps", type=int, default=5, help="new steps written to a copy to time the live path")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     store = args.store or Path(f"/tmp/envsched-dashboard-{args.steps}-{args.sampler}.sqlite")
@@ -87,7 +130,9 @@ def main() -> None:
     from envsched.dashboard.app import create_app
 
     t0 = time.perf_counter()
-    app = create_app(str(store))
+    app = create_app(str(store), start=False)
+    app.state.dashboard.index.refresh()  # index every event before serving, to time the page alone
+    app.state.dashboard.views_json()
     start_s = time.perf_counter() - t0
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -98,7 +143,7 @@ def main() -> None:
     base = f"http://127.0.0.1:{port}"
     out: dict[str, Any] = {"store": str(store), "steps": args.steps, "sampler": args.sampler,
                            "start_index_s": round(start_s, 3)}
-    print(f"dashboard start (open read-only + index every event): {start_s:.2f} s")
+    print(f"dashboard start (open read-only, index all {args.steps * 65:,} events, compute the views): {start_s:.2f} s")
     # the page: the HTML, then what its script loads at once (plotly.js, the views)
     for name, path in (("page", "/"), ("plotly_js", "/static/plotly.min.js"), ("state", "/api/state"),
                        ("views", "/api/views"), ("picks", "/api/picks?limit=200")):
@@ -111,6 +156,29 @@ def main() -> None:
     print(f"page ready (HTML + plotly.js + state + views + picks, sequential, cold): {ready:.3f} s")
     server.should_exit = True
     thread.join(timeout=10)
+    if args.live_steps:
+        import shutil
+        import tempfile
+
+        with tempfile.TemporaryDirectory(dir=store.parent) as tmp:
+            copy = Path(tmp) / "live.sqlite"
+            shutil.copyfile(store, copy)  # the cached store stays as it is
+            app = create_app(str(copy))
+            server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+            thread = threading.Thread(target=server.run, daemon=True)
+            thread.start()
+            while not server.started:
+                time.sleep(0.01)
+            base = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+            while not json.loads(urllib.request.urlopen(base + "/api/state", timeout=60).read())["caught_up"]:
+                time.sleep(0.2)
+            _get(base + "/api/views")
+            lat = measure_live(copy, base, args.sampler, args.live_steps)
+            out["live_commit_to_views_s"] = [round(x, 3) for x in lat]
+            print(f"live: commit of a new step -> views updated: median {statistics.median(lat):.2f} s, max "
+                  f"{max(lat):.2f} s over {len(lat)} steps (+ up to 1 s until the page's next poll)")
+            server.should_exit = True
+            thread.join(timeout=10)
     if args.json is not None:
         args.json.write_text(json.dumps(out, indent=2))
 
