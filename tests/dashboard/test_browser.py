@@ -86,6 +86,7 @@ def test_live_page_in_chromium(served, tmp_path):
             page.click("#search-clear")
             page.locator("#picks td.task").first.wait_for(timeout=30_000)
             page.evaluate("window.scrollTo(0, 0)")
+            page.mouse.move(5, 5)  # no hover labels or mode bar in the picture
             page.wait_for_timeout(500)
             shot = tmp_path / "dashboard.png"
             page.screenshot(path=str(shot), full_page=True, clip={"x": 0, "y": 0, "width": 1400, "height": 1640})

@@ -143,7 +143,7 @@ class Dashboard:
     """The state behind the app: the index, the cached views and the thread that keeps them fresh."""
 
     def __init__(self, store: str | os.PathLike[str], *, run_file: str | os.PathLike[str] | None = None,
-                 table_prefix: str = "envsched", poll_s: float = 1.0, chunk: int = 50_000) -> None:
+                 table_prefix: str = "envsched", poll_s: float = 0.25, chunk: int = 50_000) -> None:
         self.reader = StoreReader(store, table_prefix=table_prefix)
         self.index = RunIndex(self.reader, run_file)
         self.poll_s = poll_s
@@ -200,7 +200,7 @@ class Dashboard:
 
 
 def create_app(store: str | os.PathLike[str], *, run_file: str | os.PathLike[str] | None = None,
-               table_prefix: str = "envsched", host: str = "127.0.0.1", poll_s: float = 1.0,
+               table_prefix: str = "envsched", host: str = "127.0.0.1", poll_s: float = 0.25,
                start: bool = True) -> Any:
     """The Starlette application of a dashboard over ``store`` (and ``run_file``); ``host`` is the address
     it will be served on (the Host header must name it or a loopback address)."""
@@ -275,7 +275,7 @@ def create_app(store: str | os.PathLike[str], *, run_file: str | os.PathLike[str
 
 
 def serve(store: str, *, run_file: str | None = None, table_prefix: str = "envsched", host: str = "127.0.0.1",
-          port: int = 8080, allow_remote: bool = False, poll_s: float = 1.0) -> None:
+          port: int = 8080, allow_remote: bool = False, poll_s: float = 0.25) -> None:
     """Run the dashboard with uvicorn until interrupted. Refuses a non-loopback ``host`` unless
     ``allow_remote`` (the page shows task ids and instructions of the pool to whoever can reach it)."""
     import uvicorn

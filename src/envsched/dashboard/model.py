@@ -172,12 +172,18 @@ class RunIndex:
         self._picks = _Columns(seq=np.int64, step=np.int32, rank=np.int32, task=np.int32, leased=np.bool_)
         self._closes = _Columns(seq=np.int64, created=np.float64, task=np.int32, kind=np.int8, issued=np.int64,
                                 n=np.int32, scored=np.int32, signal=np.bool_, mean=np.float64, var=np.float64,
-                                cost=np.float64)
+                                cost=np.float64, match=np.int64, step=np.int64, lag=np.int64)
+        # the matching of closes to draws, kept as events arrive: (task, rank among its draws without a lease)
+        # -> draw, (issuing sample seq, task) -> draw for leased draws, counts per task, and the inverse
+        self._free_draws: dict[int, int] = {}
+        self._leased_draws: dict[int, int] = {}
+        self._draw_count = np.zeros(len(self.keys) + 1, dtype=np.int64)
+        self._close_count = np.zeros(len(self.keys) + 1, dtype=np.int64)
+        self._closed_by = np.zeros(0, dtype=np.int64)
         self.discard_reasons: dict[str, int] = {}
         # run-file picks: (step, task) -> record summary
         self.explained: dict[tuple[int, int], dict[str, Any]] = {}
         self.version = 0
-        self._derived: tuple[int, dict[str, np.ndarray]] | None = None
         self.head = 0
         self.caught_up = False
 
@@ -220,10 +226,13 @@ class RunIndex:
             created = np.array([r[1] for r in b.samples], dtype=np.float64)
             uniq, first, inverse, counts = np.unique(seq, return_index=True, return_inverse=True, return_counts=True)
             base = len(self._steps["seq"])
+            start = len(self._picks["seq"])
+            task = self._task_ids([r[3] for r in b.samples])
+            leased = np.array([bool(r[4]) for r in b.samples])
             self._steps.append(seq=uniq, created=created[first], n=counts)
             self._picks.append(seq=seq, step=base + 1 + inverse, rank=np.array([r[2] for r in b.samples]) + 1,
-                               task=self._task_ids([r[3] for r in b.samples]),
-                               leased=np.array([bool(r[4]) for r in b.samples]))
+                               task=task, leased=leased)
+            self._register_draws(start, seq, task, leased)
         if b.updates or b.discards:
             u = list(zip(*b.updates, strict=True)) if b.updates else [()] * 11
             for r in b.discards:
@@ -253,7 +262,8 @@ class RunIndex:
                     "signal": (scored >= 2) & (hi > lo), "mean": (mean - self.reward_lo) / self.reward_span,
                     "var": var / self.reward_span ** 2,
                     "cost": np.r_[np.array(u[10], dtype=np.float64), np.zeros(nd)]}
-            self._closes.append(**{k: v[order] for k, v in cols.items()})
+            cols = {k: v[order] for k, v in cols.items()}
+            self._closes.append(**cols, **self._match_closes(cols))
         created_all = [r[1] for r in b.samples[-1:]] + [r[1] for r in b.updates[-1:]] + [r[1] for r in b.discards[-1:]]
         if created_all:
             self.last_event_time = max(created_all)
@@ -271,51 +281,52 @@ class RunIndex:
             for k in sorted(self.explained)[:len(self.explained) - MAX_RUN_RECORDS]:
                 del self.explained[k]
 
-    # ------------------------------------------------------------------ derived columns
-    def derived(self) -> dict[str, np.ndarray]:
-        """Steps, picks and closes with their matching (cached until the next change)."""
-        with self._lock:
-            if self._derived is not None and self._derived[0] == self.version:
-                return self._derived[1]
-            d = self._match()
-            self._derived = (self.version, d)
-            return d
+    # ------------------------------------------------------------------ matching closes to draws
+    def _register_draws(self, start: int, seq: np.ndarray, task: np.ndarray, leased: np.ndarray) -> None:
+        """Index the new draws (picks ``start``...): by (task, rank) when drawn without a lease, by (issuing
+        seq, task) when with one."""
+        T = len(self.keys) + 1
+        idx = np.arange(start, start + seq.size, dtype=np.int64)
+        free = ~leased & (task >= 0)
+        if free.any():
+            order, rank = _rank_within(task[free], seq[free])
+            t = task[free][order].astype(np.int64)
+            codes = (t << 32) + self._draw_count[t] + rank
+            self._free_draws.update(zip(codes.tolist(), idx[free][order].tolist(), strict=True))
+            self._draw_count += np.bincount(t, minlength=T)
+        if leased.any():
+            codes = seq[leased] * T + task[leased] + 1
+            self._leased_draws.update(zip(codes.tolist(), idx[leased].tolist(), strict=True))
+        grown = np.full(start + seq.size, -1, dtype=np.int64)
+        grown[:self._closed_by.size] = self._closed_by
+        self._closed_by = grown
 
-    def _match(self) -> dict[str, np.ndarray]:
-        p, c, s = self._picks, self._closes, self._steps
-        p_seq, p_task, p_step, p_leased = p["seq"], p["task"], p["step"], p["leased"]
-        c_seq, c_task, c_issued = c["seq"], c["task"], c["issued"]
-        T = max(len(self.keys), 1) + 1
-        match = np.full(len(c_seq), -1, dtype=np.int64)
-        # leased closes: the draw (sample event issued_seq) of the same task
-        leased = c_issued >= 0
-        if leased.any() and p_seq.size:
-            code = p_seq * T + (p_task + 1)
-            order = np.argsort(code, kind="stable")
-            want = c_issued[leased] * T + (c_task[leased] + 1)
-            at = np.searchsorted(code[order], want)
-            ok = (at < code.size) & (code[order][np.minimum(at, code.size - 1)] == want)
-            match[np.flatnonzero(leased)[ok]] = order[at[ok]]
-        # the others: first in, first out per task among the draws without leases
-        free_p = np.flatnonzero(~p_leased & (p_task >= 0))
-        free_c = np.flatnonzero(~leased & (c_task >= 0))
-        if free_p.size and free_c.size:
-            # both sides sorted by (task, seq): the k-th close of a task answers its k-th draw
-            ip, rp = _rank_within(p_task[free_p], p_seq[free_p])
-            ic, rc = _rank_within(c_task[free_c], c_seq[free_c])
-            big = max(free_p.size, free_c.size) + 1
-            pcode = p_task[free_p][ip].astype(np.int64) * big + rp
-            ccode = c_task[free_c][ic].astype(np.int64) * big + rc
-            at = np.searchsorted(pcode, ccode)  # sorted queries into a sorted array
-            ok = (at < pcode.size) & (pcode[np.minimum(at, pcode.size - 1)] == ccode)
-            match[free_c[ic[ok]]] = free_p[ip[at[ok]]]
-        # the step a close arrived in (the batches drawn before it) and the step it answers
-        arrival = np.searchsorted(s["seq"], c_seq)  # number of sample events before the close
-        step = np.where(match >= 0, p_step[np.maximum(match, 0)] if p_step.size else 0, np.maximum(arrival, 1))
-        closed_by = np.full(len(p_seq), -1, dtype=np.int64)
-        closed_by[match[match >= 0]] = np.flatnonzero(match >= 0)
-        return {"match": match, "c_step": step.astype(np.int64), "c_lag": np.where(match >= 0, arrival - step, 0),
-                "closed_by": closed_by}
+    def _match_closes(self, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """For new closes (in log order): the draw each answers (``match``, -1 if none), the step of that draw
+        (else the step it arrived in) and how many later batches were drawn before it arrived (``lag``)."""
+        T = len(self.keys) + 1
+        task, issued = c["task"].astype(np.int64), c["issued"]
+        match = np.full(task.size, -1, dtype=np.int64)
+        leased = (issued >= 0) & (task >= 0)
+        if leased.any():
+            get = self._leased_draws.get
+            match[leased] = [get(k, -1) for k in (issued[leased] * T + task[leased] + 1).tolist()]
+        free = ~leased & (task >= 0) & (issued < 0)
+        if free.any():
+            order, rank = _rank_within(task[free], c["seq"][free])
+            t = task[free][order]
+            codes = (t << 32) + self._close_count[t] + rank
+            get = self._free_draws.get
+            where = np.flatnonzero(free)[order]
+            match[where] = [get(k, -1) for k in codes.tolist()]
+            self._close_count += np.bincount(t, minlength=T)
+        steps_seq, pick_step = self._steps["seq"], self._picks["step"]
+        arrival = np.searchsorted(steps_seq, c["seq"])  # batches drawn before the close
+        ok = match >= 0
+        step = np.where(ok, pick_step[np.maximum(match, 0)] if pick_step.size else 0, np.maximum(arrival, 1))
+        base = len(self._closes["seq"])
+        self._closed_by[match[ok]] = base + np.flatnonzero(ok)
+        return {"match": match, "step": step, "lag": np.where(ok, arrival - step, 0)}
 
     # ------------------------------------------------------------------ views as numbers
     @property
@@ -325,10 +336,11 @@ class RunIndex:
     def snapshot(self) -> dict[str, Any]:
         """A consistent set of columns for the views (copies are not needed: columns only grow)."""
         with self._lock:
-            d = self.derived()
+            c = self._closes
             return {"steps": {k: self._steps[k] for k in ("seq", "created", "n")},
                     "picks": {k: self._picks[k] for k in ("seq", "step", "rank", "task", "leased")},
-                    "closes": {k: self._closes[k] for k in self._closes.dtypes}, **d,
+                    "closes": {k: c[k] for k in c.dtypes}, "match": c["match"], "c_step": c["step"],
+                    "c_lag": c["lag"], "closed_by": self._closed_by.copy(),
                     "seq": self.seq, "version": self.version, "explained": dict(self.explained),
                     "discard_reasons": dict(self.discard_reasons), "last_event_time": self.last_event_time,
                     "unknown_keys": self.unknown_keys}

@@ -63,6 +63,11 @@ def _step_labels(starts: np.ndarray, width: int, num_steps: int) -> list[str]:
     return [f"steps {s}-{min(s + width - 1, num_steps)}" for s in starts.tolist()]
 
 
+def _step_hover(width: int) -> str:
+    """The hover text naming a heat map column's steps (its first step is the column's x)."""
+    return "step %{x}" if width == 1 else f"steps from %{{x}} ({width} per column)"
+
+
 def uniform_envs_expected(pool_env_sizes: np.ndarray, n: int) -> float:
     """Expected number of distinct environments in a batch of ``n`` tasks drawn uniformly without replacement
     from the pool (an environment is missed with the hypergeometric probability of drawing none of its tasks)."""
@@ -94,13 +99,13 @@ def coverage_views(ix: RunIndex, snap: dict[str, Any]) -> dict[str, Any]:
     share = counts / np.maximum(counts.sum(axis=0, keepdims=True), 1)
     labels = _step_labels(starts, width, S)
     heat = {"type": "heatmap", "x": starts.tolist(), "y": _labels(ix.envs), "z": [_num(r) for r in share],
-            "customdata": [labels] * E, "colorscale": "Viridis", "zmin": 0,
-            "colorbar": {"title": {"text": "share of batch"}, "thickness": 12},
-            "hovertemplate": "%{y}<br>%{customdata}<br>share %{z:.3f}<extra></extra>"}
+            "colorscale": "Viridis", "zmin": 0, "colorbar": {"title": {"text": "share of batch"}, "thickness": 12},
+            "hovertemplate": "%{y}<br>" + _step_hover(width) + "<br>share %{z:.3f}<extra></extra>"}
     coverage = {"data": [heat], "layout": {
         **_BASE_LAYOUT, "title": {"text": f"Environment coverage: share of each batch per environment "
                                           f"({S} steps{'' if width == 1 else f', {width} steps per column'})"},
-        "xaxis": {"title": {"text": "step"}}, "yaxis": {"automargin": True, "tickfont": {"size": 9}, "dtick": 1},
+        "xaxis": {"title": {"text": "step"}},
+        "yaxis": {"automargin": True, "tickfont": {"size": 11 if E <= 24 else 9}, "dtick": 1},
         "height": max(360, 14 * E + 120)}}
     # distinct environments per batch (exact per step, then the bin mean)
     per_step = np.bincount((picks["step"][known] - 1).astype(np.int64) * E + env, minlength=S * E).reshape(S, E)
@@ -174,12 +179,13 @@ def signal_views(ix: RunIndex, snap: dict[str, Any]) -> dict[str, Any]:
         share = np.where(g_env > 0, s_env / g_env, math.nan)
     signal_env = {"data": [{
         "type": "heatmap", "x": x, "y": _labels(ix.envs), "z": [_num(r) for r in share], "zmin": 0, "zmax": 1,
-        "colorscale": "YlGnBu", "customdata": [labels] * E, "text": [[str(int(v)) for v in r] for r in g_env],
+        "colorscale": "YlGnBu", "reversescale": True, "customdata": g_env.astype(np.int64).tolist(),
         "colorbar": {"title": {"text": "groups with signal"}, "thickness": 12},
-        "hovertemplate": "%{y}<br>%{customdata}<br>signal share %{z:.2f} of %{text} groups<extra></extra>"}],
+        "hovertemplate": "%{y}<br>" + _step_hover(width) + "<br>signal share %{z:.2f} of %{customdata} groups"
+                         "<extra></extra>"}],
         "layout": {**_BASE_LAYOUT, "title": {"text": "Share of groups with signal, per environment (blank: not drawn)"},
                    "xaxis": {"title": {"text": "step"}},
-                   "yaxis": {"automargin": True, "tickfont": {"size": 9}, "dtick": 1},
+                   "yaxis": {"automargin": True, "tickfont": {"size": 11 if E <= 24 else 9}, "dtick": 1},
                    "height": max(360, 14 * E + 120)}}
     return {"signal": signal, "signal_env": signal_env}
 

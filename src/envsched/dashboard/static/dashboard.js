@@ -4,12 +4,14 @@
 (function () {
   "use strict";
   const mode = document.body.dataset.mode || "live";
-  const POLL_MS = 1000;
+  const POLL_MS = 500;
   const FIGURES = ["coverage", "envs_per_batch", "signal", "signal_env", "reliability", "async"];
   const CONFIG = {responsive: true, displaylogo: false, modeBarButtonsToRemove: ["sendDataToCloud"]};
   let shownVersion = null;
   let searching = null; // {task, step} while a search is shown
   let embedded = null;
+  // milliseconds since navigation at each stage of the first draw (read by benchmarks/dashboard_load.py)
+  const timings = window.envschedTimings = {script: performance.now()};
 
   function el(tag, text, cls) {
     const e = document.createElement(tag);
@@ -138,11 +140,15 @@
         setStatus("indexing the log: " + fmt(st.seq) + " of " + fmt(st.head) + " events", "busy");
       }
       if (st.version !== shownVersion && (st.caught_up || shownVersion === null)) {
+        timings.state = timings.state || performance.now();
         const views = await getJSON("/api/views");
+        timings.views = timings.views || performance.now();
         renderSummary(views);
         renderFigures(views);
+        timings.figures = timings.figures || performance.now();
         renderMetrics(views.metrics);
         await loadPicks();
+        timings.picks = timings.picks || performance.now();
         shownVersion = views.version;
         document.body.dataset.version = String(views.version);
       }
