@@ -13,18 +13,21 @@ import pytest
 from envsched.pool import TaskPool
 
 HOSTILE_ID = "web/xss-task"
+HOSTILE_ENV = 'web <i>markup</i> <a href="javascript:window.__pwned=3">link</a>'
 HOSTILE_INSTRUCTION = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"> & "quotes"'
 
 
-def make_pool(n_envs: int = 6, per_env: int = 8) -> TaskPool:
-    """A small pool over ``n_envs`` environments; one task's instruction carries markup (hostile content)."""
+def make_pool(n_envs: int = 6, per_env: int = 8, *, hostile_env: bool = True) -> TaskPool:
+    """A small pool over ``n_envs`` environments and one more task whose instruction carries markup (hostile
+    content), in an environment whose name carries markup too (``hostile_env``) or in ``web``."""
     verbs = ["book", "refund", "cancel", "search", "update", "compare", "schedule", "reset"]
     tasks = []
     for e in range(n_envs):
         for i in range(per_env):
             tasks.append({"id": f"env{e}/task-{i}", "env": f"env{e}", "difficulty": (i * 7 + e) % 10,
                           "instruction": f"{verbs[i % len(verbs)]} item {i} in environment {e}"})
-    tasks.append({"id": HOSTILE_ID, "env": "web", "difficulty": 5, "instruction": HOSTILE_INSTRUCTION})
+    tasks.append({"id": HOSTILE_ID, "env": HOSTILE_ENV if hostile_env else "web", "difficulty": 5,
+                  "instruction": HOSTILE_INSTRUCTION})
     return TaskPool(tasks)
 
 

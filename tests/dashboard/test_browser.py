@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import HOSTILE_ID, HOSTILE_INSTRUCTION, make_pool
+from .conftest import HOSTILE_ENV, HOSTILE_ID, HOSTILE_INSTRUCTION, make_pool
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -32,12 +32,12 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
 
 @pytest.fixture
 def served(tmp_path, run_writer):
-    """A run of 12 steps and the dashboard over it, on 127.0.0.1 (any free port)."""
+    """A run of 30 steps and the dashboard over it, on 127.0.0.1 (any free port)."""
     uvicorn = pytest.importorskip("uvicorn")
     from envsched.dashboard.app import create_app
 
     store, run_file = tmp_path / "run.sqlite", tmp_path / "run.jsonl"
-    w = run_writer(store, run_file, batch_size=16, pool=make_pool(10, 10)).run(12)
+    w = run_writer(store, run_file, batch_size=16, pool=make_pool(10, 10, hostile_env=False)).run(30)
     app = create_app(str(store), run_file=str(run_file), poll_s=1.0)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -64,15 +64,15 @@ def test_live_page_in_chromium(served, tmp_path):
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.goto(url + "/")
-            page.wait_for_selector("#fig-coverage[data-steps='12']", state="attached", timeout=60_000)
+            page.wait_for_selector("#fig-coverage[data-steps='30']", state="attached", timeout=60_000)
             x = page.evaluate("document.getElementById('fig-coverage').data[0].x")
-            assert x == list(range(1, 13))
+            assert x == list(range(1, 31))
 
             # a new step committed while the page is open appears without a reload
             writer.step()
-            page.wait_for_selector("#fig-coverage[data-steps='13']", state="attached", timeout=30_000)
-            assert page.evaluate("document.getElementById('fig-coverage').data[0].x") == list(range(1, 14))
-            assert page.locator("#picks tbody tr").first.locator("td").first.inner_text() == "13"
+            page.wait_for_selector("#fig-coverage[data-steps='31']", state="attached", timeout=30_000)
+            assert page.evaluate("document.getElementById('fig-coverage').data[0].x") == list(range(1, 32))
+            assert page.locator("#picks tbody tr").first.locator("td").first.inner_text() == "31"
 
             # the hostile instruction is shown as text: no script ran, no element was made from it
             page.fill("#search-task", HOSTILE_ID)
@@ -120,6 +120,10 @@ def test_report_opens_offline_in_chromium(tmp_path, run_writer):
             assert page.evaluate("document.getElementById('fig-coverage').data[0].x") == [1, 2, 3]
             cell = page.locator("#picks td.task").filter(has_text=HOSTILE_ID).first
             assert cell.locator(".instruction").inner_text() == HOSTILE_INSTRUCTION
+            # an environment name with markup is a plain label in the plots (plotly reads a few tags in labels)
+            ticks = page.locator("#fig-coverage .ytick text").all_text_contents()
+            assert HOSTILE_ENV in ticks, repr(ticks[-3:])
+            assert page.locator("#fig-coverage a, #fig-coverage i, #fig-signal_env a, #fig-signal_env i").count() == 0
             assert page.evaluate("window.__pwned === undefined")
         finally:
             ctx.close()

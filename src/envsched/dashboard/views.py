@@ -26,8 +26,8 @@ _BASE_LAYOUT: dict[str, Any] = {"margin": {"l": 60, "r": 20, "t": 40, "b": 45}, 
 
 def _labels(names: list[str]) -> list[str]:
     """Names from a pool file, escaped for plotly (which reads a few HTML tags in labels: ``<a href>``,
-    ``<b>``...): plotly decodes the entities, so a name shows as the text it is."""
-    return [html.escape(n, quote=True) for n in names]
+    ``<b>``...): plotly decodes ``&lt;``, ``&gt;`` and ``&amp;``, so a name shows as the text it is."""
+    return [html.escape(n, quote=False) for n in names]
 
 
 def _num(a: np.ndarray) -> list[float | None]:
@@ -161,13 +161,13 @@ def signal_views(ix: RunIndex, snap: dict[str, Any]) -> dict[str, Any]:
          "line": {"color": "#2b8cbe"}, **hover, "hovertemplate": "%{customdata}: %{y:.4f}<extra></extra>"},
         {"type": "scatter", "mode": "lines", "name": "mean within-group reward variance", "x": x, "y": _num(variance),
          "line": {"color": "#31a354"}, **hover, "hovertemplate": "%{customdata}: %{y:.4f}<extra></extra>"},
-        {"type": "scatter", "mode": "lines", "name": "zero-signal share", "x": x, "y": _num(zero), "yaxis": "y2",
+        {"type": "scatter", "mode": "lines", "name": "zero-signal share (right axis)", "x": x, "y": _num(zero), "yaxis": "y2",
          "line": {"color": "#de2d26", "dash": "dot"}, **hover,
          "hovertemplate": "%{customdata}: %{y:.3f}<extra></extra>"}],
         "layout": {**_BASE_LAYOUT, "title": {"text": "Signal over time (by the step a group was drawn in)"},
                    "xaxis": {"title": {"text": "step"}},
                    "yaxis": {"title": {"text": "per episode / variance"}, "rangemode": "tozero"},
-                   "yaxis2": {"title": {"text": "zero-signal share"}, "overlaying": "y", "side": "right",
+                   "yaxis2": {"overlaying": "y", "side": "right",
                               "range": [0, 1], "showgrid": False, "tickformat": ".1f"},
                    "legend": {"orientation": "h", "y": -0.25}, "height": 340}}
     E = len(ix.envs)

@@ -71,6 +71,7 @@
       const div = document.getElementById("fig-" + name);
       if (!fig || !div) continue;
       Plotly.react(div, fig.data, fig.layout, CONFIG);
+      timings["fig-" + name] = timings["fig-" + name] || performance.now();
     }
     document.getElementById("fig-coverage").dataset.steps = String(views.steps);
   }
