@@ -104,6 +104,36 @@ def measure_live(path: Path, base: str, sampler_name: str, steps: int) -> list[f
     return out
 
 
+def measure_live_browser(path: Path, base: str, sampler_name: str, steps: int) -> list[float]:
+    """Seconds from the commit of a new step to headless Chromium showing it (the coverage view's step count
+    attribute changes after the redraw), with the page open throughout."""
+    import tempfile
+
+    from playwright.sync_api import sync_playwright
+
+    durable, source = _resume(path, sampler_name)
+    out = []
+    with sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
+        ctx = p.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                                                   headless=True, viewport={"width": 1400, "height": 1000})
+        try:
+            page = ctx.new_page()
+            page.goto(base + "/")
+            page.wait_for_selector("body[data-version]", state="attached", timeout=120_000)
+            for _ in range(steps):
+                shown = int(page.get_attribute("#fig-coverage", "data-steps") or 0)
+                tasks = durable.sample(64)  # type: ignore[attr-defined]
+                items = [(t, *source.rollout(t, 8), None) for t in tasks]  # type: ignore[attr-defined]
+                durable.update_many(items)  # type: ignore[attr-defined]
+                t0 = time.perf_counter()
+                page.wait_for_selector(f"#fig-coverage[data-steps='{shown + 1}']", state="attached", timeout=60_000)
+                out.append(time.perf_counter() - t0)
+        finally:
+            ctx.close()
+    durable.close()  # type: ignore[attr-defined]
+    return out
+
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -216,6 +246,11 @@ def main() -> None:
             out["live_commit_to_views_s"] = [round(x, 3) for x in lat]
             print(f"live: commit of a new step -> views updated: median {statistics.median(lat):.2f} s, max "
                   f"{max(lat):.2f} s over {len(lat)} steps (+ up to 0.5 s until the page's next poll)")
+            if Path(CHROMIUM).exists() and not args.no_browser:
+                lat = measure_live_browser(copy, base, args.sampler, args.live_steps)
+                out["live_commit_to_browser_s"] = [round(x, 3) for x in lat]
+                print(f"live: commit of a new step -> shown in headless Chromium: median "
+                      f"{statistics.median(lat):.2f} s, max {max(lat):.2f} s over {len(lat)} steps")
             server.should_exit = True
             thread.join(timeout=10)
     if args.json is not None:

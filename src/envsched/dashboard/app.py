@@ -5,7 +5,7 @@ and plotly.js from the installed ``plotly`` package):
 
 ``GET /``                     the page;
 ``GET /static/<fixed name>``  ``dashboard.js``, ``dashboard.css``, ``plotly.min.js``;
-``GET /api/state``            where the log stands (polled every second by the page);
+``GET /api/state``            where the log stands (polled twice a second by the page);
 ``GET /api/views``            every figure, the metrics and a summary (cached until the log changes);
 ``GET /api/picks``            rows of the picks table (``?task=`` substring of a task id, ``?step=``, ``?limit=``).
 
