@@ -93,6 +93,14 @@ def test_host_header_must_name_this_machine(app_and_run):
         assert client.get("/api/state").status_code == 400
     with TestClient(app, base_url="http://localhost:8080") as client:
         assert client.get("/api/state").status_code == 200
+    app.state.dashboard.stop()
+    store = app.state.dashboard.reader.where
+    named = create_app(store, host="10.1.2.3", start=False)
+    with TestClient(named, base_url="http://10.1.2.3:8080") as client:
+        assert client.get("/api/state").status_code == 200
+    with TestClient(named, base_url="http://evil.example") as client:
+        assert client.get("/api/state").status_code == 400
+    named.state.dashboard.stop()
 
 
 def test_loopback_only_unless_asked(tmp_path, run_writer):

@@ -265,7 +265,9 @@ def create_app(store: str | os.PathLike[str], *, run_file: str | os.PathLike[str
             dash.stop()
 
     allowed = ["127.0.0.1", "localhost", "[::1]", "::1"]
-    if host not in allowed:
+    if host in ("0.0.0.0", "::"):  # every interface (only with --allow-remote): any name may reach it
+        allowed = ["*"]
+    elif host not in allowed:
         allowed.append(host if ":" not in host else f"[{host}]")
     app = Starlette(routes=[Route("/", index), Route("/static/{name}", static_file), Route("/favicon.ico", favicon),
                             Route("/api/state", state), Route("/api/views", views), Route("/api/picks", picks)],

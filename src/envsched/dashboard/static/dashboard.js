@@ -115,7 +115,14 @@
     return resp.json();
   }
 
-  async function loadPicks() {
+  function picksURL() {
+    const params = new URLSearchParams({limit: "300"});
+    if (searching && searching.task) params.set("task", searching.task);
+    if (searching && searching.step) params.set("step", searching.step);
+    return "/api/picks?" + params.toString();
+  }
+
+  async function loadPicks(pending) {
     if (mode === "report") {
       let rows = embedded.picks;
       if (searching) {
@@ -126,10 +133,7 @@
       renderPicks(rows);
       return;
     }
-    const params = new URLSearchParams({limit: "300"});
-    if (searching && searching.task) params.set("task", searching.task);
-    if (searching && searching.step) params.set("step", searching.step);
-    renderPicks((await getJSON("/api/picks?" + params.toString())).rows);
+    renderPicks((await (pending || getJSON(picksURL()))).rows);
   }
 
   async function poll() {
@@ -143,12 +147,13 @@
       if (st.version !== shownVersion && (st.caught_up || shownVersion === null)) {
         timings.state = timings.state || performance.now();
         const views = await getJSON("/api/views");
+        const picks = getJSON(picksURL()); // fetched while the figures are drawn
         timings.views = timings.views || performance.now();
         renderSummary(views);
         renderFigures(views);
         timings.figures = timings.figures || performance.now();
         renderMetrics(views.metrics);
-        await loadPicks();
+        await loadPicks(picks);
         timings.picks = timings.picks || performance.now();
         shownVersion = views.version;
         document.body.dataset.version = String(views.version);
