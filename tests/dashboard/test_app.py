@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import plotly.graph_objects as go
 import pytest
@@ -125,3 +126,36 @@ def test_state_reports_a_store_that_became_unreadable(tmp_path, run_writer):
     dash.tick()
     assert dash.state()["error"] and json.dumps(dash.state())
     dash.stop()
+
+
+def test_cli_serves_the_dashboard_on_loopback(tmp_path, run_writer):
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    store = tmp_path / "run.sqlite"
+    run_writer(store, None, sampler="uniform", batch_size=4).run(2)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-m", "envsched.cli.main", "dashboard", str(store), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 120  # a guard against a hang
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/state", timeout=5) as resp:
+                    state = json.loads(resp.read())
+                if state["caught_up"]:
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()
+            time.sleep(0.2)
+        assert state["steps"] == 2 and state["error"] is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
