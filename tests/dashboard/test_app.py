@@ -159,3 +159,16 @@ def test_cli_serves_the_dashboard_on_loopback(tmp_path, run_writer):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_run_file_of_another_run_is_flagged(tmp_path, run_writer):
+    store, other = tmp_path / "run.sqlite", tmp_path / "other.jsonl"
+    run_writer(store, None, sampler="uniform", batch_size=4).run(2)
+    from .conftest import make_pool
+
+    run_writer(tmp_path / "other.sqlite", other, pool=make_pool(3, 4)).run(1)
+    app = create_app(str(store), run_file=str(other), start=False)
+    app.state.dashboard.tick()
+    warnings = json.loads(app.state.dashboard.views_json())["summary"]["warnings"]
+    assert any("pool of 13 tasks, the store has 49" in w for w in warnings), warnings
+    app.state.dashboard.stop()

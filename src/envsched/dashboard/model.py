@@ -167,6 +167,7 @@ class RunIndex:
         self.seq = 0
         self.last_event_time: float | None = None
         self.unknown_keys = 0
+        self.run_file_unknown = 0  # run-file picks of tasks the store does not have (a run file of another run)
         self._lock = threading.RLock()
         self._steps = _Columns(seq=np.int64, created=np.float64, n=np.int32)
         self._picks = _Columns(seq=np.int64, step=np.int32, rank=np.int32, task=np.int32, leased=np.bool_)
@@ -272,6 +273,8 @@ class RunIndex:
     def _ingest_records(self, recs: list[dict[str, Any]]) -> None:
         for rec in recs:
             task = self.key_index.get(rec["task_id"], -1)
+            if task < 0:
+                self.run_file_unknown += 1
             pred = rec.get("predicted") or {}
             self.explained[(rec["step"] + 1, task)] = {
                 "phase": str(rec.get("phase")), "rank": rec.get("rank"), "env": str(rec.get("env")),
@@ -344,6 +347,21 @@ class RunIndex:
                     "seq": self.seq, "version": self.version, "explained": dict(self.explained),
                     "discard_reasons": dict(self.discard_reasons), "last_event_time": self.last_event_time,
                     "unknown_keys": self.unknown_keys}
+
+    def warnings(self) -> list[str]:
+        """What does not add up: a run file written for another pool, events naming unknown tasks."""
+        out = []
+        header = self.run_file.header if self.run_file is not None else None
+        if header and isinstance(header.get("num_tasks"), int) and header["num_tasks"] != len(self.keys):
+            out.append(f"the run file was written for a pool of {header['num_tasks']} tasks, the store has "
+                       f"{len(self.keys)}: is it the same run?")
+        if self.run_file_unknown:
+            out.append(f"{self.run_file_unknown} run-file picks name tasks the store does not have")
+        if self.run_file is not None and self.run_file.bad_lines:
+            out.append(f"{self.run_file.bad_lines} lines of the run file are not explanation records (skipped)")
+        if self.unknown_keys:
+            out.append(f"{self.unknown_keys} events name tasks that are not in the store's task list")
+        return out
 
     def state(self) -> dict[str, Any]:
         """The small summary the page polls: where the log stands."""

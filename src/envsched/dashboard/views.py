@@ -386,5 +386,6 @@ def build_views(ix: RunIndex, snap: dict[str, Any] | None = None) -> dict[str, A
                     "num_tasks": len(ix.keys), "num_envs": len(ix.envs), "group_size": header.get("group_size"),
                     "run_file": None if ix.run_file is None else str(ix.run_file.path),
                     "explained_picks": len(snap["explained"]), "discard_reasons": snap["discard_reasons"],
-                    "unknown_keys": snap["unknown_keys"], "last_event_time": snap["last_event_time"]},
+                    "unknown_keys": snap["unknown_keys"], "last_event_time": snap["last_event_time"],
+                    "warnings": ix.warnings()},
     }

@@ -52,6 +52,7 @@
     src.appendChild(el("div", s.sampler_class, "value small"));
     src.appendChild(el("div", "store " + s.store + (s.run_file ? " \u00b7 run file " + s.run_file : ""), "label"));
     box.appendChild(src);
+    for (const w of s.warnings || []) box.appendChild(el("div", "\u26a0 " + w, "card wide warning"));
   }
 
   function renderMetrics(metrics) {
