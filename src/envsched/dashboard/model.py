@@ -312,16 +312,16 @@ class RunIndex:
         match = np.full(task.size, -1, dtype=np.int64)
         leased = (issued >= 0) & (task >= 0)
         if leased.any():
-            get = self._leased_draws.get
-            match[leased] = [get(k, -1) for k in (issued[leased] * T + task[leased] + 1).tolist()]
+            pop = self._leased_draws.pop  # a draw is answered once: only outstanding draws stay indexed
+            match[leased] = [pop(k, -1) for k in (issued[leased] * T + task[leased] + 1).tolist()]
         free = ~leased & (task >= 0) & (issued < 0)
         if free.any():
             order, rank = _rank_within(task[free], c["seq"][free])
             t = task[free][order]
             codes = (t << 32) + self._close_count[t] + rank
-            get = self._free_draws.get
+            pop = self._free_draws.pop
             where = np.flatnonzero(free)[order]
-            match[where] = [get(k, -1) for k in codes.tolist()]
+            match[where] = [pop(k, -1) for k in codes.tolist()]
             self._close_count += np.bincount(t, minlength=T)
         steps_seq, pick_step = self._steps["seq"], self._picks["step"]
         arrival = np.searchsorted(steps_seq, c["seq"])  # batches drawn before the close
