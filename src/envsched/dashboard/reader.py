@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 __all__ = ["DashboardError", "EventBatch", "StoreReader", "TaskTable"]
 
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -62,6 +64,49 @@ class EventBatch:
     updates: list[tuple[Any, ...]]
     discards: list[tuple[Any, ...]]
     leases: dict[str, int]
+
+
+def _json_numbers(texts: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Flat values and per-row lengths of compact JSON arrays of numbers and nulls (``None``: no array);
+    null becomes NaN."""
+    lens = np.fromiter((t.count(",") + 1 if isinstance(t, str) and len(t) > 2 else 0 for t in texts),
+                       dtype=np.int64, count=len(texts))
+    body = ",".join(t[1:-1] for t in texts if isinstance(t, str) and len(t) > 2)
+    vals = np.array(body.replace("null", "nan").split(","), dtype=np.float64) if body else np.zeros(0)
+    if vals.size != lens.sum():  # pragma: no cover - only for arrays SQLite did not write compactly
+        raise DashboardError("an update's rewards are not a flat JSON array of numbers")
+    return vals, lens
+
+
+def _per_row(func: Any, values: np.ndarray, lens: np.ndarray, empty: float) -> np.ndarray:
+    """``func.reduceat`` over consecutive runs of ``lens`` values (``empty`` for a run of none)."""
+    out = np.full(lens.size, empty)
+    nonempty = lens > 0
+    if nonempty.any():
+        out[nonempty] = func.reduceat(values, (np.cumsum(lens) - lens)[nonempty])
+    return out
+
+
+def _aggregate_updates(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """``(seq, created, key, lease, rewards JSON, costs JSON)`` rows -> the update columns of
+    :class:`EventBatch` (rollouts, scored, min, max, sum, sum of squares of the scored rewards, total cost)."""
+    if not rows:
+        return []
+    seq, created, key, lease, rewards, costs = zip(*rows, strict=True)
+    vals, lens = _json_numbers(list(rewards))
+    ok = ~np.isnan(vals)
+    scored = _per_row(np.add, ok.astype(np.float64), lens, 0.0).astype(np.int64)
+    total = _per_row(np.add, np.where(ok, vals, 0.0), lens, 0.0)
+    squares = _per_row(np.add, np.where(ok, vals * vals, 0.0), lens, 0.0)
+    lo = _per_row(np.minimum, np.where(ok, vals, np.inf), lens, np.inf)
+    hi = _per_row(np.maximum, np.where(ok, vals, -np.inf), lens, -np.inf)
+    cvals, clens = _json_numbers(list(costs))
+    cost = _per_row(np.add, np.nan_to_num(cvals), clens, 0.0)
+    none = scored == 0
+    lo_list = np.where(none, None, lo).tolist()
+    hi_list = np.where(none, None, hi).tolist()
+    return list(zip(seq, created, key, lease, lens.tolist(), scored.tolist(), lo_list, hi_list, total.tolist(),
+                    squares.tolist(), cost.tolist(), strict=True))
 
 
 def is_url(target: str) -> bool:
@@ -255,12 +300,12 @@ class StoreReader:
             samples = run(f"SELECT e.seq, e.created, j.key, j.value, json_type(e.payload, '$.leases') IS NOT NULL "
                           f"FROM {e} e, json_each(e.payload, '$.keys') j WHERE e.kind = 'sample' AND e.seq > :a "
                           "AND e.seq <= :b ORDER BY e.seq, j.key", p)
-            updates = run(f"SELECT e.seq, e.created, json_extract(e.payload, '$.key'), "
-                          "json_extract(e.payload, '$.lease'), json_array_length(e.payload, '$.rewards'), "
-                          "COUNT(j.value), MIN(j.value), MAX(j.value), TOTAL(j.value), TOTAL(j.value * j.value), "
-                          "(SELECT TOTAL(c.value) FROM json_each(e.payload, '$.costs') c) "
-                          f"FROM {e} e LEFT JOIN json_each(e.payload, '$.rewards') j WHERE e.kind = 'update' "
-                          "AND e.seq > :a AND e.seq <= :b GROUP BY e.seq ORDER BY e.seq", p)
+            # SQLite hands out the two arrays as compact JSON text; numpy parses and aggregates them at once
+            # (faster than SQLite's json_each with GROUP BY)
+            rows = run(f"SELECT seq, created, json_extract(payload, '$.key'), json_extract(payload, '$.lease'), "
+                       "json_extract(payload, '$.rewards'), json_extract(payload, '$.costs') "
+                       f"FROM {e} WHERE kind = 'update' AND seq > :a AND seq <= :b ORDER BY seq", p)
+            updates = _aggregate_updates(rows)
             discards = run(f"SELECT seq, created, json_extract(payload, '$.key'), json_extract(payload, '$.lease'), "
                            "json_extract(payload, '$.reason'), COALESCE(json_extract(payload, '$.reclaimed'), 0) "
                            f"FROM {e} WHERE kind = 'discard' AND seq > :a AND seq <= :b ORDER BY seq", p)
