@@ -5,9 +5,10 @@ SQLite through a ``mode=ro`` URI with ``PRAGMA query_only`` (in WAL mode a reade
 takes no lock the writer waits on) and PostgreSQL in ``READ ONLY`` transactions without the store's advisory
 lock. Each read is one short transaction, so it sees one consistent, committed state of the log.
 
-It reads only what the views need, extracted by the database itself where it can (SQLite's JSON1 functions,
-PostgreSQL's ``jsonb``): per drawn group its task key; per update the number of rollouts and the scored
-rewards' count, minimum, maximum, sum and sum of squares; per discard its reason. The hash chain is not checked
+It reads only what the views need, extracted by the database itself (SQLite's JSON1 functions, PostgreSQL's
+``jsonb``): per drawn group its task key; per update the number of rollouts and the scored rewards' count,
+minimum, maximum, sum and sum of squares (PostgreSQL aggregates them in SQL; from SQLite the reward and cost
+arrays come as JSON text that numpy parses and aggregates in one pass); per discard its reason. The hash chain is not checked
 here (that is ``envsched store verify``): the dashboard shows what was committed.
 """
 
