@@ -8,8 +8,8 @@ lock. Each read is one short transaction, so it sees one consistent, committed s
 It reads only what the views need, extracted by the database itself (SQLite's JSON1 functions, PostgreSQL's
 ``jsonb``): per drawn group its task key; per update the number of rollouts and the scored rewards' count,
 minimum, maximum, sum and sum of squares (PostgreSQL aggregates them in SQL; from SQLite the reward and cost
-arrays come as JSON text that numpy parses and aggregates in one pass); per discard its reason. The hash chain is not checked
-here (that is ``envsched store verify``): the dashboard shows what was committed.
+arrays come as JSON text that numpy parses and aggregates in one pass); per discard its reason. The hash
+chain is not checked here (that is ``envsched store verify``): the dashboard shows what was committed.
 """
 
 from __future__ import annotations
