@@ -17,7 +17,7 @@ LAYERS: dict[str, int] = {
     "samplers": 2, "envs": 2,
     "method": 3,
     "store": 4, "evaluation": 4, "integrations": 4, "ray": 4, "distributed": 4,
-    "bench": 5,
+    "bench": 5, "dashboard": 5,
     "cli": 6,
 }
 

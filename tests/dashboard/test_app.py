@@ -1,0 +1,174 @@
+"""The dashboard's HTTP app (Starlette's test client over the real app, store and run file)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import plotly.graph_objects as go
+import pytest
+from click.testing import CliRunner
+from starlette.testclient import TestClient
+
+from envsched.cli.main import cli
+from envsched.dashboard.app import CSP, create_app, is_loopback
+
+from .conftest import HOSTILE_ID, HOSTILE_INSTRUCTION
+
+
+@pytest.fixture
+def app_and_run(tmp_path, run_writer):
+    store, run_file = tmp_path / "run.sqlite", tmp_path / "run.jsonl"
+    w = run_writer(store, run_file).run(4)
+    app = create_app(str(store), run_file=str(run_file), start=False)
+    app.state.dashboard.tick()
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        yield app, client, w
+    app.state.dashboard.stop()
+
+
+def test_page_and_static_files_are_served_with_a_strict_policy(app_and_run):
+    _, client, _ = app_and_run
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-security-policy"] == CSP
+    assert "script-src 'self'" in CSP and "unsafe-eval" not in CSP
+    assert '<script src="/static/plotly.min.js">' in page.text and "http" not in page.text.replace("http-equiv", "")
+    js = client.get("/static/plotly.min.js")
+    assert js.status_code == 200 and "plotly" in js.text[:2000].lower() and len(js.content) > 1_000_000
+    assert client.get("/static/dashboard.js").status_code == 200
+    for bad in ("/static/..%2Fapp.py", "/static/../../etc/passwd", "/static/reader.py", "/etc/passwd",
+                "/static/%2e%2e/%2e%2e/pyproject.toml"):
+        r = client.get(bad)
+        assert r.status_code == 404, bad
+
+
+def test_views_are_valid_plotly_figures_and_follow_the_run(app_and_run):
+    app, client, w = app_and_run
+    views = client.get("/api/views").json()
+    assert views["steps"] == 4 and views["summary"]["explained_picks"] == 4 * 12
+    for name, fig in views["figures"].items():
+        go.Figure(fig)  # plotly's own validation: raises on any property plotly.js does not know
+        assert fig["layout"]["title"]["text"], name
+    assert views["figures"]["coverage"]["data"][0]["x"] == [1, 2, 3, 4]
+    phases = {tr["name"].split(" ")[0] for tr in views["figures"]["reliability"]["data"][1:]}
+    assert phases and phases <= {"cold_start", "coverage", "exploitation", "fill"}
+    # a draw and 12 updates per step
+    assert views["metrics"]["groups"] == 4 * 12 and views["metrics"]["store_events"] == 4 * 13
+    state = client.get("/api/state").json()
+    assert state["steps"] == 4 and state["caught_up"] and state["error"] is None
+    w.step()
+    app.state.dashboard.tick()
+    assert client.get("/api/state").json()["steps"] == 5
+    assert client.get("/api/views").json()["figures"]["coverage"]["data"][0]["x"] == [1, 2, 3, 4, 5]
+
+
+def test_picks_are_searchable_and_carry_the_explanations(app_and_run):
+    _, client, _ = app_and_run
+    latest = client.get("/api/picks").json()["rows"]
+    assert latest and {r["step"] for r in latest} <= {2, 3, 4} and latest[0]["step"] == 4
+    assert all(r["phase"] in ("cold_start", "coverage", "exploitation", "fill") for r in latest)
+    assert all(r["reasons"] and r["status"] == "updated" for r in latest)
+    one = client.get("/api/picks", params={"step": 2}).json()["rows"]
+    assert len(one) == 12 and {r["step"] for r in one} == {2}
+    env1 = client.get("/api/picks", params={"task": "ENV1/"}).json()["rows"]
+    assert env1 and all(r["task_id"].startswith("env1/") for r in env1)
+    assert client.get("/api/picks", params={"step": "x"}).status_code == 400
+
+
+def test_hostile_instruction_travels_as_data_never_as_markup(tmp_path, run_writer):
+    store = tmp_path / "run.sqlite"
+    w = run_writer(store, None, sampler="uniform", batch_size=49).run(1)  # the whole pool: the hostile task too
+    app = create_app(str(store), start=False)
+    app.state.dashboard.tick()
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        rows = client.get("/api/picks", params={"task": HOSTILE_ID}).json()["rows"]
+        assert [r["instruction"] for r in rows] == [HOSTILE_INSTRUCTION]
+        assert HOSTILE_INSTRUCTION not in client.get("/").text
+    app.state.dashboard.stop()
+    w.close()
+
+
+def test_host_header_must_name_this_machine(app_and_run):
+    app, _, _ = app_and_run
+    with TestClient(app, base_url="http://evil.example") as client:
+        assert client.get("/api/state").status_code == 400
+    with TestClient(app, base_url="http://localhost:8080") as client:
+        assert client.get("/api/state").status_code == 200
+    app.state.dashboard.stop()
+    store = app.state.dashboard.reader.where
+    named = create_app(store, host="10.1.2.3", start=False)
+    with TestClient(named, base_url="http://10.1.2.3:8080") as client:
+        assert client.get("/api/state").status_code == 200
+    with TestClient(named, base_url="http://evil.example") as client:
+        assert client.get("/api/state").status_code == 400
+    named.state.dashboard.stop()
+
+
+def test_loopback_only_unless_asked(tmp_path, run_writer):
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5") and not is_loopback("example.com")
+    store = tmp_path / "run.sqlite"
+    run_writer(store, None, sampler="uniform", batch_size=4).run(1)
+    res = CliRunner().invoke(cli, ["dashboard", str(store), "--host", "0.0.0.0"])
+    assert res.exit_code == 2 and "not a loopback address" in res.output and "--allow-remote" in res.output
+    res = CliRunner().invoke(cli, ["dashboard", str(tmp_path / "missing.sqlite")])
+    assert res.exit_code == 1 and "store not found" in res.output
+    assert not (tmp_path / "missing.sqlite").exists()
+
+
+def test_state_reports_a_store_that_became_unreadable(tmp_path, run_writer):
+    store = tmp_path / "run.sqlite"
+    run_writer(store, None, sampler="uniform", batch_size=4).run(1)
+    app = create_app(str(store), start=False)
+    dash = app.state.dashboard
+    dash.tick()
+    dash.reader.close()  # as if the connection broke
+    dash.tick()
+    assert dash.state()["error"] and json.dumps(dash.state())
+    dash.stop()
+
+
+def test_cli_serves_the_dashboard_on_loopback(tmp_path, run_writer):
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    store = tmp_path / "run.sqlite"
+    run_writer(store, None, sampler="uniform", batch_size=4).run(2)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-m", "envsched.cli.main", "dashboard", str(store), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 120  # a guard against a hang
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/state", timeout=5) as resp:
+                    state = json.loads(resp.read())
+                if state["caught_up"]:
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()
+            time.sleep(0.2)
+        assert state["steps"] == 2 and state["error"] is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_a_run_file_of_another_run_is_flagged(tmp_path, run_writer):
+    store, other = tmp_path / "run.sqlite", tmp_path / "other.jsonl"
+    run_writer(store, None, sampler="uniform", batch_size=4).run(2)
+    from .conftest import make_pool
+
+    run_writer(tmp_path / "other.sqlite", other, pool=make_pool(3, 4)).run(1)
+    app = create_app(str(store), run_file=str(other), start=False)
+    app.state.dashboard.tick()
+    warnings = json.loads(app.state.dashboard.views_json())["summary"]["warnings"]
+    assert any("pool of 13 tasks, the store has 49" in w for w in warnings), warnings
+    app.state.dashboard.stop()
