@@ -22,7 +22,8 @@ from envsched.pool.pool import TaskPool
 from envsched.pool.spec import task_key
 from envsched.samplers.base import MAX_BATCH, BaseSampler, TaskSampler
 
-__all__ = ["BAD_SAMPLE_SIZES", "BAD_UPDATES", "METRIC_KEYS", "RULES", "SamplerCheckError", "check_sampler"]
+__all__ = ["BAD_SAMPLE_SIZES", "BAD_UPDATES", "METRIC_KEYS", "RULES", "SamplerCheckError", "bad_updates",
+           "check_sampler"]
 
 #: The rules :func:`check_sampler` runs, in order; :attr:`SamplerCheckError.rule` is one of them.
 RULES: tuple[str, ...] = (
@@ -72,6 +73,14 @@ BAD_UPDATES: dict[str, tuple[Any, Any, str]] = {
 BAD_SAMPLE_SIZES: tuple[Any, ...] = (0, -1, 1.5, True, False, "3", None, np.float64(2.0), [2], 10**12, 2**63)
 
 _GROUP = 4
+
+
+def bad_updates(reward_range: tuple[float, float] = (0.0, 1.0)) -> dict[str, tuple[Any, Any, str]]:
+    """:data:`BAD_UPDATES` with the reward bounds filled in: name -> (rewards, costs, message pattern)."""
+    low, high = float(reward_range[0]), float(reward_range[1])
+    fill = {id(_LOW): low, id(_HIGH): high}
+    return {name: ([fill.get(id(r), r) for r in rewards] if isinstance(rewards, list) else rewards, costs, match)
+            for name, (rewards, costs, match) in BAD_UPDATES.items()}
 
 
 class SamplerCheckError(AssertionError):
@@ -304,11 +313,10 @@ class _Checker:
                 twin.update(t, scored)
 
     def check_bad_updates(self) -> None:
-        for name, (pattern, costs, match) in BAD_UPDATES.items():
+        for name, (rewards, costs, match) in bad_updates(self.bounds(self.make())).items():
             s = self.make()
             first, second = s.sample(self.limit(s, 2))[:2]
             s.update(second, self.rewards(s, [0, 1, None, 1]), [1.0, 2.0, 0.5, 1.0])
-            rewards = pattern if not isinstance(pattern, list) else self.rewards(s, pattern)
             self.refused(s, lambda s=s, t=first, r=rewards, c=costs: s.update(t, r, c), ValueError, match,
                          f"update with {name} ({str(rewards)[:60]}, costs {str(costs)[:40]})")
             s.update(first, self.rewards(s, [0, 1, 1, 1]))  # it still works
