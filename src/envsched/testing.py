@@ -113,6 +113,8 @@ def check_sampler(sampler_factory: SamplerFactory, *, pool: TaskPool | None = No
     * ``protocol``: the object is a ``TaskSampler`` with ``discard`` and ``outstanding``; ``sample(n)``
       returns ``n`` tasks of the pool (distinct when the sampler says ``distinct_per_batch``).
     * ``metrics-keys``: ``metrics()`` holds every key of :data:`METRIC_KEYS`, as finite numbers, and is JSON.
+    * ``determinism``: two samplers with one seed draw the same tasks given the same rewards (and, when
+      ``seeded``, two seeds draw differently).
     * ``none-rewards``: a ``None`` reward counts in ``groups``, ``episodes`` and ``cost`` and never as a
       score (signal needs two scored rewards that differ); a twin fed the same groups with the ``None``\\s
       removed draws the same next tasks.
@@ -122,16 +124,15 @@ def check_sampler(sampler_factory: SamplerFactory, *, pool: TaskPool | None = No
       outstanding dispatch, or a second update for one dispatch, raises ``ValueError``; state unchanged.
     * ``bad-sample-sizes``: every ``n`` of :data:`BAD_SAMPLE_SIZES` and ``max_sample_size() + 1`` raise
       ``ValueError`` with the state unchanged.
-    * ``determinism``: two samplers with one seed draw the same tasks given the same rewards (and, when
-      ``seeded``, two seeds draw differently).
     * ``state-round-trip``: ``state_dict()`` survives JSON, loads into a sampler built with another seed
       (outstanding dispatches included), and the restored sampler makes the same next draws.
     * ``discard``: ``discard(task)`` releases one dispatch and counts it; discarding a task with no
       outstanding dispatch raises ``ValueError`` with the state unchanged.
     * ``async-order``: updates may arrive late and out of order (a later batch reported before an earlier
       one); ``outstanding()`` always holds exactly the unreported dispatches.
-    * ``sample-atomic``: for a :class:`~envsched.samplers.base.BaseSampler`, a ``sample`` that fails after
-      selecting (an error while handing the tasks out) leaves the state and the next draws as they were.
+    * ``sample-atomic``: for a :class:`~envsched.samplers.base.BaseSampler`, a ``sample`` that fails inside
+      its selection (the k-th call to its random generator raises, for every k it makes, at three points of a
+      stream) leaves the state, the metrics and the next draws as they were.
 
     Args:
         sampler_factory: ``(pool, seed) -> sampler``.
@@ -418,30 +419,33 @@ class _Checker:
     def check_sample_atomic(self) -> None:
         if not isinstance(self.make(), BaseSampler):
             return  # the failure is injected through BaseSampler's random generator
-        # fail the k-th call to the random generator inside sample(), for k = 1, 2, ... until a sample()
-        # makes fewer calls: every failure point must leave the state and the next draws as they were
-        for k in range(1, 25):
-            s, twin = self.make(), self.make()
-            for sampler in (s, twin):
-                self.draws(sampler, 2, 3)
-            before = _frozen(s)
-            real = s._rng
-            s._rng = _FailingGenerator(real, k)
-            try:
-                s.sample(self.limit(s, 3))
-            except _InjectedFailure:
-                pass
-            else:
-                if k == 1:
-                    return  # a sampler that draws without its random generator: nothing to inject
-                break
-            finally:
-                s._rng = real
-            assert _frozen(s) == before, (f"a sample() that failed at random-generator call {k} changed the state "
-                                          "or metrics")
-            after, want = self.draws(s, 3, 3, rng_seed=2), self.draws(twin, 3, 3, rng_seed=2)
-            assert after == want, (f"after a sample() that failed at random-generator call {k}, the draws "
-                                   f"changed: {after} vs {want}")
+        # fail the k-th call to the random generator inside sample(), for k = 1, 2, ... until a sample() makes
+        # fewer calls, at three points of a stream (an epoch boundary falls in one of them for a 12-task pool):
+        # every failure must leave the state and the next draws as they were
+        for prefix in (1, 2, 3):
+            s = self.make()
+            self.draws(s, prefix, 5)
+            state = json.loads(json.dumps(s.state_dict()))
+            reference = self.make()
+            reference.load_state_dict(state)
+            want = self.draws(reference, 3, 3, rng_seed=2)
+            for k in range(1, 25):
+                s.load_state_dict(state)
+                before = _frozen(s)
+                real = s._rng
+                s._rng = _FailingGenerator(real, k)
+                try:
+                    s.sample(self.limit(s, 3))
+                except _InjectedFailure:
+                    pass
+                else:
+                    break  # this sample() made fewer than k calls: every failure point was tried
+                finally:
+                    s._rng = real
+                where = f"after {prefix} batch(es), a sample() that failed at random-generator call {k}"
+                assert _frozen(s) == before, f"{where} changed the state or metrics"
+                after = self.draws(s, 3, 3, rng_seed=2)
+                assert after == want, f"{where} changed the next draws: {after} vs {want}"
 
 
 class _InjectedFailure(RuntimeError):
