@@ -12,9 +12,9 @@ PACKAGE = Path(envsched.__file__).resolve().parent
 
 #: layer of each top-level part of the package, lowest first
 LAYERS: dict[str, int] = {
-    "_version": 0,
+    "_version": 0, "llm_http": 0,
     "pool": 1,
-    "samplers": 2, "envs": 2,
+    "samplers": 2, "envs": 2, "testing": 2,
     "method": 3,
     "store": 4, "evaluation": 4, "integrations": 4, "ray": 4, "distributed": 4,
     "bench": 5, "dashboard": 5,

@@ -19,7 +19,9 @@ Samplers (RFC 013 ``TaskSampler``: ``sample(n)``, ``update(task, rewards, costs)
     baseline, a fresh permutation per epoch. ``CurriculumSampler``: RFC 013's signal-only curriculum by
     difficulty. ``SequentialSampler``: evaluation order, tasks crossed with seeds. ``make_sampler`` /
     ``available_samplers``: build a sampler by its CLI name. ``BaseSampler`` / ``TaskSampler``: to write
-    your own sampler / to type against the protocol.
+    your own sampler / to type against the protocol. ``check_sampler``: check that your sampler keeps
+    every rule of the shared semantics (as Gymnasium's ``check_env`` does for environments);
+    ``SamplerCheckError``: what it raises, naming the rule broken.
 
 EnvSched's graph
     ``build_graph`` + ``GraphConfig``: build the dual-relation graph once and pass it to several
@@ -63,6 +65,8 @@ _LAZY: dict[str, str] = {
     "SequentialSampler": "envsched.samplers",
     "make_sampler": "envsched.samplers.registry",
     "available_samplers": "envsched.samplers.registry",
+    "check_sampler": "envsched.testing",
+    "SamplerCheckError": "envsched.testing",
     "EnvSchedSampler": "envsched.method.sampler",
     "SchedulerConfig": "envsched.method.config",
     "GraphConfig": "envsched.method.config",
@@ -93,6 +97,7 @@ __all__ = [
     "EvalSchedule",
     "GraphConfig",
     "HistoryStore",
+    "SamplerCheckError",
     "SchedulerConfig",
     "SequentialSampler",
     "StochasticRewardSource",
@@ -104,6 +109,7 @@ __all__ = [
     "__version__",
     "available_samplers",
     "build_graph",
+    "check_sampler",
     "compare_eval_results",
     "default_pool",
     "make_sampler",
@@ -131,6 +137,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names come from
     from envsched.samplers import BaseSampler, CurriculumSampler, SequentialSampler, TaskSampler, UniformSampler
     from envsched.samplers.registry import available_samplers, make_sampler
     from envsched.store import DurableSampler, HistoryStore, StoreError
+    from envsched.testing import SamplerCheckError, check_sampler
 
 
 def __getattr__(name: str) -> Any:

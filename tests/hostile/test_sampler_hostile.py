@@ -12,6 +12,7 @@ import pytest
 
 from envsched.samplers import CurriculumSampler, UniformSampler
 from envsched.samplers.base import MAX_BATCH
+from envsched.testing import BAD_UPDATES, bad_updates  # the one table of bad updates (check_sampler runs it too)
 
 
 def _drawn(sampler: Any) -> str:
@@ -20,28 +21,9 @@ def _drawn(sampler: Any) -> str:
 
 
 # ------------------------------------------------------------------ updates
-BAD_UPDATES: dict[str, tuple[Any, Any, str]] = {
-    "nan reward": ([0.0, math.nan], None, r"rewards\[1\].*finite"),
-    "inf reward": ([math.inf, 0.0], None, r"rewards\[0\].*finite"),
-    "bool reward": ([True, 0.0], None, r"rewards\[0\].*number"),
-    "string reward": (["1", 0.0], None, r"rewards\[0\].*number"),
-    "reward above range": ([0.0, 2.0], None, "outside the declared reward range"),
-    "reward below range": ([-0.5, 0.0], None, "outside the declared reward range"),
-    "empty rewards": ([], None, "empty"),
-    "rewards as a dict": ({"a": 1.0}, None, "sequence"),
-    "rewards as a string": ("10", None, "sequence"),
-    "negative cost": ([1.0, 0.0], [1.0, -1.0], r"costs\[1\].*>= 0"),
-    "nan cost": ([1.0, 0.0], [math.nan, 1.0], r"costs\[0\].*finite"),
-    "inf cost": ([1.0, 0.0], [1.0, math.inf], r"costs\[1\].*finite"),
-    "None cost": ([1.0, 0.0], [None, 1.0], r"costs\[0\].*number"),
-    "too few costs": ([1.0, 0.0], [1.0], "one cost per rollout"),
-    "costs that overflow the counter": ([1.0, 0.0], [1e308, 1e308], "cost counter would become infinite"),
-}
-
-
 @pytest.mark.parametrize("case", sorted(BAD_UPDATES))
 def test_bad_update_is_refused_and_changes_nothing(pool: Any, refuses: Any, case: str) -> None:
-    rewards, costs, match = BAD_UPDATES[case]
+    rewards, costs, match = bad_updates()[case]
     s = UniformSampler(pool, seed=0)
     key = _drawn(s)
     refuses(s, lambda: s.update(key, rewards, costs), ValueError, match)

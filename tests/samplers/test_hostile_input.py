@@ -1,4 +1,5 @@
-"""Hostile input to every sampler (and to the durable and shared wrappers): a clear error, and no state change."""
+"""Hostile input to the durable and shared wrappers: a clear error, and no state change. (The samplers themselves
+get every rule of the shared semantics from ``envsched.testing.check_sampler``: test_check_sampler.py.)"""
 
 from __future__ import annotations
 
@@ -23,19 +24,7 @@ def _pool() -> TaskPool:
                       "tools": [{"name": f"tool{i % 4}", "description": "d"}]} for i in range(9)])
 
 
-def _envsched(pool: TaskPool) -> Any:
-    try:
-        from envsched.method.sampler import EnvSchedSampler
-    except ImportError as exc:  # pragma: no cover - the method package is being written in parallel
-        pytest.skip(f"EnvSchedSampler not importable yet: {exc}")
-    return EnvSchedSampler(pool, seed=0)
-
-
 FACTORIES = {
-    "uniform": lambda pool, tmp: UniformSampler(pool, seed=1),
-    "curriculum": lambda pool, tmp: CurriculumSampler(pool, group_size=GROUP, seed=1),
-    "sequential": lambda pool, tmp: SequentialSampler(pool, require_dispatch=True),
-    "envsched": lambda pool, tmp: _envsched(pool),
     "durable": lambda pool, tmp: DurableSampler(UniformSampler(pool, seed=1), tmp / "h.sqlite", group_size=GROUP),
     "host": lambda pool, tmp: SamplerHost(CurriculumSampler(pool, group_size=GROUP, seed=1), group_size=GROUP).client(),
 }
@@ -117,10 +106,9 @@ def test_reward_list_of_the_wrong_length_for_the_declared_group_size(tmp_path: P
     assert _snapshot(sampler) == before
 
 
-@pytest.mark.parametrize("kind", ["uniform", "durable", "envsched"])
-def test_n_larger_than_the_pool_allows(tmp_path: Path, kind: str) -> None:
-    sampler = FACTORIES[kind](_pool(), tmp_path)
-    limit = sampler.sampler.max_sample_size() if kind == "durable" else sampler.max_sample_size()
+def test_n_larger_than_the_pool_allows(tmp_path: Path) -> None:
+    sampler = FACTORIES["durable"](_pool(), tmp_path)
+    limit = sampler.sampler.max_sample_size()
     assert limit is not None
     before = _snapshot(sampler)
     with pytest.raises(ValueError, match=f"n={limit + 1} exceeds"):

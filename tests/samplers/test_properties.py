@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from envsched.method.sampler import EnvSchedSampler
 from envsched.pool import TaskPool
 from envsched.samplers import CurriculumSampler, SequentialSampler, UniformSampler
 from envsched.samplers.dps import DPSSampler
@@ -27,20 +28,12 @@ SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[Healt
                     derandomize=True)
 
 
-def _envsched_factory() -> Any:
-    try:
-        from envsched.method.sampler import EnvSchedSampler
-    except ImportError as exc:  # pragma: no cover - being written in parallel
-        pytest.skip(f"EnvSchedSampler not importable yet: {exc}")
-    return lambda pool: EnvSchedSampler(pool, seed=3)
-
-
 FACTORIES = {
     "uniform": lambda: (lambda pool: UniformSampler(pool, seed=3)),
     "curriculum-difficulty": lambda: (lambda pool: CurriculumSampler(pool, group_size=4, key="difficulty", seed=3)),
     "curriculum-id": lambda: (lambda pool: CurriculumSampler(pool, group_size=4, key="id", decay=1.0, seed=3)),
     "sequential": lambda: (lambda pool: SequentialSampler(pool, seeds=[0, 1], wrap=True, require_dispatch=True)),
-    "envsched": _envsched_factory,
+    "envsched": lambda: (lambda pool: EnvSchedSampler(pool, seed=3)),
     "dps": lambda: (lambda pool: DPSSampler(pool, seed=3)),
     "dps-progress-entropy": lambda: (lambda pool: DPSSampler(pool, seed=3, candidate_ratio=2.0,
                                                              transition_prior="progress", entropy_weight=0.1)),

@@ -284,8 +284,12 @@ class EvalHarness:
         limit: evaluate only the first ``limit`` tasks of the split.
         num_episodes: run only the first ``num_episodes`` episodes of the plan (``openenv collect``'s
             ``-n``; ``None``: all of them).
-        max_turns, success_threshold, episode_timeout_s, max_retries, backoff_s, backoff_max_s: see
-            :class:`EpisodeSettings`.
+        max_turns: see :class:`EpisodeSettings`.
+        success_threshold: see :class:`EpisodeSettings`.
+        episode_timeout_s: see :class:`EpisodeSettings`.
+        max_retries: see :class:`EpisodeSettings`.
+        backoff_s: see :class:`EpisodeSettings`.
+        backoff_max_s: see :class:`EpisodeSettings`.
         concurrency: episodes run at once (threads; or Ray workers with ``ray_address``).
         check_reproducibility: reset two fresh environments on the first task and compare hashes.
         ray_address: run episodes as Ray tasks (``"auto"``, ``"local"`` or a cluster address).

@@ -102,8 +102,8 @@ class ChatCompletionsPolicy:
     Args:
         endpoint: the server (``http://127.0.0.1:8000``, ``.../v1`` or the full ``.../v1/chat/completions``).
         model: the model name the server knows the checkpoint by.
-        temperature, max_tokens: sampling parameters (``temperature`` must be > 0 to draw several
-            different samples per task).
+        temperature: sampling temperature (must be > 0 to draw several different samples per task).
+        max_tokens: the most tokens one completion may hold.
         timeout_s: deadline of one request as a whole -- connect, send, headers and body, not each read
             (an episode's deadline can shorten it).
         api_key: sent as a bearer token when given.
