@@ -578,8 +578,9 @@ def test_temporary_files_of_a_killed_creation_are_cleaned_on_the_next_open(suffi
 
 @pytest.mark.hostile_budget(60)  # many inputs (or a deadline the test waits out) in one call
 def test_kills_during_store_creation_leave_no_init_files(tmp_path: Path) -> None:
-    """Ten creations SIGKILLed inside the atomic creation (after the temporary database was opened, at a random
-    instant within the next 30 ms): whatever they leave is gone after the next open."""
+    """Ten creations SIGKILLed inside the atomic creation: five wait, once the temporary database is open, to be
+    killed there (so they land inside however loaded the machine is), five are killed at a random instant within
+    the next 30 ms. Whatever they leave is gone after the next open."""
     import random
     import sys
     import time
@@ -594,14 +595,16 @@ def test_kills_during_store_creation_leave_no_init_files(tmp_path: Path) -> None
             "    conn = real(self, path)\n"
             "    if '.init-' in path.name:\n"
             "        print('in', flush=True)\n"
+            "        if sys.argv[1] == 'wait':\n"
+            "            import time; time.sleep(30)\n"
             "    return conn\n"
             "history._SqliteBackend._connect = spy\n"
             "p = TaskPool([{'id': f't{i}', 'env': 'e'} for i in range(3000)])\n"
             f"DurableSampler(UniformSampler(p, seed=0), {str(store)!r})\n"
             "print('done', flush=True)\n")
     left = 0
-    for _ in range(10):
-        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    for k in range(10):
+        proc = subprocess.Popen([sys.executable, "-c", code, "wait" if k % 2 == 0 else "go"], stdout=subprocess.PIPE)
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"in"
         time.sleep(rng.uniform(0.0, 0.03))
         proc.kill()

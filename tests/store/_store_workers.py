@@ -61,6 +61,7 @@ def _worker(store_path: str, ack_path: str, prefix: str, snap_fd: int) -> None:
     fd = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     store = HistoryStore(store_path, table_prefix=prefix)
     real_write_snapshot = store.write_snapshot
+    snapshots = [0]
 
     def write_snapshot(tx: object, seq: int, digest: str, state: dict, **kwargs: object) -> None:
         # announce the snapshot save (inside the transaction that logs the event), so that the supervisor can
@@ -68,6 +69,12 @@ def _worker(store_path: str, ack_path: str, prefix: str, snap_fd: int) -> None:
         os.write(fd, f"snap {seq}\n".encode())
         os.write(snap_fd, b"S")
         real_write_snapshot(tx, seq, digest, state, **kwargs)  # type: ignore[arg-type]
+        snapshots[0] += 1
+        if snapshots[0] == _AIM["at_snapshot"]:
+            # an aimed kill: the snapshot row is written, the transaction not yet committed; wait here so that
+            # the supervisor's kill lands inside the save however loaded the machine is
+            os.write(snap_fd, b"W")
+            time.sleep(30.0)
 
     store.write_snapshot = write_snapshot  # type: ignore[method-assign]
     sampler = DurableSampler(make_sampler(), store, snapshot_every=SNAPSHOT_EVERY)
@@ -97,9 +104,14 @@ def _last_line(ack_path: str) -> bytes:
     return lines[-1] if lines else b""
 
 
+#: set by the supervisor before each fork: the n-th snapshot save the worker waits in to be killed (0: none)
+_AIM = {"at_snapshot": 0}
+
+
 def crash(store_path: str, ack_path: str, kills: int, seed: int, prefix: str = "envsched") -> None:
     """Fork a worker and SIGKILL it at a random point, ``kills`` times. A third of the kills land right after
-    the worker announced a snapshot save (within 3 ms: inside the transaction that writes the snapshot);
+    the worker wrote its n-th snapshot row (n from 1 to 3; the worker then waits, inside the transaction that
+    writes the snapshot, to be killed);
     of the others, a quarter land at a random time from the fork (often while the worker opens or rebuilds
     the store) and the rest at a random time after the worker reported that it is running and had three calls
     acknowledged (so the run makes progress however loaded the machine is). Prints the kills and how many
@@ -110,6 +122,8 @@ def crash(store_path: str, ack_path: str, kills: int, seed: int, prefix: str = "
     for k in range(kills):
         started, acked = _starts(ack_path), _count(ack_path, "ack ")
         r, w = os.pipe()
+        # read by the forked worker's snapshot hook: the n-th snapshot save to wait in (0: none)
+        _AIM["at_snapshot"] = rng.randint(1, 3) if k % 3 == 2 else 0
         pid = os.fork()
         if pid == 0:  # child: run the sampler until killed
             os.close(r)
@@ -118,11 +132,9 @@ def crash(store_path: str, ack_path: str, kills: int, seed: int, prefix: str = "
             finally:
                 os._exit(3)
         os.close(w)
-        if k % 3 == 2:  # inside a snapshot save
-            want = rng.randint(1, 3)
-            got = 0
-            while got < want and os.read(r, 1):
-                got += 1
+        if _AIM["at_snapshot"]:  # inside a snapshot save: after the worker's n-th snapshot row, before its commit
+            while (byte := os.read(r, 1)) and byte != b"W":
+                pass
             time.sleep(rng.uniform(0.0, 0.003))
         elif rng.random() < 0.25:
             time.sleep(rng.uniform(0.0, 0.05))

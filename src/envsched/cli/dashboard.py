@@ -41,7 +41,7 @@ def open_checks(store: str, run_file: Path | None, what: str) -> None:
 @click.option("--allow-remote", is_flag=True,
               help="Allow a non-loopback --host (whoever reaches it sees the pool's task ids and instructions).")
 @click.option("--prefix", default="envsched", show_default=True, help="Table prefix of the store.")
-@click.option("--poll", "poll_s", default=0.25, show_default=True, type=click.FloatRange(0.1, 60.0),
+@click.option("--poll", "poll_s", default=0.25, show_default=True, type=float_range(0.1, 60.0),
               help="Seconds between reads of new events.")
 def dashboard(store: str, run_file: Path | None, host: str, port: int, allow_remote: bool, prefix: str,
               poll_s: float) -> None:
