@@ -1,0 +1,234 @@
+"""A real TRL ``AsyncGRPOTrainer`` run on CPU drawing from an envsched sampler.
+
+The real trainer and its real rollout worker (a spawned child process) generate against
+:class:`~envsched.testing.vllm_standin.StandInVLLMServer` (a stand-in for ``vllm serve``: the tiny test model
+served with transformers over HTTP on 127.0.0.1), which holds some requests back (injected delays), so groups
+finish late and out of order and some go stale. Run A trains 4 steps with zero-signal filtering; run B resumes
+from A's ``checkpoint-2`` -- what a run killed after step 2 leaves on disk -- with a fresh trainer and sampler.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections import Counter
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+pytest.importorskip("aiohttp")
+
+from trl.chat_template_utils import qwen3_chat_template  # noqa: E402
+from trl.experimental.async_grpo import AsyncGRPOConfig  # noqa: E402
+
+from envsched.envs.reasoning_gym import build_reasoning_gym_pool  # noqa: E402
+from envsched.integrations.trl_async import (  # noqa: E402
+    SAMPLER_STATE_FILE,
+    EnvSchedAsyncGRPOTrainer,
+    torch_tree_attention,
+)
+from envsched.samplers.simple import UniformSampler  # noqa: E402
+from envsched.testing.toy_rewards import digit_share  # noqa: E402
+from envsched.testing.vllm_standin import StandInVLLMServer, StandInWeightTransfer  # noqa: E402
+
+G = 4
+ENVS = ["chain_sum", "basic_arithmetic", "leg_counting"]
+
+
+def _row(task):
+    return {"prompt": [{"role": "user", "content": task["instruction"][:80]}]}
+
+
+def _delay(n: int) -> float:
+    """Every 7th request waits 2 s: its group finishes after groups drawn later."""
+    return 2.0 if n % 7 == 3 else 0.0
+
+
+class Recording(UniformSampler):
+    """A UniformSampler logging every call the trainer makes (draws depend on the RNG only, so a resumed run's
+    draws can be compared with the uninterrupted run's)."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.calls: list[tuple[str, str]] = []
+
+    def sample(self, n):
+        out = super().sample(n)
+        self.calls += [("sample", t["id"]) for t in out]
+        return out
+
+    def update(self, task, rewards, costs=None):
+        super().update(task, rewards, costs)
+        self.calls.append(("update", task["id"]))
+
+    def discard(self, task):
+        super().discard(task)
+        self.calls.append(("discard", task["id"]))
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, tiny_llm):
+    root = tmp_path_factory.mktemp("async_grpo")
+    pool = build_reasoning_gym_pool(ENVS, tasks_per_dataset=4, num_tiers=2, seed=0)
+    model_dir = root / "model"
+    tok = tiny_llm(pool, model_dir)
+    tok.chat_template = qwen3_chat_template  # TRL's async worker renders chat prompts and parses responses
+    tok.save_pretrained(model_dir)
+    server = StandInVLLMServer(str(model_dir), delay=_delay).start()
+    yield root, pool, str(model_dir), tok, server
+    server.stop()
+
+
+def _run(setup, out, resume=None):
+    _root, pool, model_dir, tok, server = setup
+    sampler = Recording(pool, seed=5)
+    constant = tuple(t["id"] for t in pool[:4])  # these tasks' groups carry no signal
+    args = AsyncGRPOConfig(output_dir=str(out), report_to="none", use_cpu=True, bf16=False, disable_tqdm=True,
+                           max_steps=4, save_strategy="steps", save_steps=2, logging_steps=1, seed=0,
+                           num_generations=G, per_device_train_batch_size=2 * G, max_completion_length=6,
+                           max_staleness=1, token_budget=0, vllm_server_base_url=server.url, learning_rate=1e-3)
+    trainer = EnvSchedAsyncGRPOTrainer(
+        model_dir, reward_funcs=[functools.partial(digit_share, constant_tasks=constant)], args=args,
+        processing_class=tok, task_sampler=sampler, task_to_row=_row, zero_signal_filter=True,
+        weight_transfer=StandInWeightTransfer(server))
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer, sampler
+
+
+@pytest.fixture(scope="module")
+def runs(setup):
+    root = setup[0]
+    a = _run(setup, root / "a")
+    b = _run(setup, root / "b", resume=str(root / "a" / "checkpoint-2"))
+    return a, b
+
+
+def _accounting(trainer, sampler):
+    """Every draw of this run (replays included) is updated, discarded or still unresolved, none twice; the
+    sampler's outstanding dispatches are exactly the unresolved draws."""
+    draws = trainer.envsched_draw_log
+    drawn_ids = {g for g, _ in draws}
+    assert len(drawn_ids) == len(draws), "a group id was issued twice"
+    log = trainer.envsched_feedback_log
+    ids = [e["group_id"] for e in log]
+    assert len(ids) == len(set(ids)), "a group was resolved twice"
+    assert set(ids) <= drawn_ids
+    unresolved = trainer.unresolved_draws
+    assert not set(ids) & set(unresolved), "a resolved group is still unresolved"
+    assert Counter(k for _, k in draws) == Counter(e["task_id"] for e in log) + \
+        Counter(k for g, k in unresolved.items() if g in drawn_ids)
+    assert sampler.outstanding() == dict(Counter(unresolved.values()))
+    assert [(e["outcome"], e["task_id"]) for e in log] == \
+        [(op, k) for op, k in sampler.calls if op in ("update", "discard")]
+    return ids
+
+
+def test_late_out_of_order_feedback_reaches_sampler_once(runs):
+    (ta, sa), _ = runs
+    ids = _accounting(ta, sa)
+    m = ta.envsched_metrics()
+    assert m["groups_drawn"] == len([c for c in sa.calls if c[0] == "sample"]) == ta._es_feed.next_id
+    assert set(ids) | set(ta.unresolved_draws) == set(range(ta._es_feed.next_id))
+    assert ids != sorted(ids), "the delayed groups should have finished after later draws"
+    assert m["groups_updated"] >= 8  # 4 steps x 2 groups trained at least
+    assert sa.groups == m["groups_updated"] and sa.state_dict()["counters"]["discarded_groups"] == \
+        m["groups_discarded_stale"]
+    for e in ta.envsched_feedback_log:
+        if e["outcome"] == "update":
+            assert len(e["rewards"]) == G and all(1 <= c <= 6 for c in e["costs"])
+
+
+def test_zero_signal_groups_update_the_sampler_but_skip_the_loss(runs, setup):
+    (ta, _sa), _ = runs
+    constant = {t["id"] for t in setup[1][:4]}
+    updates = [e for e in ta.envsched_feedback_log if e["outcome"] == "update"]
+    for e in updates:
+        scored = [r for r in e["raw_rewards"] if r is not None]
+        assert e["zero_signal_dropped"] == (max(scored) == min(scored))
+        if e["task_id"] in constant:
+            assert e["zero_signal_dropped"]
+    dropped = {e["group_id"] for e in updates if e["zero_signal_dropped"]}
+    assert not dropped & ta._trained_groups, "a zero-signal group reached the loss"
+    m = ta.envsched_metrics()
+    assert m["zero_signal_dropped"] == len(dropped)
+    assert m["zero_signal_dropped_share"] == pytest.approx(len(dropped) / len(updates))
+
+
+def test_sampler_metrics_reach_trl_logs(runs):
+    (ta, sa), _ = runs
+    logged = [h for h in ta.state.log_history if "envsched/groups" in h]
+    assert len(logged) >= 4
+    last = logged[-1]
+    assert last["envsched/groups"] == sa.groups
+    assert last["envsched/groups_updated"] == ta.envsched_metrics()["groups_updated"]
+    assert "envsched/zero_signal_dropped_share" in last and "envsched/outstanding_groups" in last
+
+
+def test_checkpoint_holds_sampler_state_and_unresolved_draws(runs, setup):
+    state = json.loads((setup[0] / "a" / "checkpoint-2" / SAMPLER_STATE_FILE).read_text())
+    assert state["format"] == "envsched.trl_async/1" and state["global_step"] == 2
+    ids = [g for g, _ in state["unresolved"]]
+    assert ids == sorted(ids) and all(0 <= g < state["next_id"] for g in ids)
+    outstanding = Counter(k for _, k in state["unresolved"])
+    assert state["sampler"]["outstanding"] == dict(outstanding)
+
+
+def test_resume_continues_the_same_draws(runs, setup):
+    (ta, _sa), (tb, sb) = runs
+    state = json.loads((setup[0] / "a" / "checkpoint-2" / SAMPLER_STATE_FILE).read_text())
+    log_b = tb.envsched_draw_log
+    replayed = [(g, k) for g, k in log_b if g < state["next_id"]]
+    assert replayed == [tuple(p) for p in state["unresolved"]][:len(replayed)]
+    assert log_b[:len(replayed)] == replayed  # re-issued first, in draw order
+    fresh = log_b[len(replayed):]
+    assert fresh and all(g >= state["next_id"] for g, _ in fresh)
+    a_by_id = dict(ta.envsched_draw_log)
+    common = [(g, k) for g, k in fresh if g in a_by_id]
+    assert len(common) >= 4
+    assert all(a_by_id[g] == k for g, k in common), "the resumed run drew other tasks than the uninterrupted one"
+    _accounting(tb, sb)
+
+
+def test_bad_arguments_are_refused(setup, tmp_path):
+    _root, pool, model_dir, tok, server = setup
+    args = AsyncGRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, max_steps=1,
+                           vllm_server_base_url=server.url)
+    with pytest.raises(TypeError, match="TaskSampler"):
+        EnvSchedAsyncGRPOTrainer(model_dir, reward_funcs=[digit_share], args=args, processing_class=tok,
+                                 task_sampler=object(), tasks=pool)
+    args0 = AsyncGRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+    with pytest.raises(ValueError, match="max_steps"):
+        EnvSchedAsyncGRPOTrainer(model_dir, reward_funcs=[digit_share], args=args0, processing_class=tok,
+                                 task_sampler=UniformSampler(pool))
+
+
+def test_torch_tree_attention_matches_plain_causal_attention():
+    """One chain per sample (no shared prefix) is plain causal attention per sample."""
+    torch.manual_seed(0)
+    n, h, hk, d = 7, 4, 2, 8
+    q, k, v = torch.randn(1, h, n, d), torch.randn(1, hk, n, d), torch.randn(1, hk, n, d)
+    cu = torch.tensor([0, 3, 7], dtype=torch.int32)
+    out, _ = torch_tree_attention(None, q, k, v, None, tree_kv_index=torch.arange(n), tree_cu_seqlens_q=cu,
+                                  tree_cu_seqlens_k=cu, tree_max_seqlen_q=4, tree_max_seqlen_k=4)
+    ref = []
+    for a, b in ((0, 3), (3, 7)):
+        kk = k[0, :, a:b].repeat_interleave(2, 0)
+        vv = v[0, :, a:b].repeat_interleave(2, 0)
+        ref.append(torch.nn.functional.scaled_dot_product_attention(q[0, :, a:b], kk, vv, is_causal=True))
+    assert torch.allclose(out[0], torch.cat(ref, 1).transpose(0, 1), atol=1e-6)
+    # a branch: segment 2 (tokens 5, 6) continues segment 1's path (tokens 0..2), not segment 1's sibling
+    kv = torch.tensor([0, 1, 2, 0, 1, 2, 3, 4, 0, 1, 2, 5, 6])
+    cq = torch.tensor([0, 3, 5, 7], dtype=torch.int32)
+    ck = torch.tensor([0, 3, 8, 13], dtype=torch.int32)
+    out, _ = torch_tree_attention(None, q, k, v, None, tree_kv_index=kv, tree_cu_seqlens_q=cq,
+                                  tree_cu_seqlens_k=ck, tree_max_seqlen_q=3, tree_max_seqlen_k=5)
+    path = [0, 1, 2, 5, 6]
+    kk = k[0][:, path].repeat_interleave(2, 0)
+    vv = v[0][:, path].repeat_interleave(2, 0)
+    full = torch.nn.functional.scaled_dot_product_attention(q[0][:, path], kk, vv, is_causal=True)
+    assert torch.allclose(out[0, 5:7], full[:, 3:5].transpose(0, 1), atol=1e-6)
