@@ -27,9 +27,13 @@ from trl.chat_template_utils import qwen3_chat_template  # noqa: E402
 from trl.experimental.async_grpo import AsyncGRPOConfig  # noqa: E402
 
 from envsched.envs.reasoning_gym import build_reasoning_gym_pool  # noqa: E402
+from envsched.integrations._rewards import RewardScale  # noqa: E402
 from envsched.integrations.trl_async import (  # noqa: E402
     SAMPLER_STATE_FILE,
     EnvSchedAsyncGRPOTrainer,
+    FeedbackQueue,
+    GroupHeader,
+    _TaskFeed,
     torch_tree_attention,
 )
 from envsched.samplers.simple import UniformSampler  # noqa: E402
@@ -201,6 +205,9 @@ def test_bad_arguments_are_refused(setup, tmp_path):
     with pytest.raises(TypeError, match="TaskSampler"):
         EnvSchedAsyncGRPOTrainer(model_dir, reward_funcs=[digit_share], args=args, processing_class=tok,
                                  task_sampler=object(), tasks=pool)
+    with pytest.raises(ValueError, match="draw_batch"):
+        EnvSchedAsyncGRPOTrainer(model_dir, reward_funcs=[digit_share], args=args, processing_class=tok,
+                                 task_sampler=UniformSampler(pool), draw_batch=0)
     args0 = AsyncGRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True)
     with pytest.raises(ValueError, match="max_steps"):
         EnvSchedAsyncGRPOTrainer(model_dir, reward_funcs=[digit_share], args=args0, processing_class=tok,
@@ -232,3 +239,63 @@ def test_torch_tree_attention_matches_plain_causal_attention():
     vv = v[0][:, path].repeat_interleave(2, 0)
     full = torch.nn.functional.scaled_dot_product_attention(q[0][:, path], kk, vv, is_causal=True)
     assert torch.allclose(out[0, 5:7], full[:, 3:5].transpose(0, 1), atol=1e-6)
+
+
+def _sample_row(group_id, version):
+    import numpy as np
+    from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
+
+    ids = np.arange(4)
+    return RolloutSample(prompt=[], completion=[], input_ids=ids, completion_mask=ids * 0 + 1,
+                         old_log_probs=np.zeros(4, dtype=np.float32), advantage=0.0, model_version=version,
+                         group_id=group_id, metrics={})
+
+
+def test_feedback_queue_resolves_each_group_once_by_trl_staleness_rule(setup):
+    """The queue logic without the trainer: a group with any row kept is updated, a group whose rows are all stale
+    is discarded, a zero-signal group is updated and withheld, a group with no rows is updated at its header, and a
+    header for a group that is not an unresolved draw is refused."""
+    import queue as q
+
+    pool = setup[1]
+    sampler = Recording(pool, seed=0)
+    tasks = {t["id"]: t for t in pool}
+    feed = _TaskFeed(sampler, tasks, lambda k: {"prompt": [], "task_id": k}, RewardScale((0, 1)), True, 100,
+                     draw_batch=2)
+    draws = [feed.draw() for _ in range(5)]
+    assert [g for g, _ in draws] == [0, 1, 2, 3, 4] and feed.counts["groups_drawn"] == 6  # 3 batches of 2
+    version = {"v": 3}
+    inner = q.Queue()
+    fq = FeedbackQueue(inner, feed, lambda: version["v"], max_staleness=1)
+    # group 2 (fresh, mixed rewards), group 0 (all rows stale), group 1 (one row stale, one kept),
+    # group 3 (zero signal), group 4 (no rows)
+    inner.put(GroupHeader(2, [0.0, 1.0], [3.0, 4.0], 2, 3))
+    inner.put(_sample_row(2, 3))
+    inner.put(_sample_row(2, 2))
+    inner.put(GroupHeader(0, [0.5, 0.0], [1.0, 1.0], 2, 1))
+    inner.put(_sample_row(0, 1))
+    inner.put(_sample_row(0, 1))
+    inner.put(GroupHeader(1, [0.2, 0.7], [2.0, 2.0], 2, 1))
+    inner.put(_sample_row(1, 1))
+    inner.put(_sample_row(1, 2))
+    inner.put(GroupHeader(3, [0.5, 0.5], [2.0, 2.0], 2, 3))
+    inner.put(_sample_row(3, 3))
+    inner.put(_sample_row(3, 3))
+    inner.put(GroupHeader(4, [None, None], [0.0, 0.0], 0, 3))
+    got = []
+    with pytest.raises(q.Empty):
+        while True:
+            got.append(fq.get(timeout=0.2))
+    # stale rows still go to TRL (it drops and counts them); zero-signal rows do not
+    assert [(r.group_id, r.model_version) for r in got] == [(2, 3), (2, 2), (0, 1), (0, 1), (1, 1), (1, 2)]
+    outcomes = [(e["group_id"], e["outcome"]) for e in feed.feedback_log]
+    assert outcomes == [(2, "update"), (0, "discard"), (1, "update"), (3, "update"), (4, "update")]
+    assert [e["zero_signal_dropped"] for e in feed.feedback_log if e["outcome"] == "update"] == \
+        [False, False, True, True]
+    assert feed.counts["rows_stale"] == 3 and feed.counts["zero_signal_rows_dropped"] == 2
+    assert list(feed.unresolved) == [5] and sampler.outstanding_groups == 1
+    inner.put(GroupHeader(2, [0.0], [1.0], 1, 3))
+    with pytest.raises(RuntimeError, match="not an unresolved draw"):
+        fq.get(timeout=0.2)
+    state = feed.state()
+    assert state["unresolved"] == [[5, feed.unresolved[5]]] and state["next_id"] == 6

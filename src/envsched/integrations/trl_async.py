@@ -8,7 +8,8 @@ hooks into that pipeline:
 
 * **Draw** -- the child's rollout loop is replaced by :class:`EnvSchedRolloutLoop`, whose ``_repeat_iterator``
   asks the parent for the next task whenever a rollout slot frees up (one request/reply over two ``mp`` queues,
-  answered by a thread in the trainer process that calls ``sampler.sample(1)``). The sampler stays in the
+  answered by a thread in the trainer process that hands out the tasks of ``sampler.sample(draw_batch)``, one
+  per request, drawing the next batch when one is used up). The sampler stays in the
   trainer process: a draw happens as late as possible, with all feedback received so far, and the sampler's
   state, its outstanding draws and the draw counter are one consistent snapshot at checkpoint time. (A
   :class:`~envsched.store.durable.DurableSampler` shared through SQLite would also work across the two processes,
@@ -254,11 +255,16 @@ class EnvSchedRolloutLoop(_AsyncRolloutLoop):
 
     def _repeat_iterator(self) -> Iterator[tuple[int, dict[str, Any]]]:
         while True:
+            t0 = time.perf_counter()
             self._es_conn.send(1)
             if not self._es_conn.poll(DRAW_TIMEOUT_S):
                 raise RuntimeError(f"envsched: the trainer did not answer a draw request within "
                                    f"{DRAW_TIMEOUT_S:.0f}s")
             reply = self._es_conn.recv()
+            # the round trip blocks this child's event loop: logged as envsched/draw_wait_s (mean per draw)
+            rate = self._rates["envsched/draw_wait_s"]
+            rate[0] += time.perf_counter() - t0
+            rate[1] += 1
             if reply[0] != "ok":
                 raise RuntimeError(f"envsched: drawing a task failed in the trainer: {reply[1]}")
             _, group_id, row = reply
@@ -314,8 +320,10 @@ class _TaskFeed:
     """The trainer-side bookkeeping: draws, their resolution (update / discard), replay after resume."""
 
     def __init__(self, sampler: TaskSampler, tasks: dict[str, Any], row_of: Callable[[Any], dict[str, Any]],
-                 scale: RewardScale, zero_signal_filter: bool, log_size: int) -> None:
+                 scale: RewardScale, zero_signal_filter: bool, log_size: int, draw_batch: int = 1) -> None:
         self.sampler = sampler
+        self.draw_batch = draw_batch
+        self.batch: deque[tuple[int, str]] = deque()  # drawn in the current sample() batch, not yet issued
         self.tasks = tasks
         self.row_of = row_of
         self.scale = scale
@@ -333,23 +341,32 @@ class _TaskFeed:
         self.feedback_s = 0.0
 
     def draw(self) -> tuple[int, dict[str, Any]]:
+        """The next group to generate: a draw saved at a checkpoint (re-issued first), else the next task of the
+        current ``sample(draw_batch)`` batch, drawing a new batch when it is used up."""
         with self.lock:
             t0 = time.perf_counter()
             if self.replay:
                 gid, key = self.replay.popleft()
+                self.unresolved[gid] = key
                 self.counts["draws_replayed"] += 1
             else:
-                tasks = self.sampler.sample(1)
-                if len(tasks) != 1:
-                    raise RuntimeError(f"{type(self.sampler).__name__}.sample(1) returned {len(tasks)} tasks "
-                                       "(an exhausted SequentialSampler? use wrap=True or a training sampler)")
-                key = task_key(tasks[0])
-                if key not in self.tasks:
-                    raise KeyError(f"the sampler drew task {key!r}, which is not in the trainer's task list")
-                gid = self.next_id
-                self.next_id += 1
-                self.counts["groups_drawn"] += 1
-            self.unresolved[gid] = key
+                if not self.batch:
+                    tasks = self.sampler.sample(self.draw_batch)
+                    if len(tasks) != self.draw_batch:
+                        raise RuntimeError(f"{type(self.sampler).__name__}.sample({self.draw_batch}) returned "
+                                           f"{len(tasks)} tasks (an exhausted SequentialSampler? use wrap=True or "
+                                           "a training sampler)")
+                    keys = [task_key(t) for t in tasks]
+                    unknown = [k for k in keys if k not in self.tasks]
+                    if unknown:
+                        raise KeyError(f"the sampler drew task {unknown[0]!r}, which is not in the trainer's task "
+                                       "list")
+                    for k in keys:  # drawn now: unresolved (outstanding in the sampler) until resolved
+                        self.unresolved[self.next_id] = k
+                        self.batch.append((self.next_id, k))
+                        self.next_id += 1
+                    self.counts["groups_drawn"] += len(keys)
+                gid, key = self.batch.popleft()
             self.draw_log.append((gid, key))
             row = dict(self.row_of(key))
             self.draw_s += time.perf_counter() - t0
@@ -474,18 +491,27 @@ class EnvSchedAsyncGRPOTrainer(AsyncGRPOTrainer):
         reward_range: the range of the summed reward, mapped onto the sampler's ``reward_range`` (``None``: learned).
         zero_signal_filter: withhold groups whose scored rewards are all equal from the loss (after ``update``).
         log_size: entries :attr:`envsched_draw_log` and :attr:`envsched_feedback_log` keep (newest).
+        draw_batch: tasks per ``sample()`` call (default: the groups of one optimizer step, as the synchronous
+            integration draws). The rollout child takes them one at a time as slots free up; 1 draws each task
+            as late as possible (with the freshest feedback), larger batches let a sampler compose a batch.
         cpu_attention: register :func:`torch_tree_attention` (default: when CUDA is not available).
     """
 
     def __init__(self, model: str, reward_funcs: Any = None, args: Any = None, *, task_sampler: TaskSampler,
                  tasks: Sequence[Any] | None = None, task_to_row: Callable[[Any], dict[str, Any]] | None = None,
                  reward_range: Sequence[float] | None = None, zero_signal_filter: bool = False,
-                 log_size: int = DEFAULT_LOG_SIZE, cpu_attention: bool | None = None, **kwargs: Any) -> None:
+                 log_size: int = DEFAULT_LOG_SIZE, draw_batch: int | None = None,
+                 cpu_attention: bool | None = None, **kwargs: Any) -> None:
         check_async_trl_hooks()
         if isinstance(log_size, bool) or not isinstance(log_size, int) or log_size < 0:
             raise ValueError(f"log_size must be an integer >= 0, got {log_size!r}")
         if args is None or int(getattr(args, "max_steps", -1)) <= 0:
             raise ValueError("args.max_steps must be set (> 0): tasks are drawn from the sampler, there are no epochs")
+        if draw_batch is None:
+            draw_batch = max(1, args.per_device_train_batch_size * args.gradient_accumulation_steps
+                             // args.num_generations)
+        if isinstance(draw_batch, bool) or not isinstance(draw_batch, int) or draw_batch < 1:
+            raise ValueError(f"draw_batch must be a positive integer (tasks per sample() call), got {draw_batch!r}")
         for m in ("sample", "update", "discard", "state_dict", "load_state_dict"):
             if not callable(getattr(task_sampler, m, None)):
                 raise TypeError(f"task_sampler must implement RFC 013's TaskSampler; "
@@ -517,7 +543,7 @@ class EnvSchedAsyncGRPOTrainer(AsyncGRPOTrainer):
             rows[k] = row
         self._es_feed = _TaskFeed(task_sampler, by_key, rows.__getitem__,
                                   RewardScale.for_sampler(task_sampler, reward_range), bool(zero_signal_filter),
-                                  log_size)
+                                  log_size, draw_batch)
         self._es_reward_range = reward_range
         with trl_cpu_compat():
             super().__init__(model, reward_funcs, args, train_dataset=Dataset.from_list(list(rows.values())),
@@ -672,5 +698,6 @@ class EnvSchedAsyncGRPOTrainer(AsyncGRPOTrainer):
             feed.unresolved.clear()
             feed.streaming.clear()
             feed.replay = deque(pending)
+            feed.batch.clear()
             feed.next_id = next_id
             feed.counts.update({k: v for k, v in counts.items() if k in feed.counts})
