@@ -299,3 +299,18 @@ def test_feedback_queue_resolves_each_group_once_by_trl_staleness_rule(setup):
         fq.get(timeout=0.2)
     state = feed.state()
     assert state["unresolved"] == [[5, feed.unresolved[5]]] and state["next_id"] == 6
+
+
+def test_changed_trl_hooks_are_refused_naming_the_version(monkeypatch):
+    from trl.experimental.async_grpo.async_grpo_trainer import RolloutQueueDataset
+
+    from envsched.integrations.trl_async import check_async_trl_hooks
+
+    check_async_trl_hooks()  # the installed TRL passes
+
+    def drops_nothing(self):
+        yield self.queue.get(timeout=1)
+
+    monkeypatch.setattr(RolloutQueueDataset, "__iter__", drops_nothing)
+    with pytest.raises(RuntimeError, match=r"supports TRL 1\.16\.0.*staleness rule"):
+        check_async_trl_hooks()

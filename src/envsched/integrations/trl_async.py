@@ -122,15 +122,15 @@ _HOOKS: dict[type, dict[str, tuple[str, ...] | None]] = {
     _AsyncRolloutLoop: {"_repeat_iterator": (), "_score_group": ("group",)},
     AsyncRolloutWorker: {"_loop_cls": None},
 }
-#: Source fragments whose presence the hooks depend on: (function, fragment, why).
+#: Source fragments whose presence the hooks depend on: (class, method, fragment, why); looked up at check time.
 _SOURCE_CHECKS = [
-    (RolloutQueueDataset.__iter__, "sample = self.queue.get(timeout=", "the trainer reads rollouts with queue.get"),
-    (RolloutQueueDataset.__iter__, "staleness = version - sample.model_version", "the staleness rule"),
-    (RolloutQueueDataset.__iter__, "if staleness > self.max_staleness:", "the staleness rule"),
-    (AsyncGRPOTrainer.get_train_dataloader, "rollout_queue=self.rollout_queue", "the trainer's queue attribute"),
-    (_AsyncRolloutLoop._generate_loop, "group_id, row = next(work_iter)", "the draw point"),
-    (_AsyncRolloutLoop._score_loop, "samples = await self._score_group(group)", "the scoring point"),
-    (AsyncRolloutWorker.start, "self._loop_kwargs", "the child's constructor arguments"),
+    (RolloutQueueDataset, "__iter__", "sample = self.queue.get(timeout=", "the trainer reads rollouts with get"),
+    (RolloutQueueDataset, "__iter__", "staleness = version - sample.model_version", "the staleness rule"),
+    (RolloutQueueDataset, "__iter__", "if staleness > self.max_staleness:", "the staleness rule"),
+    (AsyncGRPOTrainer, "get_train_dataloader", "rollout_queue=self.rollout_queue", "the trainer's queue attribute"),
+    (_AsyncRolloutLoop, "_generate_loop", "group_id, row = next(work_iter)", "the draw point"),
+    (_AsyncRolloutLoop, "_score_loop", "samples = await self._score_group(group)", "the scoring point"),
+    (AsyncRolloutWorker, "start", "self._loop_kwargs", "the child's constructor arguments"),
 ]
 
 
@@ -153,13 +153,13 @@ def check_async_trl_hooks() -> None:
                 continue
             if got != params:
                 problems.append(f"{cls.__name__}.{name}{got} (expected {params})")
-    for fn, fragment, why in _SOURCE_CHECKS:
+    for cls, name, fragment, why in _SOURCE_CHECKS:
         try:
-            ok = fragment in inspect.getsource(fn)
-        except (OSError, TypeError):
+            ok = fragment in inspect.getsource(getattr(cls, name))
+        except (AttributeError, OSError, TypeError):
             ok = False
         if not ok:
-            problems.append(f"{fn.__qualname__} no longer contains {fragment!r} ({why})")
+            problems.append(f"{cls.__name__}.{name} no longer contains {fragment!r} ({why})")
     if problems:
         raise RuntimeError(
             f"envsched.integrations.trl_async supports TRL {SUPPORTED_VERSIONS['trl']} with transformers "
