@@ -7,11 +7,12 @@ pushes scored samples onto a ``multiprocessing`` queue; the trainer drains the q
 hooks into that pipeline:
 
 * **Draw** -- the child's rollout loop is replaced by :class:`EnvSchedRolloutLoop`, whose ``_repeat_iterator``
-  asks the parent for the next task whenever a rollout slot frees up (one request/reply over two ``mp`` queues,
-  answered by a thread in the trainer process that hands out the tasks of ``sampler.sample(draw_batch)``, one
-  per request, drawing the next batch when one is used up). The sampler stays in the
-  trainer process: a draw happens as late as possible, with all feedback received so far, and the sampler's
-  state, its outstanding draws and the draw counter are one consistent snapshot at checkpoint time. (A
+  asks the parent for the next task whenever a rollout slot frees up (one request/reply over a
+  ``multiprocessing.connection`` on 127.0.0.1, answered by a thread in the trainer process that hands out the
+  tasks of ``sampler.sample(draw_batch)``, one per request, drawing the next batch when one is used up). The
+  sampler stays in the trainer process: a batch is drawn only when needed, with all feedback received so far,
+  and the sampler's state, its outstanding draws and the draw counter are one consistent snapshot at
+  checkpoint time. (A
   :class:`~envsched.store.durable.DurableSampler` shared through SQLite would also work across the two processes,
   at the cost of a database round trip per draw and update; one child process does not need it.)
 * **Feedback** -- after scoring a group, the child sends a small header (group id, each rollout's reward, each
@@ -26,7 +27,7 @@ hooks into that pipeline:
 * **Zero-signal filtering** (``zero_signal_filter=True``, DAPO-style dynamic sampling): a group whose scored
   rewards are all equal (so every advantage is 0) is still reported to the sampler (update before the filter,
   as RFC 013 asks), and its rows are then withheld from the loss. ``envsched/zero_signal_dropped_share`` (groups
-  dropped / groups updated) and ``envsched/zero_signal_dropped_total`` are logged.
+  dropped / groups updated), ``envsched/zero_signal_dropped`` and ``envsched/zero_signal_rows_dropped`` are logged.
 
 Rewards: the worker sums its reward functions (weight 1 each); the sum passes through a
 :class:`~envsched.integrations._rewards.RewardScale` onto the sampler's range (``reward_range=`` given, else
@@ -45,8 +46,9 @@ Metrics: at every log, the sampler's ``metrics()`` and this integration's counte
 
 CPU: TRL trains with a FlashAttention-3 "tree attention" kernel fetched from the Hub (CUDA only). When the model
 is not on a CUDA device, :func:`use_torch_tree_attention` registers the same attention computed with PyTorch's
-``scaled_dot_product_attention`` under TRL's name, and the rollout worker is built even where the ``vllm``
-package is absent (the worker only talks HTTP to the server; TRL's import guard is a packaging check). Weight
+``scaled_dot_product_attention`` under TRL's name, and :func:`trl_cpu_compat` lets the trainer be built without
+CUDA or the ``vllm`` package (the worker only talks HTTP to the server; TRL's import guard is a packaging check;
+the GPU-name lookup for MFU answers "unknown device"). Weight
 sync needs a ``weight_transfer=`` then: :mod:`envsched.testing.vllm_standin` has a CPU stand-in server and
 transfer for tests and examples.
 
