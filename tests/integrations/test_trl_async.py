@@ -3,16 +3,23 @@
 The real trainer and its real rollout worker (a spawned child process) generate against
 :class:`~envsched.testing.vllm_standin.StandInVLLMServer` (a stand-in for ``vllm serve``: the tiny test model
 served with transformers over HTTP on 127.0.0.1), which holds some requests back (injected delays), so groups
-finish late and out of order and some go stale. Run A trains 4 steps with zero-signal filtering; run B resumes
-from A's ``checkpoint-2`` -- what a run killed after step 2 leaves on disk -- with a fresh trainer and sampler.
+finish late and out of order and some go stale. Run A trains 4 steps with zero-signal filtering. Run K, the same
+run in another process (``async_grpo_run.py``), is killed with SIGKILL once it has written ``checkpoint-2``; run B
+resumes K's checkpoint with a fresh trainer and sampler and must draw what the uninterrupted run A drew.
 """
 
 from __future__ import annotations
 
-import functools
+import importlib.util
 import json
 import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +33,6 @@ pytest.importorskip("aiohttp")
 from trl.chat_template_utils import qwen3_chat_template  # noqa: E402
 from trl.experimental.async_grpo import AsyncGRPOConfig  # noqa: E402
 
-from envsched.envs.reasoning_gym import build_reasoning_gym_pool  # noqa: E402
 from envsched.integrations._rewards import RewardScale  # noqa: E402
 from envsched.integrations.trl_async import (  # noqa: E402
     SAMPLER_STATE_FILE,
@@ -38,77 +44,84 @@ from envsched.integrations.trl_async import (  # noqa: E402
 )
 from envsched.samplers.simple import UniformSampler  # noqa: E402
 from envsched.testing.toy_rewards import digit_share  # noqa: E402
-from envsched.testing.vllm_standin import StandInVLLMServer, StandInWeightTransfer  # noqa: E402
+from envsched.testing.vllm_standin import StandInVLLMServer  # noqa: E402
 
-G = 4
-ENVS = ["chain_sum", "basic_arithmetic", "leg_counting"]
-
-
-def _row(task):
-    return {"prompt": [{"role": "user", "content": task["instruction"][:80]}]}
-
-
-def _delay(n: int) -> float:
-    """Every 7th request waits 2 s: its group finishes after groups drawn later."""
-    return 2.0 if n % 7 == 3 else 0.0
-
-
-class Recording(UniformSampler):
-    """A UniformSampler logging every call the trainer makes (draws depend on the RNG only, so a resumed run's
-    draws can be compared with the uninterrupted run's)."""
-
-    def __init__(self, *a, **k):
-        super().__init__(*a, **k)
-        self.calls: list[tuple[str, str]] = []
-
-    def sample(self, n):
-        out = super().sample(n)
-        self.calls += [("sample", t["id"]) for t in out]
-        return out
-
-    def update(self, task, rewards, costs=None):
-        super().update(task, rewards, costs)
-        self.calls.append(("update", task["id"]))
-
-    def discard(self, task):
-        super().discard(task)
-        self.calls.append(("discard", task["id"]))
+RUN_SCRIPT = Path(__file__).with_name("async_grpo_run.py")
+_spec = importlib.util.spec_from_file_location("envsched_tests_async_grpo_run", RUN_SCRIPT)
+assert _spec is not None and _spec.loader is not None
+run_mod = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(run_mod)
+G = run_mod.G
+Recording = run_mod.Recording
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, tiny_llm):
     root = tmp_path_factory.mktemp("async_grpo")
-    pool = build_reasoning_gym_pool(ENVS, tasks_per_dataset=4, num_tiers=2, seed=0)
+    pool = run_mod.make_pool()
     model_dir = root / "model"
     tok = tiny_llm(pool, model_dir)
     tok.chat_template = qwen3_chat_template  # TRL's async worker renders chat prompts and parses responses
     tok.save_pretrained(model_dir)
-    server = StandInVLLMServer(str(model_dir), delay=_delay).start()
+    server = StandInVLLMServer(str(model_dir), delay=run_mod.delay).start()
     yield root, pool, str(model_dir), tok, server
     server.stop()
 
 
 def _run(setup, out, resume=None):
     _root, pool, model_dir, tok, server = setup
-    sampler = Recording(pool, seed=5)
-    constant = tuple(t["id"] for t in pool[:4])  # these tasks' groups carry no signal
-    args = AsyncGRPOConfig(output_dir=str(out), report_to="none", use_cpu=True, bf16=False, disable_tqdm=True,
-                           max_steps=4, save_strategy="steps", save_steps=2, logging_steps=1, seed=0,
-                           num_generations=G, per_device_train_batch_size=2 * G, max_completion_length=6,
-                           max_staleness=1, token_budget=0, vllm_server_base_url=server.url, learning_rate=1e-3)
-    trainer = EnvSchedAsyncGRPOTrainer(
-        model_dir, reward_funcs=[functools.partial(digit_share, constant_tasks=constant)], args=args,
-        processing_class=tok, task_sampler=sampler, task_to_row=_row, zero_signal_filter=True,
-        weight_transfer=StandInWeightTransfer(server))
+    trainer, sampler = run_mod.make_trainer(pool, model_dir, tok, server, out)
     trainer.train(resume_from_checkpoint=resume)
     return trainer, sampler
+
+
+class _KilledRun:
+    """Run K in its own process group; a watcher thread SIGKILLs the group (trainer and rollout child) as soon as
+    checkpoint-2 is complete (the sampler file is the last one written). Runs while run A trains in-process."""
+
+    def __init__(self, setup) -> None:
+        root, _pool, model_dir, _tok, _server = setup
+        self.out = root / "k"
+        self.marker = self.out / "checkpoint-2" / SAMPLER_STATE_FILE
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+        self.proc = subprocess.Popen([sys.executable, str(RUN_SCRIPT), model_dir, str(self.out)], env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        self.error: str | None = None
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        deadline = time.monotonic() + 300  # a guard against a hang, not a speed target
+        try:
+            while not self.marker.exists():
+                if self.proc.poll() is not None:
+                    self.error = f"run K exited ({self.proc.returncode}) before checkpoint-2: " + \
+                        self.proc.stderr.read().decode()[-3000:]
+                    return
+                if time.monotonic() > deadline:
+                    self.error = "run K wrote no checkpoint-2 in 300 s"
+                    return
+                time.sleep(0.05)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def checkpoint(self) -> Path:
+        self.thread.join(timeout=330)
+        self.proc.wait(timeout=30)
+        self.proc.stderr.close()
+        assert self.error is None, self.error
+        assert self.proc.returncode == -signal.SIGKILL
+        assert not (self.out / "checkpoint-4").exists(), "run K finished before it was killed"
+        return self.out / "checkpoint-2"
 
 
 @pytest.fixture(scope="module")
 def runs(setup):
     root = setup[0]
+    killed = _KilledRun(setup)
     a = _run(setup, root / "a")
-    b = _run(setup, root / "b", resume=str(root / "a" / "checkpoint-2"))
+    b = _run(setup, root / "b", resume=str(killed.checkpoint()))
     return a, b
 
 
@@ -184,7 +197,7 @@ def test_checkpoint_holds_sampler_state_and_unresolved_draws(runs, setup):
 
 def test_resume_continues_the_same_draws(runs, setup):
     (ta, _sa), (tb, sb) = runs
-    state = json.loads((setup[0] / "a" / "checkpoint-2" / SAMPLER_STATE_FILE).read_text())
+    state = json.loads((setup[0] / "k" / "checkpoint-2" / SAMPLER_STATE_FILE).read_text())
     log_b = tb.envsched_draw_log
     replayed = [(g, k) for g, k in log_b if g < state["next_id"]]
     assert replayed == [tuple(p) for p in state["unresolved"]][:len(replayed)]
@@ -195,6 +208,8 @@ def test_resume_continues_the_same_draws(runs, setup):
     common = [(g, k) for g, k in fresh if g in a_by_id]
     assert len(common) >= 4
     assert all(a_by_id[g] == k for g, k in common), "the resumed run drew other tasks than the uninterrupted one"
+    # the killed run had drawn what run A drew up to its checkpoint, too
+    assert all(a_by_id[g] == k for g, k in replayed if g in a_by_id)
     _accounting(tb, sb)
 
 
