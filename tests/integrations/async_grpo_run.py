@@ -17,6 +17,7 @@ from trl.experimental.async_grpo import AsyncGRPOConfig
 from envsched.envs.reasoning_gym import build_reasoning_gym_pool
 from envsched.integrations.trl_async import EnvSchedAsyncGRPOTrainer
 from envsched.samplers.simple import UniformSampler
+from envsched.testing.toy_envs import ResetLog
 from envsched.testing.toy_rewards import digit_share
 from envsched.testing.vllm_standin import StandInVLLMServer, StandInWeightTransfer
 
@@ -70,7 +71,8 @@ def make_trainer(pool, model_dir, tok, server, out):
     trainer = EnvSchedAsyncGRPOTrainer(
         model_dir, reward_funcs=[functools.partial(digit_share, constant_tasks=constant)], args=args,
         processing_class=tok, task_sampler=sampler, task_to_row=row, zero_signal_filter=True,
-        weight_transfer=StandInWeightTransfer(server))
+        weight_transfer=StandInWeightTransfer(server),
+        environment_factory=functools.partial(ResetLog, os.path.join(str(out), "resets.txt")))
     return trainer, sampler
 
 

@@ -160,6 +160,16 @@ def test_late_out_of_order_feedback_reaches_sampler_once(runs):
             assert len(e["rewards"]) == G and all(1 <= c <= 6 for c in e["costs"])
 
 
+def test_environment_reset_receives_the_drawn_task(runs, setup):
+    """With an ``environment_factory``, every rollout's ``reset`` gets the task the sampler drew for its group."""
+    (ta, _sa), _ = runs
+    resets = Counter((setup[0] / "a" / "resets.txt").read_text().split())
+    drawn = {k for _, k in ta.envsched_draw_log}
+    assert resets and set(resets) <= drawn
+    resolved = Counter(e["task_id"] for e in ta.envsched_feedback_log)
+    assert all(resets[k] >= G * n for k, n in resolved.items())
+
+
 def test_zero_signal_groups_update_the_sampler_but_skip_the_loss(runs, setup):
     (ta, _sa), _ = runs
     constant = {t["id"] for t in setup[1][:4]}
