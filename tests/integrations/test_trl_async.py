@@ -339,3 +339,49 @@ def test_changed_trl_hooks_are_refused_naming_the_version(monkeypatch):
     monkeypatch.setattr(RolloutQueueDataset, "__iter__", drops_nothing)
     with pytest.raises(RuntimeError, match=r"supports TRL 1\.16\.0.*staleness rule"):
         check_async_trl_hooks()
+
+
+def test_bad_sampler_state_is_refused_and_changes_nothing(runs, tmp_path):
+    (ta, sa), _ = runs
+    with pytest.raises(FileNotFoundError, match=r"envsched_sampler\.json"):
+        ta.load_sampler_state(str(tmp_path))
+    before = (sa.state_dict(), ta.unresolved_draws, ta._es_feed.next_id)
+    state = {"format": "envsched.trl_async/1", "sampler": sa.state_dict(), "unresolved": [[0, "no-such-task"]],
+             "next_id": 1}
+    (tmp_path / SAMPLER_STATE_FILE).write_text(json.dumps(state))
+    with pytest.raises(ValueError, match="no-such-task"):
+        ta.load_sampler_state(str(tmp_path))
+    state["unresolved"] = [[5, sa.tasks[0]["id"]]]  # an id the saved counter never issued
+    (tmp_path / SAMPLER_STATE_FILE).write_text(json.dumps(state))
+    with pytest.raises(ValueError, match="next_id"):
+        ta.load_sampler_state(str(tmp_path))
+    (tmp_path / SAMPLER_STATE_FILE).write_text(json.dumps({"format": "envsched.trl/1"}))
+    with pytest.raises(ValueError, match="unsupported format"):
+        ta.load_sampler_state(str(tmp_path))
+    assert (sa.state_dict(), ta.unresolved_draws, ta._es_feed.next_id) == before
+
+
+def test_standin_server_speaks_the_routes_trl_uses(setup):
+    import urllib.error
+    import urllib.request
+
+    server = setup[4]
+
+    def call(path, payload=None):
+        data = None if payload is None else json.dumps(payload).encode()
+        req = urllib.request.Request(server.url + path, data=data, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read())
+
+    assert call("/health") == {}
+    assert call("/v1/models")["data"][0]["max_model_len"] == 256
+    req = {"model": "m", "prompt": [5, 6, 7], "max_tokens": 5, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
+           "repetition_penalty": 1.0, "n": 1, "return_token_ids": True, "logprobs": 0, "seed": 11}
+    first, again = call("/v1/completions", req), call("/v1/completions", req)
+    choice = first["choices"][0]
+    assert 1 <= len(choice["token_ids"]) <= 5 and choice == again["choices"][0]  # seeded
+    assert len(choice["logprobs"]["token_logprobs"]) == len(choice["token_ids"])
+    assert all(lp <= 0.0 for lp in choice["logprobs"]["token_logprobs"])
+    with pytest.raises(urllib.error.HTTPError) as err:
+        call("/v1/completions", {**req, "repetition_penalty": 1.2})
+    assert err.value.code == 400
