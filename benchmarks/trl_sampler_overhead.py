@@ -14,7 +14,7 @@ first ``--prompt-chars`` characters of each task's instruction (the sampler's wo
     HF_HUB_OFFLINE=1 nice .venv/bin/python benchmarks/trl_sampler_overhead.py --steps 20 --pool default
 
 ``--trainer async`` runs ``EnvSchedAsyncGRPOTrainer`` (TRL's ``AsyncGRPOTrainer``) instead, against the CPU
-stand-in vLLM server (``envsched.testing.vllm_standin``) serving the same model: the sampler's time is every
+stand-in vLLM server (``envsched.integrations.standin``) serving the same model: the sampler's time is every
 ``sample``/``update``/``discard`` call plus the integration's own bookkeeping (rows, headers, reward mapping;
 ``trainer.envsched_timings()``), against the wall time of ``trainer.train()``. Draws are served on a thread while
 the trainer steps, so their share is an upper bound on what the sampler takes from a step; the rollout child's
@@ -106,9 +106,8 @@ def run_async(model_dir: str, tok, pool: list, args: argparse.Namespace, steps: 
     """One ``EnvSchedAsyncGRPOTrainer`` run against the stand-in server; the sampler's share of its wall time."""
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
+    from envsched.integrations.standin import StandInVLLMServer, StandInWeightTransfer, digit_share
     from envsched.integrations.trl_async import EnvSchedAsyncGRPOTrainer
-    from envsched.testing.toy_rewards import digit_share
-    from envsched.testing.vllm_standin import StandInVLLMServer, StandInWeightTransfer
 
     sampler, timing = make_sampler(args.sampler, pool, args.num_generations, graph)
 

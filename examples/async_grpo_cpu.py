@@ -3,7 +3,7 @@
 The real ``AsyncGRPOTrainer`` (TRL 1.16.0) and its rollout worker (a spawned child process) train the test
 suite's tiny random Llama (``tests/_tiny_llm.py``; built locally, no download) on a 12-task reasoning-gym pool,
 through :class:`envsched.integrations.trl_async.EnvSchedAsyncGRPOTrainer`. Generation goes to
-:class:`envsched.testing.vllm_standin.StandInVLLMServer`, a stand-in for ``vllm serve`` that serves the same
+:class:`envsched.integrations.standin.StandInVLLMServer`, a stand-in for ``vllm serve`` that serves the same
 model with transformers on 127.0.0.1 (it speaks the part of vLLM's HTTP API the worker uses; it is for tests
 and examples, not for training). The reward is the reasoning-gym score of the first number in the completion
 plus a small digit-share shaping term (a random model scores 0, and groups of all-equal rewards are withheld by
@@ -35,7 +35,7 @@ def reward(completions, task_json, **kwargs):
     """Reasoning-gym score of the first number in each completion, plus 0.1 x its digit share. Module-level:
     the rollout worker runs in a spawned process, so reward functions must be picklable."""
     from envsched.envs.reasoning_gym import score_task_answer
-    from envsched.testing.toy_rewards import digit_share
+    from envsched.integrations.standin import digit_share
 
     shaping = digit_share(completions)
     out = []
@@ -65,9 +65,9 @@ def main() -> None:
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
     from envsched.envs.reasoning_gym import build_reasoning_gym_pool
+    from envsched.integrations.standin import StandInVLLMServer, StandInWeightTransfer
     from envsched.integrations.trl_async import EnvSchedAsyncGRPOTrainer
     from envsched.method.sampler import EnvSchedSampler
-    from envsched.testing.vllm_standin import StandInVLLMServer, StandInWeightTransfer
 
     t0 = time.time()
     out = Path(args.out)

@@ -15,11 +15,9 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from trl.experimental.async_grpo import AsyncGRPOConfig
 
 from envsched.envs.reasoning_gym import build_reasoning_gym_pool
+from envsched.integrations.standin import ResetLog, StandInVLLMServer, StandInWeightTransfer, digit_share
 from envsched.integrations.trl_async import EnvSchedAsyncGRPOTrainer
 from envsched.samplers.simple import UniformSampler
-from envsched.testing.toy_envs import ResetLog
-from envsched.testing.toy_rewards import digit_share
-from envsched.testing.vllm_standin import StandInVLLMServer, StandInWeightTransfer
 
 G = 4
 ENVS = ["chain_sum", "basic_arithmetic", "leg_counting"]

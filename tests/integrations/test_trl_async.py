@@ -1,7 +1,7 @@
 """A real TRL ``AsyncGRPOTrainer`` run on CPU drawing from an envsched sampler.
 
 The real trainer and its real rollout worker (a spawned child process) generate against
-:class:`~envsched.testing.vllm_standin.StandInVLLMServer` (a stand-in for ``vllm serve``: the tiny test model
+:class:`~envsched.integrations.standin.StandInVLLMServer` (a stand-in for ``vllm serve``: the tiny test model
 served with transformers over HTTP on 127.0.0.1), which holds some requests back (injected delays), so groups
 finish late and out of order and some go stale. Run A trains 4 steps with zero-signal filtering. Run K, the same
 run in another process (``async_grpo_run.py``), is killed with SIGKILL once it has written ``checkpoint-2``; run B
@@ -34,6 +34,7 @@ from trl.chat_template_utils import qwen3_chat_template  # noqa: E402
 from trl.experimental.async_grpo import AsyncGRPOConfig  # noqa: E402
 
 from envsched.integrations._rewards import RewardScale  # noqa: E402
+from envsched.integrations.standin import StandInVLLMServer, digit_share  # noqa: E402
 from envsched.integrations.trl_async import (  # noqa: E402
     SAMPLER_STATE_FILE,
     EnvSchedAsyncGRPOTrainer,
@@ -43,8 +44,6 @@ from envsched.integrations.trl_async import (  # noqa: E402
     torch_tree_attention,
 )
 from envsched.samplers.simple import UniformSampler  # noqa: E402
-from envsched.testing.toy_rewards import digit_share  # noqa: E402
-from envsched.testing.vllm_standin import StandInVLLMServer  # noqa: E402
 
 RUN_SCRIPT = Path(__file__).with_name("async_grpo_run.py")
 _spec = importlib.util.spec_from_file_location("envsched_tests_async_grpo_run", RUN_SCRIPT)

@@ -49,7 +49,7 @@ is not on a CUDA device, :func:`use_torch_tree_attention` registers the same att
 ``scaled_dot_product_attention`` under TRL's name, and :func:`trl_cpu_compat` lets the trainer be built without
 CUDA or the ``vllm`` package (the worker only talks HTTP to the server; TRL's import guard is a packaging check;
 the GPU-name lookup for MFU answers "unknown device"). Weight
-sync needs a ``weight_transfer=`` then: :mod:`envsched.testing.vllm_standin` has a CPU stand-in server and
+sync needs a ``weight_transfer=`` then: :mod:`envsched.integrations.standin` has a CPU stand-in server and
 transfer for tests and examples.
 
 Usage::

@@ -1,4 +1,7 @@
-"""A stand-in for a vLLM server, for CPU tests and examples of TRL's ``AsyncGRPOTrainer`` -- not for training.
+"""Stand-ins for CPU tests and examples of TRL's ``AsyncGRPOTrainer`` -- not for training.
+
+:class:`StandInVLLMServer` stands in for a vLLM server; :func:`digit_share` (a reward) and :class:`ResetLog`
+(an environment) are module-level, so TRL's spawned rollout worker can unpickle them by reference.
 
 TRL's asynchronous rollout worker (``trl.experimental.async_grpo.async_rollout_worker``) talks to ``vllm serve``
 over HTTP; its trainer reads the model length and pauses/resumes the server around weight syncs. This module
@@ -28,13 +31,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import torch
 
-__all__ = ["StandInVLLMServer", "StandInWeightTransfer"]
+__all__ = ["ResetLog", "StandInVLLMServer", "StandInWeightTransfer", "digit_share"]
 
 
 class StandInVLLMServer:
@@ -246,3 +249,36 @@ class StandInWeightTransfer:
 
     def destroy(self) -> None:
         pass
+
+
+# ---------------------------------------------------------------------------------------------- toys
+def _text(completion: Any) -> str:
+    if isinstance(completion, str):
+        return completion
+    return "".join(str(m.get("content") or "") for m in completion if isinstance(m, dict))
+
+
+def digit_share(completions: Sequence[Any], task_id: Sequence[str] | None = None,
+                constant_tasks: Sequence[str] = (), **kwargs: Any) -> list[float]:
+    """Share of digit characters in each completion (0 for an empty one); a task in ``constant_tasks`` gets 0.5
+    for every completion instead (a group without signal, for zero-signal filtering tests)."""
+    out = []
+    for i, c in enumerate(completions):
+        if task_id is not None and task_id[i] in constant_tasks:
+            out.append(0.5)
+            continue
+        text = _text(c)
+        out.append(sum(ch.isdigit() for ch in text) / len(text) if text else 0.0)
+    return out
+
+
+class ResetLog:
+    """An environment that only records the task each rollout was reset with: one line (the ``task_id``) per
+    ``reset`` appended to ``path``. No tools, no reward, no observation."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def reset(self, task_id: str, **row: Any) -> None:
+        with open(self.path, "a") as f:
+            f.write(task_id + "\n")
