@@ -2,6 +2,8 @@
 
 - :mod:`envsched.integrations.trl`: ``EnvSchedGRPOTrainer`` / ``EnvSchedGRPOMixin`` for TRL's ``GRPOTrainer``
   (extra ``trl``).
+- :mod:`envsched.integrations.trl_async`: ``EnvSchedAsyncGRPOTrainer`` for TRL's asynchronous ``AsyncGRPOTrainer``
+  (extra ``trl``; CPU stand-in server in :mod:`envsched.integrations.standin`).
 - :mod:`envsched.integrations.prime_rl`: ``PrimeRLTaskSampler``, prime-rl's curriculum ``TaskSampler`` shape over
   verifiers tasks (extra ``prime-rl``).
 - :mod:`envsched.integrations.verl`: verl 0.9.1's v0 ``EnvSchedRayPPOTrainer`` (with ``EnvSchedVerlSampler`` as
