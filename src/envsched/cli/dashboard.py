@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from envsched.cli.common import pip_command, require_store_backend
+from envsched.cli.common import float_range, pip_command, require_store_backend
 
 #: the import names the ``dashboard`` extra provides
 DASHBOARD_MODULES = ("starlette", "uvicorn", "plotly")
