@@ -71,7 +71,8 @@ def tuning_space(sampler: str) -> dict[str, tuple[Any, ...]]:
     if sampler == "envsched":
         # the paper's knobs the default reads (decline_penalty and prior_strength only act in the paper's
         # calibrated informativeness: SchedulerConfig.unread_fields)
-        space = {k: v for k, v in TUNING_SPACES["envsched-paper"].items() if k in ("exposure_power", "similarity_penalty")}
+        space = {k: v for k, v in TUNING_SPACES["envsched-paper"].items()
+                 if k in ("exposure_power", "similarity_penalty")}
         try:
             from envsched.method.config import ADAPTIVE_TUNING_SPACE  # type: ignore[attr-defined]
         except ImportError:

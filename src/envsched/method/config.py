@@ -765,6 +765,11 @@ class SchedulerConfig:
         search space: the values reset here would have changed no batch. Anywhere else, build the config
         directly, so that an unread knob is refused."""
         d = dict(data)
+        try:
+            return cls.from_dict(d)
+        except ValueError as exc:  # invalid values are refused before unread ones: only the latter are reset
+            if "changes no batch here" not in str(exc):
+                raise
         probe = object.__new__(cls)  # unread_fields reads only the switches: no validation needed
         for name, default in _DEFAULTS.items():
             object.__setattr__(probe, name, d.get(name, default))
