@@ -225,5 +225,5 @@ def test_the_packaged_tuned_envsched_values_still_build_the_bench_sampler(bench)
     s = make_bench_sampler("envsched", pool, seed=0, batch_size=BATCH, options=params)
     assert s.config.decline_penalty == 0.25 and s.config.exposure_power == params["exposure_power"]
     assert s.config == SchedulerConfig.without_unread({**params, "batch_size": BATCH})
-    with pytest.raises(ValueError, match="decline_penalty=.* changes no batch"):
+    with pytest.raises(ValueError, match=r"decline_penalty=.* changes no batch"):
         SchedulerConfig(**{**params, "batch_size": BATCH})
