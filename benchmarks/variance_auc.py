@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -48,7 +49,11 @@ from envsched.method.graph.build import build_graph
 from envsched.method.graph.neighbors import adaptive_weights, within_neighbors
 from envsched.pool.pool import TaskPool
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tau-bench" / "gpt-4o-airline.json"
+_REL = Path("shared") / "data" / "tau-bench" / "gpt-4o-airline.json"
+_ROOT = Path(__file__).resolve().parents[1]
+#: ``$ENVSCHED_TAU_BENCH``, else ``shared/`` beside the checkout (``../shared``) or inside it, whichever exists.
+DEFAULT_DATA = (Path(os.environ["ENVSCHED_TAU_BENCH"]) if os.environ.get("ENVSCHED_TAU_BENCH") else
+                next((p for p in (_ROOT.parent / _REL, _ROOT / _REL) if p.exists()), _ROOT.parent / _REL))
 
 
 def load_outcomes(path: Path) -> tuple[list[dict[str, Any]], np.ndarray]:

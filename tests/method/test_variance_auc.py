@@ -14,8 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("variance_auc", ROOT / "benchmarks" / "variance_auc.py")
 va = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(va)
-DATA = next((p for p in (va.DEFAULT_DATA, ROOT.parent / "shared" / "data" / "tau-bench" / "gpt-4o-airline.json",
-                         Path("/work/shared/data/tau-bench/gpt-4o-airline.json")) if p.exists()), None)
+DATA = va.DEFAULT_DATA if va.DEFAULT_DATA.exists() else None
 
 
 def test_graph_prediction_is_the_weighted_mean_of_the_neighbours_only():
