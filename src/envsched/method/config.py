@@ -429,6 +429,12 @@ class SchedulerConfig:
     ``SchedulerConfig()`` is the **adaptive** mode (the default of :class:`EnvSchedSampler`): the paper's
     mechanisms plus the adaptive rules below. ``SchedulerConfig.paper()`` is the faithful paper preset.
 
+    No inert knob: a field that the configuration's switches leave unread (:meth:`unread_fields`,
+    :data:`KNOB_READERS`) must keep its default; any other value is refused with a ``ValueError`` naming the
+    mechanism that reads it. The default reads none of :data:`INFORMATIVENESS_FIELDS` (``prior_strength``,
+    ``reconstruction_weight``, ``decline_penalty``, ``variance_clip``, ``dispersion_clip``); the paper preset
+    reads none of the adaptive rules' knobs.
+
     Attributes:
         batch_size: ``B``, pairs per batch (64): the batch the caps ``C1`` / ``C3`` are stated for.
             ``sample(n)`` with another ``n`` scales them by ``n / batch_size`` (at least 1).
