@@ -183,7 +183,9 @@ def make_bench_sampler(name: str, pool: TaskPool, *, seed: int, batch_size: int 
         unknown = sorted(set(opts) - known)
         if unknown:
             raise ValueError(f"unknown option(s) {unknown} for sampler {name!r}")
-        cfg = dataclasses.replace(base, **{k: v for k, v in fields_.items() if k in known})
+        # a tuned draw sets knobs jointly (tuned.json's envsched entry, the protocol's trials): values of knobs the
+        # drawn configuration does not read changed no batch, so they are reset instead of refused
+        cfg = SchedulerConfig.without_unread({**base.to_dict(), **{k: v for k, v in fields_.items() if k in known}})
         graph = envsched_graph(pool)
         control = ENVSCHED_CONTROLS.get(name)
         if control is not None:

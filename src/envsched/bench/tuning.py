@@ -69,7 +69,10 @@ def tuning_space(sampler: str) -> dict[str, tuple[Any, ...]]:
     """The knobs tuned for ``sampler`` (empty: nothing to tune). EnvSched's default mode adds the knobs its
     configuration declares tunable (``envsched.method.config.ADAPTIVE_TUNING_SPACE``, when present)."""
     if sampler == "envsched":
-        space = dict(TUNING_SPACES["envsched-paper"])
+        # the paper's knobs the default reads (decline_penalty and prior_strength only act in the paper's
+        # calibrated informativeness: SchedulerConfig.unread_fields)
+        space = {k: v for k, v in TUNING_SPACES["envsched-paper"].items()
+                 if k in ("exposure_power", "similarity_penalty")}
         try:
             from envsched.method.config import ADAPTIVE_TUNING_SPACE  # type: ignore[attr-defined]
         except ImportError:

