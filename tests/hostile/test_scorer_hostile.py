@@ -412,9 +412,7 @@ def test_bfcl_final_check_ends_at_the_episode_deadline(monkeypatch: pytest.Monke
         return real_add(self, a, b)
 
     monkeypatch.setattr(math_api, "add", slow_add)
-    with bfcl._IDLE_LOCK:  # workers forked before the patch would run the fast call
-        while bfcl._IDLE:
-            bfcl._IDLE.pop().kill()
+    bfcl._CallWorker.clear_idle()  # workers forked before the patch would run the fast call
     env = bfcl.BFCLEnvironment()
     try:
         env.reset("multi_turn_base_15")  # GorillaFileSystem + MathAPI, 5 turns
@@ -431,9 +429,7 @@ def test_bfcl_final_check_ends_at_the_episode_deadline(monkeypatch: pytest.Monke
         assert took < 9.9, took  # cut at the deadline; replaying the calls would take it past 10.2 s
     finally:
         env.close()
-        with bfcl._IDLE_LOCK:
-            while bfcl._IDLE:
-                bfcl._IDLE.pop().kill()
+        bfcl._CallWorker.clear_idle()
 
 
 def test_bfcl_final_check_within_the_deadline_still_scores(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -469,9 +465,7 @@ def test_bfcl_deadline_in_the_evaluation_harness_is_an_infrastructure_timeout(mo
         return real_add(self, a, b)
 
     monkeypatch.setattr(math_api, "add", slow_add)
-    with bfcl._IDLE_LOCK:
-        while bfcl._IDLE:
-            bfcl._IDLE.pop().kill()
+    bfcl._CallWorker.clear_idle()
     spec = next(s for s in bfcl.build_bfcl_pool(["base"]) if s["id"] == "bfcl/multi_turn_base_15")
 
     class SixSlowCalls:  # six calls in the first step, then a text reply at every turn
@@ -487,9 +481,7 @@ def test_bfcl_deadline_in_the_evaluation_harness_is_an_infrastructure_timeout(mo
     settings = EpisodeSettings(episode_timeout_s=8.0, max_retries=0, backoff_s=0.0, backoff_max_s=0.0)
     rec = run_episode(bfcl.BFCLEnvironment, SixSlowCalls(), FunctionCallAdapter(), spec, None, 0, settings,
                       sleep=lambda s: None)
-    with bfcl._IDLE_LOCK:
-        while bfcl._IDLE:
-            bfcl._IDLE.pop().kill()
+    bfcl._CallWorker.clear_idle()
     assert rec.outcome == "infra_error" and rec.reward is None, (rec.outcome, rec.error)
     assert "deadline" in rec.error
     assert rec.duration_s < 9.9, rec.duration_s

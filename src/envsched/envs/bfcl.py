@@ -57,8 +57,6 @@ import functools
 import importlib
 import inspect
 import json
-import multiprocessing
-import os
 import re
 import sys
 import threading
@@ -67,8 +65,9 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from envsched.envs._worker_pool import PooledWorker, limit_address_space
 from envsched.envs.base import Environment, EnvironmentUnavailable, InfrastructureError, StepResult
 
 __all__ = [
@@ -459,15 +458,6 @@ def _safe_call(call: Any, allowed: set[str]) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------- the call worker
-def _address_space() -> int:
-    """This process's virtual memory size in bytes (0 when /proc is unavailable)."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as fh:
-            return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
 @contextlib.contextmanager
 def _memory_errors(executor: Callable[..., Any]) -> Iterator[list[bool]]:
     """Notice a ``MemoryError`` that reaches BFCL's executor: it turns every exception of a call into an
@@ -494,13 +484,8 @@ def _memory_errors(executor: Callable[..., Any]) -> Iterator[list[bool]]:
 def _worker_main(conn: Any, memory_bytes: int) -> None:
     """The worker process: executes one episode's calls (and then its check) on request, holding the BFCL
     class instances between calls; its address space is capped ``memory_bytes`` above its start size."""
-    import resource
-
     b = _bfcl()
-    with contextlib.suppress(ValueError, OSError):
-        base = _address_space()
-        if base:
-            resource.setrlimit(resource.RLIMIT_AS, (base + memory_bytes, base + memory_bytes))
+    limit_address_space(memory_bytes)
     entry: dict[str, Any] = {}
     model_name = ""
     ctx = decimal.Context()
@@ -538,40 +523,17 @@ def _worker_main(conn: Any, memory_bytes: int) -> None:
             conn.send(("budget", "the call's result exceeded the memory budget"))
 
 
-_IDLE: list[_CallWorker] = []
-_IDLE_LOCK = threading.Lock()
-_MAX_IDLE = 8
+class _CallWorker(PooledWorker):
+    """One worker process and the pipe to it. ``fork`` where the platform has it: the worker starts at once
+    with bfcl-eval already imported and runs nothing of the caller's ``__main__`` (``spawn``/``forkserver``
+    would re-import an unguarded script); it only runs this module's code and BFCL's, so the parent's other
+    threads do not matter to it."""
 
-
-def _context() -> Any:
-    """``fork`` where the platform has it: the worker starts at once with bfcl-eval already imported and
-    runs nothing of the caller's ``__main__`` (``spawn``/``forkserver`` would re-import an unguarded script);
-    it only runs this module's code and BFCL's, so the parent's other threads do not matter to it."""
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-
-
-class _CallWorker:
-    """One worker process and the pipe to it."""
-
-    def __init__(self, memory_bytes: int) -> None:
-        ctx = _context()
-        self.conn, child = ctx.Pipe()
-        self.memory_bytes = memory_bytes
-        self.proc = ctx.Process(target=_worker_main, args=(child, memory_bytes), daemon=True,
-                                name="envsched-bfcl-calls")
-        self.proc.start()
-        child.close()
-
-    @classmethod
-    def get(cls, memory_bytes: int) -> _CallWorker:
-        with _IDLE_LOCK:
-            while _IDLE:
-                w = _IDLE.pop()
-                if w.proc.is_alive() and w.memory_bytes == memory_bytes:
-                    return w
-                w.kill()
-        return cls(memory_bytes)
+    target = _worker_main
+    process_name = "envsched-bfcl-calls"
+    idle: ClassVar[list[_CallWorker]] = []
+    idle_lock = threading.Lock()
+    max_idle = 8
 
     def request(self, msg: tuple[Any, ...], timeout_s: float) -> tuple[str, Any]:
         """Send ``msg``; ``("ok", value)``, ``("error", why)`` or ``("budget", why)`` (then the worker is dead)."""
@@ -588,21 +550,6 @@ class _CallWorker:
             return "budget", f"the call's worker process died (exit code {self.proc.exitcode})"
         self.kill()
         return "budget", f"the call took longer than its {timeout_s:.3g}s budget"
-
-    def release(self) -> None:
-        """Back to the idle list for the next episode (or stopped if the list is full)."""
-        with _IDLE_LOCK:
-            if self.proc.is_alive() and len(_IDLE) < _MAX_IDLE:
-                _IDLE.append(self)
-                return
-        self.kill()
-
-    def kill(self) -> None:
-        with contextlib.suppress(Exception):
-            self.proc.kill()
-            self.proc.join(5)
-        with contextlib.suppress(Exception):
-            self.conn.close()
 
 
 class BFCLDeadlineExceeded(InfrastructureError):

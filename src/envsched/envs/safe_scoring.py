@@ -55,7 +55,6 @@ import fractions
 import functools
 import json
 import math
-import multiprocessing
 import os
 import pickle
 import re
@@ -65,7 +64,9 @@ import threading
 import types
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
+
+from envsched.envs._worker_pool import PooledWorker, limit_address_space
 
 __all__ = [
     "ALLOW_EVALUATING_ENV",
@@ -580,14 +581,6 @@ def _make_scorers_safe() -> None:
                 setattr(module, alias, proxy)
 
 
-def _address_space() -> int:
-    try:
-        with open("/proc/self/statm", encoding="ascii") as fh:
-            return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
 @functools.lru_cache(maxsize=64)
 def _worker_dataset(name: str, config_json: str, seed: int, size: int) -> Any:
     from reasoning_gym import factory
@@ -600,10 +593,7 @@ def _worker_main(conn: Any, memory_bytes: int) -> None:
     """The scorer worker: caps its address space, makes the evaluating scorers safe, then scores
     ``(name, config_json, seed, size, entry, answer)`` requests under the guard; replies are JSON bytes
     (the parent never unpickles what this process sends)."""
-    with contextlib.suppress(ValueError, OSError):
-        base = _address_space()
-        if base:
-            resource.setrlimit(resource.RLIMIT_AS, (base + memory_bytes, base + memory_bytes))
+    limit_address_space(memory_bytes)
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     _make_scorers_safe()
@@ -631,29 +621,21 @@ def _worker_main(conn: Any, memory_bytes: int) -> None:
             conn.send_bytes(b'{"budget": "the scorer ran out of memory"}')
 
 
-def _context() -> Any:
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-
-
-_IDLE: list[_ScorerWorker] = []
-_IDLE_LOCK = threading.Lock()
-_MAX_IDLE = 4
 _REPLY_BYTES = 1 << 16
 
 
-class _ScorerWorker:
+class _ScorerWorker(PooledWorker):
     """One scorer worker process and the pipe to it."""
+
+    target = _worker_main
+    process_name = "envsched-scorer"
+    idle: ClassVar[list[_ScorerWorker]] = []
+    idle_lock = threading.Lock()
+    max_idle = 4
 
     def __init__(self, memory_bytes: int) -> None:
         _names()  # computed here, so the forked child imports nothing (another thread may hold an import lock)
-        ctx = _context()
-        self.conn, child = ctx.Pipe()
-        self.memory_bytes = memory_bytes
-        self.proc = ctx.Process(target=_worker_main, args=(child, memory_bytes), daemon=True,
-                                name="envsched-scorer")
-        self.proc.start()
-        child.close()
+        super().__init__(memory_bytes)
         if not self.conn.poll(120.0):
             self.kill()
             raise RuntimeError("the scorer worker process did not start within 120 s")
@@ -662,16 +644,6 @@ class _ScorerWorker:
         except (EOFError, OSError) as exc:
             self.kill()
             raise RuntimeError(f"the scorer worker process failed to start (exit code {self.proc.exitcode})") from exc
-
-    @classmethod
-    def get(cls, memory_bytes: int) -> _ScorerWorker:
-        with _IDLE_LOCK:
-            while _IDLE:
-                w = _IDLE.pop()
-                if w.proc.is_alive() and w.memory_bytes == memory_bytes:
-                    return w
-                w.kill()
-        return cls(memory_bytes)
 
     def score(self, msg: tuple[Any, ...], timeout_s: float) -> dict[str, Any]:
         """The worker's JSON reply; ``{"budget": why}`` when it ran out of time or memory or died (then the
@@ -694,20 +666,6 @@ class _ScorerWorker:
             return {"budget": f"the scorer worker died ({type(exc).__name__}, exit code {self.proc.exitcode})"}
         self.kill()
         return {"budget": f"the answer took longer than {timeout_s:g}s to score"}
-
-    def release(self) -> None:
-        with _IDLE_LOCK:
-            if self.proc.is_alive() and len(_IDLE) < _MAX_IDLE:
-                _IDLE.append(self)
-                return
-        self.kill()
-
-    def kill(self) -> None:
-        with contextlib.suppress(Exception):
-            self.proc.kill()
-            self.proc.join(5)
-        with contextlib.suppress(Exception):
-            self.conn.close()
 
 
 def _positive_env(name: str, default: float) -> float:

@@ -1,0 +1,102 @@
+"""Bounded worker processes, reused through an idle list: what BFCL's call worker (:mod:`envsched.envs.bfcl`)
+and the reasoning-gym scorer worker (:mod:`envsched.envs.safe_scoring`) share.
+
+A worker is forked where the platform can (it starts at once, with what the parent imported, and runs none of
+the caller's ``__main__``), caps its own address space a budget above its start size, and talks to the parent
+over a pipe. Each kind of worker keeps its own idle list (a class attribute of its subclass), so an episode or a
+score reuses a live process instead of forking one; a worker that ran out of time or memory is killed, never
+reused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+__all__ = ["PooledWorker", "address_space", "limit_address_space", "process_context"]
+
+W = TypeVar("W", bound="PooledWorker")
+
+
+def process_context() -> Any:
+    """``fork`` where the platform has it, else ``spawn``."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
+def address_space() -> int:
+    """This process's virtual memory size in bytes (0 when /proc is unavailable)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as fh:
+            return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def limit_address_space(memory_bytes: int) -> None:
+    """Called in a worker: cap its address space ``memory_bytes`` above its present size (where it can)."""
+    import resource
+
+    with contextlib.suppress(ValueError, OSError):
+        base = address_space()
+        if base:
+            resource.setrlimit(resource.RLIMIT_AS, (base + memory_bytes, base + memory_bytes))
+
+
+class PooledWorker:
+    """One worker process and the pipe to it. A subclass sets :attr:`target` (the worker's main function,
+    called as ``target(conn, memory_bytes)``), :attr:`process_name`, its own :attr:`idle`/:attr:`idle_lock`
+    and :attr:`max_idle`, and adds its request method."""
+
+    target: ClassVar[Callable[[Any, int], None]]
+    process_name: ClassVar[str]
+    idle: ClassVar[list[Any]]
+    idle_lock: ClassVar[threading.Lock]
+    max_idle: ClassVar[int]
+
+    def __init__(self, memory_bytes: int) -> None:
+        ctx = process_context()
+        self.conn, child = ctx.Pipe()
+        self.memory_bytes = memory_bytes
+        self.proc = ctx.Process(target=type(self).target, args=(child, memory_bytes), daemon=True,
+                                name=self.process_name)
+        self.proc.start()
+        child.close()
+
+    @classmethod
+    def get(cls: type[W], memory_bytes: int) -> W:
+        """An idle live worker with this budget, or a new one (idle workers of another budget are stopped)."""
+        with cls.idle_lock:
+            while cls.idle:
+                w = cls.idle.pop()
+                if w.proc.is_alive() and w.memory_bytes == memory_bytes:
+                    return w
+                w.kill()
+        return cls(memory_bytes)
+
+    @classmethod
+    def clear_idle(cls) -> None:
+        """Stop every idle worker of this kind (the next :meth:`get` forks a fresh one)."""
+        with cls.idle_lock:
+            while cls.idle:
+                cls.idle.pop().kill()
+
+    def release(self) -> None:
+        """Back to the idle list for the next use (or stopped if the list is full)."""
+        cls = type(self)
+        with cls.idle_lock:
+            if self.proc.is_alive() and len(cls.idle) < cls.max_idle:
+                cls.idle.append(self)
+                return
+        self.kill()
+
+    def kill(self) -> None:
+        with contextlib.suppress(Exception):
+            self.proc.kill()
+            self.proc.join(5)
+        with contextlib.suppress(Exception):
+            self.conn.close()
