@@ -113,6 +113,21 @@ _HOOKS: dict[str, tuple[str, ...]] = {
 }
 
 
+def hook_problem(label: str, member: Any, params: tuple[str, ...] | None) -> str | None:
+    """What is wrong with a private TRL hook ``member`` named ``label``: missing, without an inspectable
+    signature, or with parameters (``self`` aside) other than ``params``; ``None`` when it is as expected
+    (``params=None``: only its presence is checked)."""
+    if params is None:
+        return f"{label} is missing" if member is None else None
+    if not callable(member):
+        return f"{label} is missing"
+    try:
+        got = tuple(p for p in inspect.signature(member).parameters if p != "self")
+    except (TypeError, ValueError):
+        return f"{label} has no inspectable signature"
+    return None if got == params else f"{label}{got} (expected {params})"
+
+
 def check_trl_hooks(trainer_cls: type) -> None:
     """Refuse a trainer class whose private hooks differ from those this module overrides.
 
@@ -120,19 +135,8 @@ def check_trl_hooks(trainer_cls: type) -> None:
     must exist on it with exactly those parameters, and ``_generate_and_score_completions`` must still call
     ``self._calculate_rewards(`` (where the feedback hook runs). Raises ``RuntimeError`` naming the installed
     and the supported TRL/transformers versions."""
-    problems = []
-    for name, params in _HOOKS.items():
-        fn = getattr(trainer_cls, name, None)
-        if not callable(fn):
-            problems.append(f"{name} is missing")
-            continue
-        try:
-            got = tuple(p for p in inspect.signature(fn).parameters if p != "self")
-        except (TypeError, ValueError):
-            problems.append(f"{name} has no inspectable signature")
-            continue
-        if got != params:
-            problems.append(f"{name}{got} (expected {params})")
+    problems = [p for name, params in _HOOKS.items()
+                if (p := hook_problem(name, getattr(trainer_cls, name, None), params)) is not None]
     gen = getattr(trainer_cls, "_generate_and_score_completions", None)
     try:
         calls = gen is not None and "self._calculate_rewards(" in inspect.getsource(gen)

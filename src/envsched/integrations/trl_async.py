@@ -93,7 +93,7 @@ from trl.experimental.async_grpo.packing import TREE_ATTENTION
 
 from envsched.integrations._checkpoint import SAMPLER_STATE_FILE, read_state_file, write_state_file
 from envsched.integrations._rewards import RewardScale
-from envsched.integrations.trl import DEFAULT_LOG_SIZE, SUPPORTED_VERSIONS, default_task_to_row
+from envsched.integrations.trl import DEFAULT_LOG_SIZE, SUPPORTED_VERSIONS, default_task_to_row, hook_problem
 from envsched.pool.spec import task_key
 from envsched.samplers.base import TaskSampler
 
@@ -139,22 +139,8 @@ _SOURCE_CHECKS = [
 def check_async_trl_hooks() -> None:
     """Refuse a TRL whose private hooks differ from those this module relies on (see ``_HOOKS`` and
     ``_SOURCE_CHECKS``); raises ``RuntimeError`` naming the installed and the supported versions."""
-    problems = []
-    for cls, hooks in _HOOKS.items():
-        for name, params in hooks.items():
-            member = getattr(cls, name, None)
-            if member is None:
-                problems.append(f"{cls.__name__}.{name} is missing")
-                continue
-            if params is None:
-                continue
-            try:
-                got = tuple(p for p in inspect.signature(member).parameters if p != "self")
-            except (TypeError, ValueError):
-                problems.append(f"{cls.__name__}.{name} has no inspectable signature")
-                continue
-            if got != params:
-                problems.append(f"{cls.__name__}.{name}{got} (expected {params})")
+    problems = [p for cls, hooks in _HOOKS.items() for name, params in hooks.items()
+                if (p := hook_problem(f"{cls.__name__}.{name}", getattr(cls, name, None), params)) is not None]
     for cls, name, fragment, why in _SOURCE_CHECKS:
         try:
             ok = fragment in inspect.getsource(getattr(cls, name))
