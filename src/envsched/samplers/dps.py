@@ -178,14 +178,6 @@ class DPSSampler(BaseSampler):
 
     # ------------------------------------------------------------------ the protocol hooks
     def _select(self, n: int) -> list[int]:
-        rng_state = self._rng.bit_generator.state
-        try:
-            return self._select_unchecked(n)
-        except BaseException:  # atomic: an interrupted draw leaves the generator as it was
-            self._rng.bit_generator.state = rng_state
-            raise
-
-    def _select_unchecked(self, n: int) -> list[int]:
         size = len(self.tasks)
         m = min(size, max(n, round(self.candidate_ratio * n)))
         # everything is computed on copies and assigned at the end: sample() changes nothing if it fails

@@ -145,14 +145,6 @@ class SECSampler(BaseSampler):
 
     # ------------------------------------------------------------------ the protocol hooks
     def _select(self, n: int) -> list[int]:
-        rng_state = self._rng.bit_generator.state
-        try:
-            return self._select_unchecked(n)
-        except BaseException:  # atomic: an interrupted draw leaves the generator as it was
-            self._rng.bit_generator.state = rng_state
-            raise
-
-    def _select_unchecked(self, n: int) -> list[int]:
         q = self._end_step()
         probs = self._probs(q)
         used = self._used.copy()
