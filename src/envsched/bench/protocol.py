@@ -256,6 +256,10 @@ def _values(results: Sequence[Mapping[str, Any]], sampler: str, key: str) -> dic
     return {int(r["seed"]): float(r["summary"][key]) for r in results if r["sampler"] == sampler}
 
 
+def _mean(values: Mapping[int, float]) -> float:
+    return float(np.nanmean(list(values.values()))) if values else math.nan
+
+
 def _family(config: ProtocolConfig, results: Sequence[Mapping[str, Any]], baselines: Sequence[str],
             key: str) -> dict[str, Any]:
     method = _values(results, config.method, key)
@@ -277,9 +281,7 @@ def protocol_report(config: ProtocolConfig, untuned: Sequence[Mapping[str, Any]]
             secondary[key] = {"label": label,
                               **{b: {k: c[k] for k in ("n", "mean", "low", "high")} for b, c in comp.items()}}
         names = config.samplers if with_controls else (config.method, *config.primary)
-        means = {s: {k: float(np.nanmean(list(_values(results, s, k).values())) if _values(results, s, k)
-                               else math.nan) for k in (config.endpoint, *SECONDARY)}
-                 for s in names}
+        means = {s: {k: _mean(_values(results, s, k)) for k in (config.endpoint, *SECONDARY)} for s in names}
         return {"primary": _family(config, results, config.primary, config.endpoint),
                 "controls": _family(config, results, config.controls, config.endpoint) if with_controls else {},
                 "secondary": secondary, "means": means}
@@ -293,21 +295,15 @@ def protocol_report(config: ProtocolConfig, untuned: Sequence[Mapping[str, Any]]
             "python": platform.python_version(), "cpu_seconds": float(np.sum(cpu)),
             "untuned": phase(untuned, True), "tuned": phase(tuned_all, False) if tuned else None,
             "tuned_params": dict(tuned_params),
-            "tuned_minus_untuned": {s: {k: v for k, v in _tuned_gain(untuned, tuned, s).items()}
-                                    for s in tuned_params}}
+            "tuned_minus_untuned": {s: _tuned_gain(untuned, tuned, s) for s in tuned_params}}
 
 
 def _tuned_gain(untuned: Sequence[Mapping[str, Any]], tuned: Sequence[Mapping[str, Any]],
-                sampler: str) -> dict[str, float]:
-    a, b, _ = paired(_values(tuned, sampler, "heldout"), _values(untuned, sampler, "heldout"))
-    d = a - b
-    if d.size < 2:
-        return {"n": float(d.size), "mean": float(d.mean()) if d.size else math.nan}
-    from scipy import stats
+                sampler: str) -> dict[str, Any]:
+    """Tuned minus untuned held-out score of ``sampler``, paired by seed (the report's paired difference)."""
+    from envsched.bench.report import paired_difference
 
-    half = float(stats.t.ppf(0.975, d.size - 1)) * float(d.std(ddof=1)) / math.sqrt(d.size)
-    return {"n": float(d.size), "mean": float(d.mean()), "low": float(d.mean()) - half,
-            "high": float(d.mean()) + half}
+    return paired_difference(_values(tuned, sampler, "heldout"), _values(untuned, sampler, "heldout"))
 
 
 def report_markdown(report: Mapping[str, Any]) -> str:
