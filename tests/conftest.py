@@ -87,3 +87,48 @@ def tiny_llm() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.build_tiny_llm
+
+
+@pytest.fixture(scope="session")
+def uvicorn_app() -> Any:
+    """``uvicorn_app(env, cwd=None, timeout_s=60)``: a context manager that serves
+    ``envsched.envs.openenv_server:app`` with uvicorn in a subprocess on 127.0.0.1 (a free port), as the docs
+    start it, waits for ``/health``, yields ``(process, port)`` and stops the server afterwards."""
+    import contextlib
+    import subprocess
+    import time
+    import urllib.request
+
+    from envsched.envs.openenv_server import _free_port
+
+    @contextlib.contextmanager
+    def serve(env: dict[str, str], cwd: Path | None = None, timeout_s: float = 60.0) -> Any:
+        port = _free_port("127.0.0.1")
+        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "envsched.envs.openenv_server:app", "--host",
+                                 "127.0.0.1", "--port", str(port), "--log-level", "warning"], env=env, cwd=cwd,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-2000:]}")
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("server did not start")
+            time.sleep(0.1)
+        try:
+            yield proc, port
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+    return serve

@@ -10,10 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
-import urllib.request
 
 import pytest
 
@@ -49,34 +45,13 @@ POOL = [
 
 
 @pytest.fixture(scope="module")
-def proc_server(tmp_path_factory):
+def proc_server(tmp_path_factory, uvicorn_app):
     """The default app in a uvicorn subprocess, serving POOL (killable)."""
     path = tmp_path_factory.mktemp("pool") / "pool.jsonl"
     path.write_text("\n".join(json.dumps(t) for t in POOL) + "\n")
-    port = _free_port("127.0.0.1")
     env = {**os.environ, "ENVSCHED_OPENENV_POOL": str(path), "ENVSCHED_OPENENV_NAME": "qa_pool"}
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "envsched.envs.openenv_server:app", "--host",
-                             "127.0.0.1", "--port", str(port), "--log-level", "warning"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=1) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-2000:]}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError("server did not start")
-        time.sleep(0.1)
-    yield proc, url
-    if proc.poll() is None:
-        proc.terminate()
-        proc.wait(10)
+    with uvicorn_app(env) as (proc, port):
+        yield proc, f"http://127.0.0.1:{port}"
 
 
 def test_http_base_url_forms():

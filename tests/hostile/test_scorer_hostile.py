@@ -12,11 +12,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -288,12 +285,6 @@ def test_the_openenv_server_refuses_an_unaudited_dataset(unaudited_dataset: str,
 
 
 # ---------------------------------------------------------------------------------------- the OpenEnv server
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _rss_tree(pid: int) -> int:
     import psutil
 
@@ -306,7 +297,7 @@ def _rss_tree(pid: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def spiral_server(tmp_path_factory):
+def spiral_server(tmp_path_factory, uvicorn_app):
     """The server started as the docs say, on a pool file of spiral_matrix and simple_integration tasks,
     in a working directory where ``id > marker`` would write."""
     root = tmp_path_factory.mktemp("server")
@@ -314,33 +305,10 @@ def spiral_server(tmp_path_factory):
     for k, spec in enumerate(build_reasoning_gym_pool(["simple_integration"], tasks_per_dataset=2, seed=5)):
         specs.append({**spec, "index": 3 + k})  # indexes 3 and 4 of the split
     (root / "spiral.json").write_text(json.dumps(specs))
-    port = _free_port()
     env = {**os.environ, "ENVSCHED_OPENENV_POOL": str(root / "spiral.json")}
     env.pop(safe_scoring.ALLOW_EVALUATING_ENV, None)
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "envsched.envs.openenv_server:app", "--host",
-                             "127.0.0.1", "--port", str(port), "--log-level", "warning"], env=env, cwd=root,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=1) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-2000:]}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError("server did not start")
-        time.sleep(0.2)
-    yield proc, port, root, specs
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with uvicorn_app(env, cwd=root, timeout_s=120) as (proc, port):
+        yield proc, port, root, specs
 
 
 def _ws_episode(port: int, answer: str, index: int = 0) -> dict:
