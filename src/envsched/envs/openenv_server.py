@@ -80,6 +80,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "(openenv==0.10.0; never together with openenv-core)") from exc
 from pydantic import Field
 
+from envsched.envs._settings import env_number
 from envsched.envs.server_guard import (
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_IDLE_TIMEOUT_S,
@@ -607,16 +608,7 @@ def create_default_app() -> Any:
 
 
 def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a positive integer, got {raw!r}") from None
-    if value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {raw!r}")
-    return value
+    return int(env_number(name, default, integer=True))
 
 
 def _uvicorn_config(app: Any, host: str, port: int, header_timeout_s: float | None, **kwargs: Any) -> Any:

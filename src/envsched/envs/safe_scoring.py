@@ -54,7 +54,6 @@ import decimal
 import fractions
 import functools
 import json
-import math
 import os
 import pickle
 import re
@@ -66,6 +65,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+from envsched.envs._settings import env_number
 from envsched.envs._worker_pool import PooledWorker, limit_address_space
 
 __all__ = [
@@ -668,23 +668,10 @@ class _ScorerWorker(PooledWorker):
         return {"budget": f"the answer took longer than {timeout_s:g}s to score"}
 
 
-def _positive_env(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a positive number, got {raw!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive number, got {raw!r}")
-    return value
-
-
 def scorer_budget() -> tuple[float, int]:
     """(seconds, bytes) one answer may use in the scorer worker, from the environment or the defaults."""
-    timeout = _positive_env(SCORER_TIMEOUT_ENV, DEFAULT_SCORER_TIMEOUT_S)
-    memory = _positive_env(SCORER_MEMORY_ENV, DEFAULT_SCORER_MEMORY_MB)
+    timeout = env_number(SCORER_TIMEOUT_ENV, DEFAULT_SCORER_TIMEOUT_S)
+    memory = env_number(SCORER_MEMORY_ENV, DEFAULT_SCORER_MEMORY_MB)
     return timeout, int(memory * 2**20)
 
 

@@ -29,10 +29,11 @@ import contextlib
 import contextvars
 import json
 import logging
-import os
 import random
 import threading
 from typing import Any
+
+from envsched.envs._settings import env_number
 
 __all__ = [
     "DEFAULT_HEADER_TIMEOUT_S",
@@ -80,17 +81,9 @@ def register_client_message(message: str) -> str:
 
 
 def env_seconds(name: str, default: float) -> float:
-    """A positive number of seconds from environment variable ``name`` (``default`` when unset)."""
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if not 0 < value <= 86_400:
-        raise ValueError(f"{name} must be in (0, 86400] seconds, got {raw!r}")
-    return value
+    """A positive number of seconds, at most a day, from environment variable ``name`` (``default`` when
+    unset)."""
+    return env_number(name, default, high=86_400, unit="seconds")
 
 
 def check_seconds(name: str, value: Any) -> float:
