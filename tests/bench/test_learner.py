@@ -212,3 +212,7 @@ def test_normalised_state_round_trips_and_refuses_bad_values():
     assert other.norm_sq_mean == m.norm_sq_mean
     with pytest.raises(ValueError, match="step must be"):
         LearnerConfig(step="adam")
+    # the normalised step's knobs are refused where the mean step would ignore them
+    with pytest.raises(ValueError, match=r"normalised_lr=0\.1 is read only with step='normalised'"):
+        LearnerConfig(normalised_lr=0.1)
+    assert LearnerConfig(step="normalised", normalised_lr=0.1).normalised_lr == 0.1

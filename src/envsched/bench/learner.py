@@ -144,6 +144,12 @@ class LearnerConfig:
             raise ValueError(f"LearnerConfig.normalised_lr must be in (0, 10), got {self.normalised_lr!r}")
         if not (isinstance(self.normalised_decay, int | float) and 0.0 <= self.normalised_decay < 1.0):
             raise ValueError(f"LearnerConfig.normalised_decay must be in [0, 1), got {self.normalised_decay!r}")
+        if self.step == "mean":
+            unread = [f"{name}={getattr(self, name)!r}" for name in ("normalised_lr", "normalised_decay")
+                      if getattr(self, name) != getattr(type(self), name)]
+            if unread:
+                raise ValueError(f"LearnerConfig: {', '.join(unread)} is read only with step='normalised' "
+                                 "(set step='normalised', or leave it at its default)")
         if self.bfcl_tool_scope not in ("function", "env"):
             raise ValueError(f"LearnerConfig.bfcl_tool_scope must be 'function' or 'env', got {self.bfcl_tool_scope!r}")
         if not isinstance(self.batch_normalise, bool):
