@@ -12,7 +12,7 @@ PACKAGE = Path(envsched.__file__).resolve().parent
 
 #: layer of each top-level part of the package, lowest first
 LAYERS: dict[str, int] = {
-    "_version": 0, "llm_http": 0,
+    "_version": 0, "llm_http": 0, "errors": 0,
     "pool": 1,
     "samplers": 2, "envs": 2, "testing": 2,
     "method": 3,

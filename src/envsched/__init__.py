@@ -57,6 +57,8 @@ from envsched._version import __version__
 _LAZY: dict[str, str] = {
     "TaskPool": "envsched.pool",
     "TaskSpecError": "envsched.pool",
+    "EnvSchedError": "envsched.errors",
+    "InvalidValueError": "envsched.errors",
     "default_pool": "envsched.envs.default_pool",
     "BaseSampler": "envsched.samplers",
     "TaskSampler": "envsched.samplers",
@@ -91,12 +93,14 @@ __all__ = [
     "CurriculumSampler",
     "DualRelationGraph",
     "DurableSampler",
+    "EnvSchedError",
     "EnvSchedSampler",
     "EvalHarness",
     "EvalResult",
     "EvalSchedule",
     "GraphConfig",
     "HistoryStore",
+    "InvalidValueError",
     "SamplerCheckError",
     "SchedulerConfig",
     "SequentialSampler",
@@ -121,6 +125,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names come from
     from envsched.bench.loop import run_schedule
     from envsched.bench.rewards import StochasticRewardSource
     from envsched.envs.default_pool import default_pool
+    from envsched.errors import EnvSchedError, InvalidValueError
     from envsched.evaluation import (
         ChatCompletionsPolicy,
         EvalHarness,
