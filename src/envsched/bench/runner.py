@@ -73,6 +73,12 @@ _DESCRIPTIONS = {
     "envsched-exploitation-only": "EnvSched ablation: exploitation only",
     "envsched-no-within": "EnvSched ablation: without within-environment edges",
     "envsched-no-cross": "EnvSched ablation: without cross-environment edges",
+    "envsched-no-graph": "EnvSched ablation: no graph (each task's own history and the global reference only)",
+    "envsched-variance-score": "EnvSched ablation: exploitation by the paper's calibrated variance prediction "
+                               "instead of the signal probability",
+    "envsched-fixed-share": "EnvSched ablation: the fixed coverage share instead of the online one",
+    "envsched-paper-coverage": "EnvSched ablation: the paper's coverage ranking instead of the UCB one",
+    "envsched-caps-always": "EnvSched ablation: concentration caps at every step, not only on decline",
     "envsched-shuffled-graph": "EnvSched negative control: random neighbours with the graph's degrees and weights",
     "envsched-noise-features": "EnvSched negative control: graph rebuilt from noise features of the same shape",
 }

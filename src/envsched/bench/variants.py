@@ -15,6 +15,13 @@ ENVSCHED_VARIANTS: dict[str, dict[str, Any]] = {
     "envsched-exploitation-only": {"mode": "exploitation_only"},
     "envsched-no-within": {"use_within_edges": False},
     "envsched-no-cross": {"use_cross_edges": False},
+    # no graph: each task's own history, the global reference where it has none (no propagated prior)
+    "envsched-no-graph": {"use_within_edges": False, "use_cross_edges": False},
+    # the default with one of its own rules (docs/envsched-sampler.md) switched back to the paper's
+    "envsched-variance-score": {"exploitation_score": "variance"},
+    "envsched-fixed-share": {"adaptive_share": False},
+    "envsched-paper-coverage": {"adaptive_coverage": False},
+    "envsched-caps-always": {"caps_on_decline_only": False},
 }
 
 #: Negative controls (docs/evaluation-protocol.md): EnvSched's default on a graph without its information
