@@ -67,6 +67,13 @@ def test_protocol_runs_every_phase_and_resumes(tmp_path: Path) -> None:
     a = json.loads((tmp_path / "p" / "runs" / "untuned" / "uniform__5000.json").read_text())
     b = json.loads((tmp_path / "p" / "runs" / "untuned" / "uniform__5001.json").read_text())
     assert a["seed"] == 5000 and b["seed"] == 5001
+    # each run records the commit that ran it; the report names those commits apart from its own, and its CPU
+    # figure covers every run, tuning trials included
+    head = proto._commit()
+    assert a["commit"] == head and report["run_commits"] == [head or "unrecorded"]
+    every = [json.loads(p.read_text()) for p in (tmp_path / "p" / "runs").rglob("*.json")]
+    assert report["cpu_seconds"] == pytest.approx(sum(r["cpu_s"] for r in every))
+    assert f"Runs at commit `{head or 'unrecorded'}`" in md
     # resume: nothing reruns, same report
     calls = []
     original = proto._run_job

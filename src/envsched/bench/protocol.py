@@ -150,7 +150,17 @@ def _run_job(job: Mapping[str, Any]) -> dict[str, Any]:
                       learner_kind=cfg.learner, families=cfg.families if cfg.learner == "neural" else None,
                       family_seed=seed if cfg.learner == "neural" else 0)
     return {**{k: job[k] for k in ("phase", "sampler", "seed", "options", "trial")},
-            "summary": _summarise_run(records), "cpu_s": round(time.process_time() - started, 2)}
+            "summary": _summarise_run(records), "cpu_s": round(time.process_time() - started, 2),
+            "commit": _commit()}
+
+
+def _commit() -> str:
+    """The git commit of the running code ("" outside a git checkout)."""
+    commit = ""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                                cwd=Path(__file__).resolve().parent).stdout.strip()
+    return commit
 
 
 def _job_path(out: Path, job: Mapping[str, Any]) -> Path:
@@ -246,7 +256,7 @@ def run_protocol(config: ProtocolConfig, out_dir: str | os.PathLike[str], *, wor
                                              for o, v in zip(options, objective, strict=True)]}
         tuned = _execute(out, [_job(config, "tuned", s, seed, tuned_params[s]["params"])
                                for s in tuned_params for seed in config.eval_seeds], workers, tick("tuned"))
-    report = protocol_report(config, untuned, tuned, tuned_params)
+    report = protocol_report(config, untuned, tuned, tuned_params, tuning=trials if config.tune else ())
     (out / "protocol-report.json").write_text(json.dumps(report, indent=2, default=float))
     (out / "protocol-report.md").write_text(report_markdown(report))
     return report
@@ -268,8 +278,14 @@ def _family(config: ProtocolConfig, results: Sequence[Mapping[str, Any]], baseli
 
 
 def protocol_report(config: ProtocolConfig, untuned: Sequence[Mapping[str, Any]],
-                    tuned: Sequence[Mapping[str, Any]], tuned_params: Mapping[str, Any]) -> dict[str, Any]:
-    """The report's document: verdicts per family and phase, secondary endpoints, means per sampler."""
+                    tuned: Sequence[Mapping[str, Any]], tuned_params: Mapping[str, Any], *,
+                    tuning: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The report's document: verdicts per family and phase, secondary endpoints, means per sampler.
+
+    ``run_commits`` are the commits recorded by the runs themselves (a run written before runs recorded one
+    counts as ``"unrecorded"``); ``commit`` is the code that wrote the report, which may be later than the
+    runs when a finished folder is reported again. ``cpu_seconds`` covers every run, tuning trials included.
+    """
     by_sampler = {r["sampler"]: r for r in tuned}
     tuned_all = list(tuned) + [r for r in untuned if r["sampler"] not in by_sampler]
 
@@ -286,12 +302,11 @@ def protocol_report(config: ProtocolConfig, untuned: Sequence[Mapping[str, Any]]
                 "controls": _family(config, results, config.controls, config.endpoint) if with_controls else {},
                 "secondary": secondary, "means": means}
 
-    commit = ""
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                                cwd=Path(__file__).resolve().parent).stdout.strip()
-    cpu = [float(r.get("cpu_s", 0.0)) for r in [*untuned, *tuned]]
-    return {"format": "envsched.protocol/1", "config": asdict(config), "commit": commit,
+    runs = [*untuned, *tuning, *tuned]
+    cpu = [float(r.get("cpu_s", 0.0)) for r in runs]
+    run_commits = sorted({str(r.get("commit") or "unrecorded") for r in runs})
+    return {"format": "envsched.protocol/1", "config": asdict(config), "commit": _commit(),
+            "run_commits": run_commits,
             "python": platform.python_version(), "cpu_seconds": float(np.sum(cpu)),
             "untuned": phase(untuned, True), "tuned": phase(tuned_all, False) if tuned else None,
             "tuned_params": dict(tuned_params),
@@ -312,7 +327,8 @@ def report_markdown(report: Mapping[str, Any]) -> str:
 
     cfg = report["config"]
     lines = [f"# Evaluation protocol report ({cfg['learner']} learner)", "",
-             f"Commit `{report['commit'] or 'unknown'}`; {len(cfg['eval_seeds'])} evaluation seeds "
+             f"Runs at commit {', '.join(f'`{c}`' for c in report.get('run_commits') or ['unrecorded'])}; "
+             f"report written at `{report['commit'] or 'unknown'}`; {len(cfg['eval_seeds'])} evaluation seeds "
              f"({cfg['eval_seeds'][0]}-{cfg['eval_seeds'][-1]}); budget {cfg['steps']} x {cfg['batch_size']} x "
              f"{cfg['group_size']} rollouts; margin +-{cfg['margin']:g}; CPU {report['cpu_seconds'] / 60:.0f} min.",
              ""]
