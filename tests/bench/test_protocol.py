@@ -74,6 +74,8 @@ def test_protocol_runs_every_phase_and_resumes(tmp_path: Path) -> None:
     every = [json.loads(p.read_text()) for p in (tmp_path / "p" / "runs").rglob("*.json")]
     assert report["cpu_seconds"] == pytest.approx(sum(r["cpu_s"] for r in every))
     assert f"Runs at commit `{head or 'unrecorded'}`" in md
+    # the forest plot is a PNG (matplotlib is in the test extras)
+    assert (tmp_path / "p" / "protocol-report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # resume: nothing reruns, same report
     calls = []
     original = proto._run_job

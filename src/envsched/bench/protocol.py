@@ -259,7 +259,47 @@ def run_protocol(config: ProtocolConfig, out_dir: str | os.PathLike[str], *, wor
     report = protocol_report(config, untuned, tuned, tuned_params, tuning=trials if config.tune else ())
     (out / "protocol-report.json").write_text(json.dumps(report, indent=2, default=float))
     (out / "protocol-report.md").write_text(report_markdown(report))
+    from envsched.bench.report import has_module
+
+    if has_module("matplotlib"):
+        plot_report(report, out / "protocol-report.png")
     return report
+
+
+def plot_report(report: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+    """A forest plot of the report: EnvSched minus each baseline and control, mean and 95 % interval, untuned
+    and tuned side by side, with the equivalence band of +-margin shaded (needs matplotlib: the ``bench``
+    extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cfg = report["config"]
+    margin = float(cfg["margin"])
+    untuned = report["untuned"]
+    tuned = (report.get("tuned") or {}).get("primary", {})
+    rows = [(b, "primary") for b in untuned["primary"]] + [(b, "controls") for b in untuned["controls"]]
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(rows) + 1.4))
+    ax.axvspan(-margin, margin, color="0.92", zorder=0, label=f"equivalence margin (+-{margin:g})")
+    ax.axvline(0.0, color="0.4", lw=0.8, zorder=1)
+    for i, (name, fam) in enumerate(rows):
+        y = len(rows) - 1 - i
+        for comp, dy, colour, label in ((untuned[fam][name], 0.12, "tab:blue", "untuned"),
+                                        (tuned.get(name), -0.12, "tab:orange", "tuned")):
+            if comp is None:
+                continue
+            ax.errorbar(comp["mean"], y + dy, xerr=[[comp["mean"] - comp["low"]], [comp["high"] - comp["mean"]]],
+                        fmt="o", color=colour, ms=4, capsize=3, label=label if i == 0 else None, zorder=2)
+            ax.annotate(comp["verdict"], (comp["high"], y + dy), xytext=(4, -3), textcoords="offset points",
+                        fontsize=7, color=colour)
+    ax.set_yticks(range(len(rows)), [f"{cfg['method']} - {name}" for name, _ in reversed(rows)])
+    ax.set_xlabel(f"held-out score difference (x100), paired by seed, n = {len(cfg['eval_seeds'])}")
+    ax.set_title("Evaluation protocol: EnvSched minus each sampler (95 % intervals)", fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def _values(results: Sequence[Mapping[str, Any]], sampler: str, key: str) -> dict[int, float]:
