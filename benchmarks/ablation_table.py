@@ -46,11 +46,14 @@ COMPONENTS: dict[str, str] = {
     "envsched-noise-features": "the graph's features (control: noise features)",
     "envsched-exploitation-only": "coverage (paper)",
     "envsched-coverage-only": "exploitation (paper)",
-    "envsched-variance-score": "signal-probability score (ours; ablation = paper's calibrated score)",
+    "envsched-no-calibration": "calibration: percentile ranks and quantile mapping (paper)",
+    "envsched-no-decline": "the recent-decline term (paper)",
+    "envsched-signal-score": "the paper's calibrated score in exploitation (variant = our signal-probability "
+                             "score, the former default)",
     "envsched-fixed-share": "online coverage share (ours; ablation = fixed share)",
     "envsched-paper-coverage": "UCB coverage ranking (ours; ablation = paper's ranking)",
     "envsched-caps-always": "caps only on decline (ours; ablation = caps every step)",
-    "envsched-paper": "all four of our rules (ablation = the paper preset)",
+    "envsched-paper": "all three of our rules (ablation = the paper preset)",
 }
 
 

@@ -105,6 +105,7 @@ def test_the_committed_protocol_is_what_the_code_runs() -> None:
     cfg = ProtocolConfig()
     doc = (Path(__file__).resolve().parents[2] / "docs" / "evaluation-protocol.md").read_text()
     assert cfg.eval_seeds == tuple(range(5000, 5040)) and "5000-5039" in doc
+    assert proto.EVALUATION_ROUNDS[2] == tuple(range(5040, 5080)) and "| 2 | 5040-5079 |" in doc
     assert "Status: in force" in doc and "DRAFT" not in doc
     assert cfg.primary == ("uniform", "plr", "mopps", "dps", "sec")
     assert cfg.margin == 2.0 and "2.0 points" in doc
@@ -132,3 +133,35 @@ def test_cli_protocol_refuses_what_the_protocol_fixes(tmp_path: Path) -> None:
     res = runner.invoke(cli, ["bench", "--protocol", str(tmp_path / "p"), "--seeds", "3"])
     assert res.exit_code != 0 and "drop --quick" in res.output
     assert not (tmp_path / "p").exists()
+
+
+def test_evaluation_rounds_have_disjoint_fresh_seeds_and_a_folder_keeps_its_round(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from envsched.cli.main import cli
+
+    rounds = proto.EVALUATION_ROUNDS
+    assert ProtocolConfig.for_round(1).eval_seeds == tuple(range(5000, 5040)) == ProtocolConfig().eval_seeds
+    assert ProtocolConfig.for_round(2).eval_seeds == tuple(range(5040, 5080))
+    assert not set(rounds[1]) & set(rounds[2])
+    with pytest.raises(ValueError, match="evaluation round 9"):
+        ProtocolConfig.for_round(9)
+    # a folder started with one configuration resumes it from the CLI, whatever the latest round is
+    cfg = _config()
+    run_protocol(cfg, tmp_path / "p")
+    assert proto.load_config(tmp_path / "p") == cfg
+    calls = []
+    original = proto._run_job
+    proto._run_job = lambda job: calls.append(job) or original(job)
+    try:
+        res = CliRunner().invoke(cli, ["bench", "--protocol", str(tmp_path / "p"), "--json"])
+    finally:
+        proto._run_job = original
+    assert res.exit_code == 0, res.output
+    assert calls == [] and json.loads(res.stdout)["config"]["eval_seeds"] == [5000, 5001, 5002]
+    res = CliRunner().invoke(cli, ["bench", "--protocol", str(tmp_path / "p"), "--round", "2"])
+    assert res.exit_code != 0 and "another evaluation round" in res.output
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "protocol-config.json").write_text('{"config": {"margin": "x"}}')
+    res = CliRunner().invoke(cli, ["bench", "--protocol", str(tmp_path / "bad")])
+    assert res.exit_code != 0 and "is not a protocol configuration" in res.output

@@ -39,13 +39,17 @@ import numpy as np
 
 from envsched.bench.stats import compare, describe, minimum_detectable_effect, paired
 
-__all__ = ["DEV_SEEDS", "EVAL_SEEDS", "TUNING_SEEDS", "ProtocolConfig", "protocol_report", "run_pilot",
-           "run_protocol"]
+__all__ = ["DEV_SEEDS", "EVALUATION_ROUNDS", "EVAL_SEEDS", "TUNING_SEEDS", "ProtocolConfig", "load_config",
+           "protocol_report", "run_pilot", "run_protocol"]
 
 #: Disjoint seed ranges (docs/evaluation-protocol.md, section 5).
 DEV_SEEDS = range(0, 1000)
 TUNING_SEEDS = (1000, 1001)
-EVAL_SEEDS = tuple(range(5000, 5040))
+#: Each evaluation round's seeds (docs/evaluation-protocol.md, "Evaluation rounds"): a round evaluates the default
+#: of its date on seeds no earlier round used, so no evaluation seed is seen twice.
+EVALUATION_ROUNDS: dict[int, tuple[int, ...]] = {1: tuple(range(5000, 5040)), 2: tuple(range(5040, 5080))}
+#: The first round's seeds (``ProtocolConfig()``); ``envsched bench --protocol`` runs the latest round.
+EVAL_SEEDS = EVALUATION_ROUNDS[1]
 
 #: Secondary endpoints: record key at the last step (``last``) or summarised over the run (``mean``/``auc``).
 SECONDARY = {
@@ -109,6 +113,27 @@ class ProtocolConfig:
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+
+    @classmethod
+    def for_round(cls, round_: int, **overrides: Any) -> ProtocolConfig:
+        """The protocol with evaluation round ``round_``'s seeds (:data:`EVALUATION_ROUNDS`)."""
+        if round_ not in EVALUATION_ROUNDS:
+            raise ValueError(f"protocol: evaluation round {round_!r} is not one of {sorted(EVALUATION_ROUNDS)}")
+        return cls(eval_seeds=EVALUATION_ROUNDS[round_], **overrides)
+
+
+def load_config(out_dir: str | os.PathLike[str]) -> ProtocolConfig | None:
+    """The configuration a protocol folder was started with (``protocol-config.json``), to resume or report it
+    again; ``None`` for a folder without one."""
+    path = Path(out_dir) / "protocol-config.json"
+    if not path.is_file():
+        return None
+    try:
+        raw = json.loads(path.read_text())["config"]
+        config = ProtocolConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not a protocol configuration: {exc}") from None
+    return config
 
 
 # ------------------------------------------------------------------------------------------------ one run

@@ -121,6 +121,9 @@ class _SamplersOption(click.Option):
 @click.option("--protocol", "protocol_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Run the pre-registered evaluation protocol (docs/evaluation-protocol.md) into this folder and "
                    "write protocol-report.md/json (the neural learner unless --learner model); resumes.")
+@click.option("--round", "protocol_round", type=click.IntRange(1, 100), default=None,
+              help="With --protocol: the evaluation round (docs/evaluation-protocol.md: each round has its own "
+                   "fresh seeds; default: the latest for a new folder, the folder's own for an existing one).")
 @click.option("--pilot", is_flag=True,
               help="With --protocol: the development-seed pilot (uniform, plr, envsched on seeds 0-4) and the "
                    "minimum detectable effect at the protocol's seeds, instead of the evaluation.")
@@ -133,7 +136,8 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
           coldstart_steps: int | None, coldstart_samplers: str, out_dir: Path | None, workers: int | None,
           use_ray: bool, ray_address: str | None, quick: bool, matrix: str | None, tune: bool, trials: int,
           tuned_file: Path | None, untuned: bool, split_opts: tuple[str, ...], data_dirs: tuple[str, ...],
-          protocol_dir: Path | None, pilot: bool, no_plots: bool, as_json: bool, list_samplers: bool) -> None:
+          protocol_dir: Path | None, protocol_round: int | None, pilot: bool, no_plots: bool, as_json: bool,
+          list_samplers: bool) -> None:
     """Run samplers against the learner model at a matched rollout budget and report what each one gets
     out of it. Samplers draw from the training part of the pool; the learner is scored on held-out tasks
     and held-out environments they never see (the held-out score judges them, with paired differences to
@@ -159,12 +163,14 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
     console = Console(stderr=as_json)
     if pilot and protocol_dir is None:
         raise click.UsageError("--pilot is part of --protocol: add --protocol FOLDER")
+    if protocol_round is not None and protocol_dir is None:
+        raise click.UsageError("--round is part of --protocol: add --protocol FOLDER")
     if protocol_dir is not None:
         if quick or tune or matrix or samplers or seeds or steps:
             raise click.UsageError("--protocol runs what docs/evaluation-protocol.md fixes: drop --quick, --tune, "
                                    "--matrix, --samplers, --seeds and --steps")
         kind = "neural" if not any("=" not in x for x in learner_opts) else _split_learner(learner_opts)[0]
-        _run_protocol(console, protocol_dir, kind, families, workers or 1, pilot, as_json)
+        _run_protocol(console, protocol_dir, kind, families, workers or 1, pilot, as_json, protocol_round)
         return
     learner_kind, learner_opts = _split_learner(learner_opts)
     neural = learner_kind == "neural"
@@ -412,11 +418,22 @@ def _run_matrix(console: Console, preset: str, names: list[str] | None, options:
 
 
 def _run_protocol(console: Console, out: Path, learner: str, families: str | None, workers: int, pilot: bool,
-                  as_json: bool) -> None:
-    from envsched.bench.protocol import ProtocolConfig, run_pilot, run_protocol
+                  as_json: bool, round_: int | None = None) -> None:
+    from envsched.bench.protocol import EVALUATION_ROUNDS, ProtocolConfig, load_config, run_pilot, run_protocol
 
-    config = ProtocolConfig(learner=learner, families=families) if learner == "neural" else \
-        ProtocolConfig(learner="model", batch_size=64)
+    try:
+        stored = None if pilot else load_config(out)
+        latest = max(EVALUATION_ROUNDS)
+        options: dict[str, Any] = {"learner": learner, "families": families} if learner == "neural" else \
+            {"learner": "model", "batch_size": 64}
+        config = ProtocolConfig.for_round(round_ if round_ is not None else latest, **options)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if stored is not None:
+        if round_ is not None and stored.eval_seeds != EVALUATION_ROUNDS.get(round_):
+            raise click.ClickException(f"{out} holds another evaluation round (seeds {stored.eval_seeds[0]}-"
+                                       f"{stored.eval_seeds[-1]}); use another folder for round {round_}")
+        config = stored  # resume (or report again) what the folder was started with
     last: dict[str, int] = {}
 
     def progress(phase: str, done: int, total: int) -> None:
