@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from envsched.errors import EnvSchedError
 from envsched.pool.pool import TaskPool
 from envsched.pool.spec import task_key
 from envsched.samplers.base import MAX_BATCH, BaseSampler, TaskSampler
@@ -83,7 +84,7 @@ def bad_updates(reward_range: tuple[float, float] = (0.0, 1.0)) -> dict[str, tup
             for name, (rewards, costs, match) in BAD_UPDATES.items()}
 
 
-class SamplerCheckError(AssertionError):
+class SamplerCheckError(EnvSchedError, AssertionError):
     """A sampler broke a rule of the shared semantics. ``rule`` is the rule's name (one of :data:`RULES`);
     the message says what was expected and what happened."""
 

@@ -53,9 +53,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from envsched.errors import EnvSchedError, is_int
 from envsched.pool.spec import task_key
-from envsched.store.durable import LeaseConflictError, LeaseExpiredError, UnknownLeaseError, logged_group
+from envsched.samplers.base import MAX_BATCH
 from envsched.store.history import StoreError
+from envsched.store.leases import (
+    LeaseConflictError,
+    LeaseDecision,
+    LeaseExpiredError,
+    LeaseOutcome,
+    LeaseRecord,
+    UnknownLeaseError,
+    logged_group,
+    resolve_lease,
+)
 
 __all__ = ["Lease", "LeaseConflictError", "LeaseExpiredError", "LeaseUnconfirmedError", "LocalClient",
            "RemoteSampler", "SamplerHost", "UnknownLeaseError", "UpdateBatchError", "launch_sampler", "release_name"]
@@ -63,7 +74,7 @@ __all__ = ["Lease", "LeaseConflictError", "LeaseExpiredError", "LeaseUnconfirmed
 _CLOSED_MEMORY = 200_000
 
 
-class LeaseUnconfirmedError(RuntimeError):
+class LeaseUnconfirmedError(EnvSchedError, RuntimeError):
     """A call naming a lease failed in a way that does not say whether it took effect (the host stayed
     unreachable for the whole retry window). The worker has dropped the lease; ask
     :meth:`RemoteSampler.lease_status` later for the answer."""
@@ -73,7 +84,7 @@ class LeaseUnconfirmedError(RuntimeError):
         self.lease = lease
 
 
-class UpdateBatchError(ValueError):
+class UpdateBatchError(EnvSchedError, ValueError):
     """Some items of an :meth:`RemoteSampler.update_many` call were refused (the others were applied).
 
     ``results`` holds one entry per item: ``"applied"``, ``"already_applied"`` or the refusing exception."""
@@ -107,6 +118,12 @@ class Lease:
     issued: float
     deadline: float
     anonymous: bool = False
+
+
+def _drawable(n: Any) -> bool:
+    """Whether ``n`` is a batch size worth issuing lease ids for (the sampler still checks it: a refused ``n``
+    gets no ids)."""
+    return is_int(n) and 0 < n <= MAX_BATCH
 
 
 def _is_sampler(obj: Any) -> bool:
@@ -148,8 +165,7 @@ class SamplerHost:
                  store_retry_s: float = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
         if not (isinstance(lease_timeout_s, int | float) and lease_timeout_s > 0):
             raise ValueError(f"lease_timeout_s must be a positive number, got {lease_timeout_s!r}")
-        if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)
-                                       or group_size < 1):
+        if group_size is not None and not (is_int(group_size) and group_size >= 1):
             raise ValueError(f"group_size must be a positive integer or None, got {group_size!r}")
         if not (isinstance(store_retry_s, int | float) and store_retry_s >= 0):
             raise ValueError(f"store_retry_s must be a number >= 0, got {store_retry_s!r}")
@@ -174,7 +190,7 @@ class SamplerHost:
         self._epoch = uuid.uuid4().hex[:8]
         self._leases: dict[str, Lease] = {}  # in deadline order (new and renewed leases go to the end)
         # non-durable: lease -> (key, outcome, logged (rewards, costs) of the consuming update or None)
-        self._closed: OrderedDict[str, tuple[str, str, Any]] = OrderedDict()
+        self._closed: OrderedDict[str, tuple[str, LeaseOutcome, Any]] = OrderedDict()
         self._reclaimed_groups = 0
         self._needs_sync = False
         self._queue: list[_Request] = []
@@ -234,7 +250,7 @@ class SamplerHost:
     def _new_ids(self, n: int) -> list[str]:
         return [secrets.token_hex(16) for _ in range(n)]
 
-    def _remember_closed(self, lease: Lease, outcome: str, group: tuple[Any, Any] | None = None) -> None:
+    def _remember_closed(self, lease: Lease, outcome: LeaseOutcome, group: tuple[Any, Any] | None = None) -> None:
         """Keep what consumed a lease (non-durable host; a durable one reads it from the store): the outcome
         and, for an update, its logged rewards and costs, so that a retry is told from a conflicting update."""
         if not self.durable:
@@ -263,7 +279,7 @@ class SamplerHost:
             except LeaseExpiredError:
                 pass  # the store shows the lease consumed already (a call whose reply was lost): just forget it
             del self._leases[lease.lease_id]
-            self._remember_closed(lease, "reclaim")
+            self._remember_closed(lease, LeaseOutcome.RECLAIM)
             self._reclaimed_groups += 1
             done.append(lease.lease_id)
         return done
@@ -338,7 +354,7 @@ class SamplerHost:
             closed = self._closed.get(lease_id)
             if closed is None:
                 return "unknown"
-            return {"update": "applied", "discard": "discarded", "reclaim": "reclaimed"}[closed[1]]
+            return LeaseOutcome(closed[1]).status
 
     def _position_of(self, key: str) -> None:
         inner = self.sampler if hasattr(self.sampler, "position_of") else getattr(self.sampler, "sampler", None)
@@ -362,6 +378,7 @@ class SamplerHost:
             if lease.key != key:
                 raise UnknownLeaseError(f"lease {lease_id} belongs to task {lease.key!r}, not {key!r}")
             return lease
+        record: LeaseRecord | None
         if self.durable:
             status = self.sampler.lease_status(lease_id)
             if status == "open":  # issued by this store but not adopted yet (another process's draw): resync
@@ -373,30 +390,19 @@ class SamplerHost:
             if status == "applied" and action == "update":
                 # the store holds the consuming update: let the DurableSampler tell a retry from a conflict
                 return Lease(lease_id, key, None, self._clock(), self._clock())
-            closed_outcome = {"applied": "update", "discarded": "discard", "reclaimed": "reclaim"}.get(status)
-            closed = None if closed_outcome is None else (None, closed_outcome, None)
+            outcome = LeaseOutcome.from_status(status)
+            record = None if outcome is None else LeaseRecord(None, outcome)
         else:
             closed = self._closed.get(lease_id)
-        if closed is None:
-            raise UnknownLeaseError(f"unknown lease {lease_id!r} for task {key!r}: not issued by this sampler host"
-                                    + (" nor found in its store" if self.durable else ""))
-        if closed[0] is not None and closed[0] != key:
-            raise UnknownLeaseError(f"lease {lease_id} belongs to task {closed[0]!r}, not {key!r}")
-        if closed[1] == "update" and action == "update":
-            if group is not None and closed[2] is not None and logged_group(*group) != closed[2]:
-                raise LeaseConflictError(f"lease {lease_id} of task {key!r} was already used by an update with "
-                                         f"rewards {str(closed[2][0])[:120]}, costs {str(closed[2][1])[:60]}; this "
-                                         f"update has rewards {str(logged_group(*group)[0])[:120]}, costs "
-                                         f"{str(logged_group(*group)[1])[:60]}: it is not a retry of that update and "
-                                         "is refused (a lease reports one group, once)")
-            return "already_applied"
-        if closed[1] == "reclaim":
-            raise LeaseExpiredError(f"the group of task {key!r} (lease {lease_id}) was reclaimed after "
-                                    f"{self.lease_timeout_s:g} s without an update; its rewards are refused "
-                                    "(the task can be drawn again)")
-        what = "reported by an update" if closed[1] == "update" else "discarded"
-        raise LeaseExpiredError(f"the group of task {key!r} (lease {lease_id}) was already {what}; this "
-                                f"{action} is refused")
+            record = None if closed is None else LeaseRecord(closed[0], LeaseOutcome(closed[1]), "",
+                                                             (lambda logged=closed[2]: logged) if closed[2] is not None
+                                                             else None)
+        decision = resolve_lease(lease_id, key, action, record, group=group,
+                                 never_issued="not issued by this sampler host"
+                                 + (" nor found in its store" if self.durable else ""),
+                                 expired=f"after {self.lease_timeout_s:g} s")
+        assert decision is not LeaseDecision.APPLY  # an open lease is in self._leases (or adopted above)
+        return decision.value
 
     # ------------------------------------------------------------------ the protocol, serialised
     # ------------------------------------------------------------------ group commit (durable samplers)
@@ -421,7 +427,7 @@ class SamplerHost:
             prepared = []
             for req in reqs:
                 results, todo = self._prepare_updates(req.items, True)
-                valid_n = isinstance(req.n, int) and not isinstance(req.n, bool) and 0 < req.n <= 1_000_000
+                valid_n = _drawable(req.n)
                 ids = self._new_ids(req.n) if valid_n else []  # type: ignore[arg-type]
                 prepared.append((req, results, todo, ids))
             try:
@@ -456,7 +462,7 @@ class SamplerHost:
             return self._combined([], n, worker)[1]
         with self._lock:
             self.reclaim_expired()
-            ids = self._new_ids(n) if isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 1_000_000 else []
+            ids = self._new_ids(n) if _drawable(n) else []
             try:
                 tasks = self.sampler.sample(n, leases=ids) if self.durable and ids else self.sampler.sample(n)
             except StoreError:
@@ -516,7 +522,7 @@ class SamplerHost:
         with self._lock:
             self.reclaim_expired()
             results, todo = self._prepare_updates(list(items), True)
-            ids = self._new_ids(n) if isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 1_000_000 else []
+            ids = self._new_ids(n) if _drawable(n) else []
             try:
                 if self.durable and ids:
                     done, tasks = self.sampler.update_many_and_sample([x[2] for x in todo], n, ids)
@@ -585,7 +591,7 @@ class SamplerHost:
                 self._leases.pop(lease.lease_id, None)
             elif not isinstance(res, BaseException):
                 self._leases.pop(lease.lease_id, None)
-                self._remember_closed(lease, "update", logged_group(item[1], item[2]))
+                self._remember_closed(lease, LeaseOutcome.UPDATE, logged_group(item[1], item[2]))
         if not batch and isinstance(results[0], BaseException):
             raise results[0]
         return results
@@ -603,7 +609,7 @@ class SamplerHost:
                 self._needs_sync = True
                 raise
             del self._leases[found.lease_id]
-            self._remember_closed(found, "discard")
+            self._remember_closed(found, LeaseOutcome.DISCARD)
 
     def metrics(self) -> dict[str, float]:
         """The sampler's metrics plus ``leases`` (live), ``reclaimed_groups`` (read from the store when the

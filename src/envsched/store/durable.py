@@ -17,15 +17,13 @@ that follow, checking that every replayed draw equals the logged one. Hence:
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
-import math
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from envsched.pool.pool import TaskPool
+from envsched.errors import check_int
 from envsched.pool.spec import task_key
 from envsched.samplers.base import BaseSampler
 from envsched.store.history import (
@@ -37,296 +35,38 @@ from envsched.store.history import (
     canonical_json,
     genesis_digest,
 )
+from envsched.store.leases import (
+    LeaseConflictError,
+    LeaseDecision,
+    LeaseExpiredError,
+    LeaseOutcome,
+    LeaseRecord,
+    UnknownLeaseError,
+    logged_group,
+    resolve_lease,
+)
+from envsched.store.records import (
+    CALLER_PARAMS,
+    SAMPLER_CLASSES,
+    describe_sampler,
+    graph_fingerprint,
+    header_differences,
+    register_sampler_class,
+    sampler_from_record,
+    tasks_fingerprint,
+)
 
-__all__ = ["SAMPLER_CLASSES", "DurableSampler", "LeaseConflictError", "LeaseExpiredError", "ReplayDivergenceError",
-           "UnknownLeaseError", "describe_sampler", "graph_fingerprint", "register_sampler_class",
-           "tasks_fingerprint"]
+__all__ = ["CALLER_PARAMS", "SAMPLER_CLASSES", "DurableSampler", "LeaseConflictError", "LeaseExpiredError",
+           "ReplayDivergenceError", "UnknownLeaseError", "describe_sampler", "graph_fingerprint", "logged_group",
+           "register_sampler_class", "tasks_fingerprint"]
 
 _REPLAY_CHUNK = 5000
 _GO = object()  # a pre-check's answer: go on and apply the call
 
 
-class LeaseExpiredError(ValueError):
-    """An update (or discard) named a lease whose group was already given back: reclaimed after its lease
-    expired, or discarded. Its rewards are not counted (the task can be drawn again)."""
-
-
-class LeaseConflictError(LeaseExpiredError):
-    """An update named a lease that an update with *other* rewards (or costs) already consumed: it is not a
-    retry of that update, and its rewards are refused (a retry with the same rewards is answered
-    ``"already_applied"``). Nothing is changed."""
-
-
-class UnknownLeaseError(ValueError):
-    """An update (or discard) named a lease that was never issued (by this host or, for a durable sampler,
-    in this store), or a lease of another task. Nothing is changed."""
-
-
 class ReplayDivergenceError(StoreError):
     """Replaying the log did not reproduce it: a replayed draw differs from the logged one, or a logged
     update is refused. The sampler is not deterministic given its state, or the code changed."""
-
-
-#: The sampler classes :meth:`DurableSampler.resume` may construct from a store's metadata, as
-#: ``"module:qualname"``. A store naming any other class is refused before anything is imported.
-SAMPLER_CLASSES: set[str] = {
-    "envsched.samplers.simple:SequentialSampler",
-    "envsched.samplers.simple:UniformSampler",
-    "envsched.samplers.simple:CurriculumSampler",
-    "envsched.samplers.baselines:DynamicSamplingSampler",
-    "envsched.samplers.baselines:MoPPSSampler",
-    "envsched.samplers.baselines:GRESOSampler",
-    "envsched.samplers.baselines:PLRSampler",
-    "envsched.samplers.dps:DPSSampler",
-    "envsched.samplers.sec:SECSampler",
-    "envsched.method.sampler:EnvSchedSampler",
-}
-
-
-#: ``sampler_params`` a store records for information only: they name where a sampler writes, which a store
-#: never chooses (resume takes them from its caller), and they do not change the sampler's draws, so they are
-#: not compared when a sampler is wrapped on an existing store.
-CALLER_PARAMS: frozenset[str] = frozenset({"run_file"})
-
-#: Words that mark a constructor argument of a sampler class outside envsched as something a store must not
-#: choose (a file, folder, address, process or thread count); resume refuses such a recorded argument.
-_CALLER_WORDS = ("file", "path", "dir", "url", "endpoint", "host", "port", "worker", "process", "thread",
-                 "command", "module", "class", "callback")
-
-#: Upper bounds on the recorded GraphConfig numbers a rebuild accepts (a crafted store could otherwise ask for
-#: a graph that exhausts memory before its fingerprint is checked).
-_GRAPH_REBUILD_CAPS = {"k_within": 10_000, "k_cross": 10_000, "ann_m": 1_000, "ann_ef_construction": 100_000,
-                       "ann_ef_search": 100_000, "ann_oversample": 1_000, "ann_dense_dim": 100_000,
-                       "exact_block_rows": 1_000_000, "exact_max_nodes": 10_000_000,
-                       "initial_context_max_chars": 10_000_000, "recall_sample": 1_000_000,
-                       "max_features_per_view": 10_000_000, "min_df": 1_000_000, "bandwidth_rank": 10_000}
-
-
-#: envsched's own sampler classes (their arguments name no file, address or process count).
-_BUILTIN_CLASSES: frozenset[str] = frozenset(SAMPLER_CLASSES)
-
-
-def _class_name(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def register_sampler_class(cls: type) -> None:
-    """Allow :meth:`DurableSampler.resume` to construct ``cls`` (a :class:`BaseSampler` subclass) from a
-    store. Registration is by the class object, so a store can only name code the program imported."""
-    if not (isinstance(cls, type) and issubclass(cls, BaseSampler)):
-        raise TypeError(f"register_sampler_class needs a BaseSampler subclass, got {cls!r}")
-    SAMPLER_CLASSES.add(_class_name(cls))
-
-
-def _resolve_sampler_class(name: Any, where: str, extra: Sequence[type]) -> type:
-    """The class a store's ``sampler_class`` names, if it is allowed; checked before any import."""
-    for cls in extra:
-        if isinstance(cls, type) and _class_name(cls) == name:
-            return cls
-    if not isinstance(name, str) or name not in SAMPLER_CLASSES:
-        raise StoreError(f"store {where} names sampler class {str(name)[:120]!r}, which is not a registered "
-                         "envsched sampler class: refusing to import or call it (a store is data, never code). "
-                         "If it is your own sampler, pass DurableSampler.resume(..., sampler_classes=[YourClass]) "
-                         "or call envsched.store.durable.register_sampler_class(YourClass) first")
-    module, _, qualname = name.partition(":")
-    try:
-        obj: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise StoreError(f"store {where}: cannot import sampler class {name} ({exc})") from None
-    if not (isinstance(obj, type) and issubclass(obj, BaseSampler)):  # pragma: no cover - registry is checked
-        raise StoreError(f"store {where}: {name} is not a sampler class")
-    return obj
-
-
-def tasks_fingerprint(tasks: Sequence[Any], reward_range: tuple[float, float]) -> str:
-    """SHA-256 of the task specs and the reward range; equals :meth:`TaskPool.fingerprint` for the same pool."""
-    if isinstance(tasks, TaskPool) and tuple(tasks.reward_range) == tuple(reward_range):
-        return tasks.fingerprint()
-    import hashlib
-
-    h = hashlib.sha256()
-    h.update(json.dumps([float(reward_range[0]), float(reward_range[1])]).encode())
-    for s in tasks:
-        h.update(json.dumps(s, sort_keys=True, separators=(",", ":"), default=str).encode())
-        h.update(b"\n")
-    return h.hexdigest()
-
-
-def _canonical_param(value: Any) -> Any:
-    """A JSON form of a constructor argument; objects that JSON cannot hold become ``{"__object__": type}``."""
-    if value is None or isinstance(value, bool | str):
-        return value
-    if isinstance(value, int) or (hasattr(value, "dtype") and getattr(value, "ndim", None) == 0
-                                  and str(value.dtype).startswith(("int", "uint"))):
-        return int(value)
-    if isinstance(value, float) or (hasattr(value, "dtype") and getattr(value, "ndim", None) == 0):
-        f = float(value)
-        return f if math.isfinite(f) else {"__float__": repr(f)}
-    if isinstance(value, list | tuple):
-        return [_canonical_param(v) for v in value]
-    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
-        return {k: _canonical_param(v) for k, v in sorted(value.items())}
-    if hasattr(value, "tolist") and hasattr(value, "shape"):
-        return _canonical_param(value.tolist())
-    t = type(value)
-    return {"__object__": f"{t.__module__}.{t.__qualname__}"}
-
-
-def _rebuildable(value: Any) -> bool:
-    if isinstance(value, dict):
-        return "__object__" not in value and "__float__" not in value and all(_rebuildable(v) for v in value.values())
-    if isinstance(value, list):
-        return all(_rebuildable(v) for v in value)
-    return True
-
-
-def graph_fingerprint(graph: Any) -> str:
-    """SHA-256 of what a scheduler reads from a dual-relation graph: task ids, environments, both neighbour
-    relations (indices, and weights and similarities rounded to 6 decimals, so a rebuild on another machine
-    whose floating point differs in the last bits still matches)."""
-    import hashlib
-
-    import numpy as np
-
-    h = hashlib.sha256()
-    h.update(json.dumps([list(map(str, graph.task_ids)), list(map(str, graph.envs))]).encode())
-    for name in ("env_codes", "within_index", "cross_index"):
-        a = np.ascontiguousarray(np.asarray(getattr(graph, name), dtype=np.int64))
-        h.update(name.encode() + repr(a.shape).encode() + a.tobytes())
-    for name in ("within_weight", "within_similarity", "cross_weight", "cross_similarity"):
-        a = np.asarray(getattr(graph, name), dtype=np.float64)
-        r = np.ascontiguousarray(np.round(a, 6) + 0.0)  # + 0.0 folds -0.0 into 0.0
-        h.update(name.encode() + repr(r.shape).encode() + r.tobytes())
-    return h.hexdigest()
-
-
-def _describe_graph(sampler: Any, graph_path: str | os.PathLike[str] | None) -> dict[str, Any] | None:
-    graph = getattr(sampler, "graph", None)
-    if graph is None or not hasattr(graph, "within_index"):
-        return None
-    return {"fingerprint": graph_fingerprint(graph), "num_nodes": int(graph.num_nodes),
-            "config": _canonical_param(dict(getattr(graph, "config", {}) or {})),
-            "path": None if graph_path is None else os.fspath(graph_path)}
-
-
-def describe_sampler(sampler: Any, group_size: int | None = None, *,
-                     graph_path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """The configuration a store records and checks: class, ``get_params()`` (as plain JSON), pool
-    fingerprint, group size and -- for a sampler with a dual-relation graph (``EnvSchedSampler``) -- the
-    graph's fingerprint, build configuration and, when given, the file it was loaded from (``graph_path``)."""
-    cls = type(sampler)
-    params = sampler.get_params() if hasattr(sampler, "get_params") else {}
-    canon = {k: _canonical_param(v) for k, v in sorted(params.items())}
-    out = {
-        "sampler_class": f"{cls.__module__}:{cls.__qualname__}",
-        "sampler_params": canon,
-        "params_rebuildable": _rebuildable(canon),
-        "pool_fingerprint": tasks_fingerprint(sampler.tasks, tuple(sampler.reward_range)),
-        "num_tasks": len(sampler.tasks),
-        "reward_range": [float(x) for x in sampler.reward_range],
-        "group_size": group_size,
-    }
-    graph = _describe_graph(sampler, graph_path)
-    if graph is not None:
-        out["graph"] = graph
-    return out
-
-
-def _resume_envsched(cls: Any, tasks: Any, params: dict[str, Any], header: Mapping[str, Any], where: str,
-                     caller: Mapping[str, Any]) -> tuple[Any, list[str]]:
-    """Construct an ``EnvSchedSampler`` from a store: its ``SchedulerConfig`` from the recorded plain data,
-    its graph from the caller (``graph`` or ``graph_path``) or a rebuild with the recorded ``GraphConfig`` --
-    refused unless the graph's fingerprint equals the recorded one. The recorded graph file, run file, worker
-    and thread counts, LLM endpoint and cache folder are never used (a store is data: it chooses no path,
-    address or process count); returns the sampler and one note per recorded field left unused."""
-    from envsched.method.config import GraphConfig, SchedulerConfig
-    from envsched.pool import TaskPool
-
-    notes: list[str] = []
-    recorded = header.get("graph")
-    if not isinstance(recorded, Mapping) or "fingerprint" not in recorded:
-        raise StoreError(f"store {where} does not record the EnvSchedSampler's graph (written by an older "
-                         "envsched): construct the sampler with its graph and wrap it: DurableSampler(sampler, "
-                         "store)")
-    params = dict(params)
-    config = SchedulerConfig.from_dict(params.pop("config"))
-    stored_run_file = params.pop("run_file", "") or None
-    run_file = caller.get("run_file")
-    if stored_run_file and run_file is None:
-        notes.append(f"sampler_params.run_file ({str(stored_run_file)[:120]}) is not written: a store never "
-                     "chooses a file to write; pass resume(..., run_file=PATH) to append explanations")
-    reward_range = tuple(params.pop("reward_range", header.get("reward_range") or (0.0, 1.0)))
-    pool = TaskPool(list(tasks), reward_range=reward_range)
-    graph, graph_path = caller.get("graph"), caller.get("graph_path")
-    source = "the graph passed in"
-    if graph is None and graph_path is not None:
-        from envsched.method.graph.io import load_graph
-
-        graph = load_graph(graph_path, expected_fingerprint=header["pool_fingerprint"])
-        source = f"graph file {os.fspath(graph_path)}"
-    if graph is None:
-        if recorded.get("path"):
-            notes.append(f"graph.path ({str(recorded['path'])[:120]}) is not opened: a store never chooses a file "
-                         "to read; the graph is rebuilt from the recorded GraphConfig (pass resume(..., "
-                         "graph_path=PATH) or `envsched store verify --graph PATH` to load it)")
-        graph_config = _safe_graph_config(dict(recorded.get("config") or {}), where, caller, notes)
-        from envsched.method.graph.build import build_graph
-
-        graph = build_graph(pool, GraphConfig.from_dict(graph_config))
-        source = "the graph rebuilt from the recorded GraphConfig"
-    got = graph_fingerprint(graph)
-    if got != recorded["fingerprint"]:
-        raise StoreMismatchError(f"store {where} was written with a graph of fingerprint "
-                                 f"{str(recorded['fingerprint'])[:12]}..., but {source} has {got[:12]}...: pass "
-                                 "the run's graph (resume(store, graph_path=PATH)) or use a new store")
-    return cls(pool, graph, config, run_file=run_file, reward_range=reward_range, **params), notes
-
-
-def _safe_graph_config(config: dict[str, Any], where: str, caller: Mapping[str, Any], notes: list[str]
-                       ) -> dict[str, Any]:
-    """The recorded ``GraphConfig`` with what a store must not choose taken from the caller: an LLM
-    abstraction (it would send the pool to the recorded endpoint) is refused; the worker and thread counts
-    are the caller's ``workers``; the LLM endpoint, model and cache folder are dropped. Numbers beyond
-    :data:`_GRAPH_REBUILD_CAPS` are refused."""
-    if config.get("abstraction", "static") != "static":
-        raise StoreError(f"store {where}: graph.config.abstraction is {str(config.get('abstraction'))[:40]!r} "
-                         f"(endpoint {str(config.get('llm_endpoint'))[:80]!r}): a store never chooses an address "
-                         "to call, so its graph is not rebuilt; pass the run's graph: resume(store, "
-                         "graph_path=PATH) (`envsched store verify --graph PATH`)")
-    for name, cap in _GRAPH_REBUILD_CAPS.items():
-        value = config.get(name)
-        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value <= cap):
-            raise StoreError(f"store {where}: graph.config.{name} is {str(value)[:40]} (at most {cap} for a "
-                             "rebuild from the store): pass the run's graph: resume(store, graph_path=PATH)")
-    workers = int(caller.get("workers", 1))
-    for name in ("workers", "ann_threads"):
-        if name in config and config[name] not in (0, 1, workers):
-            notes.append(f"graph.config.{name} ({str(config[name])[:20]}) is not used: a store never chooses a "
-                         f"process or thread count; the rebuild uses {workers} (pass resume(..., workers=N))")
-        config[name] = workers
-    for name in ("llm_endpoint", "llm_model", "llm_cache_dir"):
-        if config.get(name) is not None:
-            notes.append(f"graph.config.{name} is not used: a store never chooses an address or folder")
-        config[name] = None
-    return config
-
-
-_RESUME_ADAPTERS: dict[str, Callable[..., Any]] = {"envsched.method.sampler:EnvSchedSampler": _resume_envsched}
-
-
-def _differences(stored: Any, mine: Any) -> list[str]:
-    keys = sorted((set(stored) | set(mine)) - CALLER_PARAMS)
-    missing = object()
-    out = []
-    for k in keys:
-        a, b = stored.get(k, missing), mine.get(k, missing)
-        if a != b:
-            fa = "(absent)" if a is missing else json.dumps(a)[:80]
-            fb = "(absent)" if b is missing else json.dumps(b)[:80]
-            out.append(f"{k}: store has {fa}, this sampler has {fb}")
-    return out
 
 
 class DurableSampler:
@@ -441,7 +181,7 @@ class DurableSampler:
         list (or ``tasks``) and configuration, then replay.
 
         **A store is data, never instructions.** The class the store names is only ever one of envsched's
-        registered sampler classes (:data:`SAMPLER_CLASSES`, :func:`register_sampler_class`) or one of
+        registered sampler classes (:mod:`envsched.samplers.registry`, :func:`register_sampler_class`) or one of
         ``sampler_classes``; any other name is refused with :class:`StoreError` before anything is imported or
         called. Nothing read from the store chooses a file to read or write, an address to call, or a number
         of processes or threads: those come from the caller --
@@ -456,47 +196,14 @@ class DurableSampler:
         line each). The graph must match the recorded fingerprint (``StoreMismatchError`` otherwise).
         Samplers whose configuration holds objects JSON cannot record (a client), or arguments that name a
         file, address or process count, must be constructed by the caller and wrapped instead."""
-        if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 1024:
-            raise ValueError(f"workers must be an integer in [1, 1024], got {workers!r}")
+        check_int(workers, "workers", low=1, high=1024)
         store = store if isinstance(store, HistoryStore) else HistoryStore(store)
         header = store.header()
         if header is None:
             raise StoreError(f"store {store.where} holds no history yet: nothing to resume")
-        if not header.get("params_rebuildable", False):
-            objs = [k for k, v in header["sampler_params"].items() if not _rebuildable(v)]
-            raise StoreError(f"store {store.where}: the {str(header['sampler_class'])[:120]} configuration holds "
-                             f"objects the store cannot record ({', '.join(objs)[:200]}); construct the sampler "
-                             "yourself and wrap it: DurableSampler(sampler, store)")
-        obj = _resolve_sampler_class(header["sampler_class"], store.where, sampler_classes)
-        if tasks is None:
-            tasks = store.tasks()
-        if tasks is None:
-            raise StoreError(f"store {store.where} does not hold its task list (the tasks were not JSON); "
-                             "pass tasks=...")
-        params = dict(header["sampler_params"])
-        adapter = _RESUME_ADAPTERS.get(header["sampler_class"])
-        notes: list[str] = []
-        if adapter is None and header["sampler_class"] not in _BUILTIN_CLASSES:
-            for name in params:
-                if any(w in name.lower() for w in _CALLER_WORDS):
-                    raise StoreError(f"store {store.where}: sampler_params.{name[:60]} of "
-                                     f"{header['sampler_class']} may name a file, address or process count, which "
-                                     "a store never chooses: construct the sampler yourself and wrap it: "
-                                     "DurableSampler(sampler, store)")
-        caller = {"graph": graph, "graph_path": graph_path, "run_file": run_file, "workers": workers}
-        try:
-            if adapter is not None:
-                sampler, notes = adapter(obj, tasks, params, header, store.where, caller)
-            else:
-                sampler = obj(tasks, **params)
-        except StoreError:
-            raise
-        except (MemoryError, KeyboardInterrupt, SystemExit):
-            raise
-        except Exception as exc:  # whatever the recorded values make the constructor raise: a clear refusal
-            raise StoreError(f"store {store.where}: cannot construct {header['sampler_class']} from the recorded "
-                             f"configuration ({type(exc).__name__}: {str(exc)[:300]}); construct the sampler "
-                             "yourself and wrap it: DurableSampler(sampler, store)") from None
+        sampler, notes = sampler_from_record(header, store.tasks if tasks is None else tasks, where=store.where,
+                                             sampler_classes=sampler_classes, graph=graph, graph_path=graph_path,
+                                             run_file=run_file, workers=workers)
         kwargs.setdefault("group_size", header.get("group_size"))
         out = cls(sampler, store, **kwargs)
         out.notes = notes + out.notes
@@ -518,7 +225,7 @@ class DurableSampler:
             raise StoreCorruptError(f"store {where}: its metadata says num_tasks={header['num_tasks']}, but its pool "
                                     f"fingerprint is that of this sampler's {expected['num_tasks']} tasks: the "
                                     "metadata was edited")
-        diffs = _differences(header["sampler_params"], expected["sampler_params"])
+        diffs = header_differences(header["sampler_params"], expected["sampler_params"])
         if diffs:
             raise StoreMismatchError(f"store {where} was written with another {expected['sampler_class']} "
                                      f"configuration: {'; '.join(diffs)}")
@@ -713,57 +420,37 @@ class DurableSampler:
             self._seq, self._digest = seq, digest
             return results
 
-    def _close(self, lease: str, seq: int, outcome: str) -> None:
+    def _close(self, lease: str, seq: int, outcome: LeaseOutcome) -> None:
         """Consume ``lease`` with event ``seq`` (written with the events at the end of the transaction)."""
+        outcome = LeaseOutcome(outcome).value  # type: ignore[assignment] - the store records the plain string
         self._closing.append((lease, seq, outcome))
         if self._lease_cache is not None and lease in self._lease_cache:
             key, issued, _, _ = self._lease_cache[lease]
             self._lease_cache[lease] = (key, issued, seq, outcome)  # a second use in this batch sees it consumed
 
     def _lease_check(self, tx: Any, lease: str, key: str, action: str, group: tuple[Any, Any] | None = None) -> Any:
-        """Pre-check of an update/discard naming ``lease``: ``_GO`` while the lease is open; the answer
-        ``"already_applied"`` for an update whose lease an update with the same rewards and costs (``group``)
-        already consumed (a retry after a lost reply); otherwise an error naming what is wrong --
-        :class:`LeaseConflictError` for an update under a used lease with other rewards."""
+        """Pre-check of an update/discard naming ``lease`` by the lease rules (:func:`resolve_lease`):
+        ``_GO`` while the lease is open; the answer ``"already_applied"`` for an update whose lease an update
+        with the same rewards and costs (``group``) already consumed (a retry after a lost reply); otherwise
+        the error naming what is wrong."""
         if not isinstance(lease, str) or not lease:
             raise UnknownLeaseError(f"lease must be a non-empty string, got {lease!r}")
         row = self._lease_cache.get(lease) if self._lease_cache is not None else self.store.lease(tx, lease)
-        if row is None:
-            raise UnknownLeaseError(f"unknown lease {lease!r} for task {key!r}: store {self.store.where} never "
-                                    "issued it")
-        lkey, _, closed, outcome = row
-        if lkey != key:
-            raise UnknownLeaseError(f"lease {lease} belongs to task {lkey!r}, not {key!r}")
-        if outcome is None:
-            return _GO
-        if outcome == "update" and action == "update":
-            self._same_group(tx, lease, key, closed, group)
-            return "already_applied"
-        if outcome == "reclaim":
-            raise LeaseExpiredError(f"the group of task {key!r} (lease {lease}) was reclaimed (event {closed}) "
-                                    "after its lease expired without an update; its rewards are refused (the "
-                                    "task can be drawn again)")
-        what = "reported by an update" if outcome == "update" else "discarded"
-        raise LeaseExpiredError(f"the group of task {key!r} (lease {lease}) was already {what} (event {closed}); "
-                                f"this {action} is refused")
+        record = None
+        if row is not None:
+            lkey, _, closed, outcome = row
 
-    def _same_group(self, tx: Any, lease: str, key: str, closed: int | None, group: tuple[Any, Any] | None) -> None:
-        """Raise :class:`LeaseConflictError` unless ``group`` (rewards, costs) equals what the update that
-        consumed ``lease`` (event ``closed``) recorded."""
-        if group is None:
-            return
-        mine = logged_group(*group)
-        if lease in self._groups:
-            logged: Any = self._groups[lease]
-        else:
-            payload = self.store.event_payload(tx, int(closed)) if closed is not None else None
-            logged = None if payload is None else (payload.get("rewards"), payload.get("costs"))
-        if logged != mine:
-            got = "unreadable" if logged is None else f"rewards {str(logged[0])[:120]}, costs {str(logged[1])[:60]}"
-            raise LeaseConflictError(f"lease {lease} of task {key!r} was already used by an update (event {closed}) "
-                                     f"with {got}; this update has rewards {str(mine[0])[:120]}, costs "
-                                     f"{str(mine[1])[:60]}: it is not a retry of that update and is refused (a "
-                                     "lease reports one group, once)")
+            def logged() -> Any:
+                if lease in self._groups:
+                    return self._groups[lease]
+                payload = self.store.event_payload(tx, int(closed)) if closed is not None else None
+                return None if payload is None else (payload.get("rewards"), payload.get("costs"))
+
+            record = LeaseRecord(lkey, None if outcome is None else LeaseOutcome(outcome),
+                                 "" if closed is None else f" (event {closed})", logged)
+        decision = resolve_lease(lease, key, action, record, group=group,
+                                 never_issued=f"store {self.store.where} never issued it")
+        return _GO if decision is LeaseDecision.APPLY else decision.value
 
     # ------------------------------------------------------------------ the protocol
     def sample(self, n: int, *, leases: Sequence[str] | None = None) -> list[Any]:
@@ -784,7 +471,7 @@ class DurableSampler:
 
         def pre(tx: Any) -> Any:
             if leases is not None:
-                taken = self.store._existing_leases(tx, leases)
+                taken = self.store.existing_leases(tx, leases)
                 if taken:
                     raise UnknownLeaseError(f"lease id {sorted(taken)[0]!r} was already issued in store "
                                             f"{self.store.where}: lease ids are never reused")
@@ -828,7 +515,7 @@ class DurableSampler:
             return self._lease_check(tx, lease, key, "update", (rewards, costs))  # type: ignore[arg-type]
 
         def post(tx: Any, seq: int) -> None:
-            self._close(lease, seq, "update")  # type: ignore[arg-type]
+            self._close(lease, seq, LeaseOutcome.UPDATE)  # type: ignore[arg-type]
             self._groups[lease] = logged_group(rewards, costs)  # type: ignore[index]
 
         def apply() -> str:
@@ -929,7 +616,7 @@ class DurableSampler:
             return self._lease_check(tx, lease, key, "discard")  # type: ignore[arg-type]
 
         def post(tx: Any, seq: int) -> None:
-            self._close(lease, seq, "reclaim" if reclaimed else "discard")  # type: ignore[arg-type]
+            self._close(lease, seq, LeaseOutcome.RECLAIM if reclaimed else LeaseOutcome.DISCARD)  # type: ignore[arg-type]
 
         self._run("discard", lambda: self.sampler.discard(task), payload,
                   pre=pre if lease is not None else None, post=post if lease is not None else None)
@@ -942,7 +629,7 @@ class DurableSampler:
             row = self.store.lease(tx, lease) if self.store.has_lease_table(tx) else None
         if row is None:
             return "unknown"
-        return {None: "open", "update": "applied", "discard": "discarded", "reclaim": "reclaimed"}[row[3]]
+        return "open" if row[3] is None else LeaseOutcome(row[3]).status
 
     def open_leases(self) -> list[tuple[str, str]]:
         """``(lease, task key)`` of every lease the store shows as issued and not consumed, oldest first."""
@@ -1042,17 +729,6 @@ class DurableSampler:
 
     def __repr__(self) -> str:
         return f"DurableSampler({self.sampler!r}, {self.store!r}, events={self._seq})"
-
-
-def logged_group(rewards: Any, costs: Any) -> tuple[Any, Any]:
-    """The logged form of a group's rewards and costs (as an update event records them), for comparing a
-    retry with the update that consumed its lease; input that has no such form compares unequal."""
-    try:
-        r = [None if x is None else float(x) for x in rewards]
-        c = None if costs is None else [float(x) for x in costs]
-    except (TypeError, ValueError):
-        return ("unreadable", repr(rewards)[:60])
-    return r, c
 
 
 def _raiser(exc: BaseException) -> Callable[[], Any]:

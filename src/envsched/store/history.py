@@ -45,6 +45,9 @@ from typing import Any
 
 import numpy as np
 
+from envsched.errors import EnvSchedError
+from envsched.store.leases import OUTCOMES
+
 __all__ = [
     "STORE_FORMAT",
     "Event",
@@ -61,7 +64,7 @@ _PREFIX_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 _EVENT_KINDS = ("sample", "update", "discard")
 
 
-class StoreError(RuntimeError):
+class StoreError(EnvSchedError, RuntimeError):
     """Base class of the store's errors."""
 
 
@@ -885,7 +888,7 @@ class HistoryStore:
         if not leases:
             return
         ids = [lid for lid, _ in leases]
-        taken = self._existing_leases(tx, ids)
+        taken = self.existing_leases(tx, ids)
         if taken:
             raise ValueError(f"lease id {sorted(taken)[0]!r} was already issued in store {self.where}: lease "
                              "ids are never reused")
@@ -898,7 +901,8 @@ class HistoryStore:
                 values.append(f"(:l{j}, :k{j}, :s)")
             tx.execute(f"INSERT INTO {self.t_leases} (lease, key, issued_seq) VALUES " + ", ".join(values), params)
 
-    def _existing_leases(self, tx: _Tx, ids: list[str]) -> set[str]:
+    def existing_leases(self, tx: _Tx, ids: list[str]) -> set[str]:
+        """The ids among ``ids`` that this store already issued (lease ids are never reused)."""
         out: set[str] = set()
         for i in range(0, len(ids), 500):
             chunk = ids[i:i + 500]
@@ -920,7 +924,7 @@ class HistoryStore:
 
     def close_lease(self, tx: _Tx, lease: str, seq: int, outcome: str) -> None:
         """Mark an open lease consumed by event ``seq`` (``outcome``: update, discard or reclaim)."""
-        if outcome not in ("update", "discard", "reclaim"):
+        if outcome not in OUTCOMES:
             raise ValueError(f"unknown lease outcome {outcome!r}")
         tx.execute(f"UPDATE {self.t_leases} SET closed_seq = :s, outcome = :o WHERE lease = :l "
                    "AND closed_seq IS NULL", {"s": seq, "o": outcome, "l": lease})
@@ -942,7 +946,7 @@ class HistoryStore:
     def close_leases(self, tx: _Tx, rows: list[tuple[str, int, str]]) -> None:
         """:meth:`close_lease` for ``(lease, seq, outcome)`` rows, in a few statements."""
         for lid, _, outcome in rows:
-            if outcome not in ("update", "discard", "reclaim"):
+            if outcome not in OUTCOMES:
                 raise ValueError(f"unknown lease outcome {outcome!r} for lease {lid}")
         if len(rows) == 1:
             self.close_lease(tx, *rows[0])
