@@ -56,6 +56,7 @@ class SamplerRecord:
             ``(cls, tasks, record, **resources)``); ``""``: the class's own ``from_record``.
         benchmark_only: a sampler only the benchmark's loop can drive (a post-filter); ``envsched run`` and
             :func:`available_samplers` leave it out.
+        options: options the factory always receives (before a variant's and the caller's), e.g. a preset.
     """
 
     name: str
@@ -65,6 +66,7 @@ class SamplerRecord:
     variants: tuple[SamplerVariant, ...] = ()
     restore: str = ""
     benchmark_only: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 _ENVSCHED = "envsched.method.sampler:EnvSchedSampler"
@@ -82,7 +84,7 @@ UNLISTED_CLASSES: dict[str, str] = {"envsched.samplers.simple:SequentialSampler"
 
 def register_sampler(name: str, description: str, target: str, *, sampler_class: str = "",
                      variants: tuple[SamplerVariant, ...] = (), restore: str = "",
-                     benchmark_only: bool = False) -> SamplerRecord:
+                     benchmark_only: bool = False, options: Mapping[str, Any] | None = None) -> SamplerRecord:
     """Register the sampler built by ``target`` (``"module:callable"``) under ``name`` (see
     :class:`SamplerRecord` for the other fields) and return its record. A name already registered (a sampler
     or a variant) is replaced only by a record of that name."""
@@ -92,7 +94,8 @@ def register_sampler(name: str, description: str, target: str, *, sampler_class:
                                                                    (restore, "restore")) if s)):
         if not isinstance(text, str) or text.count(":") != 1 or text.startswith(":") or text.endswith(":"):
             raise ValueError(f"{what} must be 'module:attribute', got {text!r}")
-    record = SamplerRecord(name, description, target, sampler_class, tuple(variants), restore, benchmark_only)
+    record = SamplerRecord(name, description, target, sampler_class, tuple(variants), restore, benchmark_only,
+                           dict(options or {}))
     taken = {v.name: r.name for r in SAMPLERS.values() if r.name != name for v in r.variants}
     for n in (name, *(v.name for v in record.variants)):
         if n in taken or (n != name and n in SAMPLERS):
@@ -150,11 +153,11 @@ def sampler_classes() -> dict[str, str]:
 
 
 def make_sampler(name: str, pool: TaskPool, *, seed: int = 0, group_size: int = 8, **options: Any) -> BaseSampler:
-    """Build the sampler (or variant) registered as ``name``; a variant's options come first, ``options``
-    override them. ``ValueError`` lists the known names."""
+    """Build the sampler (or variant) registered as ``name``: the record's options, then the variant's, then
+    ``options``, each overriding the one before. ``ValueError`` lists the known names."""
     record, variant = resolve(name)
     factory: SamplerFactory = _import(record.factory)
-    merged = {**(variant.options if variant is not None else {}), **options}
+    merged = {**record.options, **(variant.options if variant is not None else {}), **options}
     return factory(pool, seed=seed, group_size=group_size, **merged)
 
 
@@ -235,10 +238,23 @@ register_sampler(
               SamplerVariant("envsched-no-within", "EnvSched ablation: without within-environment edges",
                              {"use_within_edges": False}),
               SamplerVariant("envsched-no-cross", "EnvSched ablation: without cross-environment edges",
-                             {"use_cross_edges": False})))
-# the same class as "envsched" (another preset): the store finds the class's record through "envsched"
+                             {"use_cross_edges": False}),
+              # no graph: each task's own history, the global reference where it has none (no propagated prior)
+              SamplerVariant("envsched-no-graph", "EnvSched ablation: no graph (each task's own history and the "
+                             "global reference only)", {"use_within_edges": False, "use_cross_edges": False}),
+              # the default with one of its own rules (docs/envsched-sampler.md) switched back to the paper's
+              SamplerVariant("envsched-variance-score", "EnvSched ablation: exploitation by the paper's calibrated "
+                             "variance prediction instead of the signal probability",
+                             {"exploitation_score": "variance"}),
+              SamplerVariant("envsched-fixed-share", "EnvSched ablation: the fixed coverage share instead of the "
+                             "online one", {"adaptive_share": False}),
+              SamplerVariant("envsched-paper-coverage", "EnvSched ablation: the paper's coverage ranking instead of "
+                             "the UCB one", {"adaptive_coverage": False}),
+              SamplerVariant("envsched-caps-always", "EnvSched ablation: concentration caps at every step, not only "
+                             "on decline", {"caps_on_decline_only": False})))
 register_sampler("envsched-paper", "EnvSched, the paper preset: variance prediction, 50/50 coverage-aware batches",
-                 "envsched.method.sampler:make_envsched_paper_sampler")
+                 "envsched.method.sampler:make_envsched_sampler", options={"preset": "paper"},
+                 sampler_class=_ENVSCHED, restore=_ENVSCHED_RESTORE)
 
 
 #: The records envsched registers itself: their classes' arguments name no file, address or process count.
