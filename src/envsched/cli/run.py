@@ -303,8 +303,9 @@ def _write_explanations(sampler: Any, path: Path) -> None:
     writes). The CLI writes them itself, so that where they go is not part of the sampler's configuration: a
     history store of the run then rebuilds without rewriting them (`envsched store verify`)."""
     from envsched.method.explain import write_records
+    from envsched.samplers.wrappers import unwrap
 
-    inner = getattr(sampler, "sampler", sampler)  # a DurableSampler wraps the EnvSchedSampler
+    inner = unwrap(sampler)  # a DurableSampler wraps the EnvSchedSampler
     write_records(path, inner.explanations(),
                   {"sampler": type(inner).__name__, "seed": inner.seed, "num_tasks": len(inner.tasks),
                    "num_envs": len(inner.envs), "config": inner.config.to_dict()})

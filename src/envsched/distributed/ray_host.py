@@ -56,6 +56,7 @@ from typing import Any
 from envsched.errors import EnvSchedError, is_int
 from envsched.pool.spec import task_key
 from envsched.samplers.base import MAX_BATCH
+from envsched.samplers.wrappers import unwrap
 from envsched.store.history import StoreError
 from envsched.store.leases import (
     LeaseConflictError,
@@ -357,8 +358,8 @@ class SamplerHost:
             return LeaseOutcome(closed[1]).status
 
     def _position_of(self, key: str) -> None:
-        inner = self.sampler if hasattr(self.sampler, "position_of") else getattr(self.sampler, "sampler", None)
-        if inner is not None and hasattr(inner, "position_of"):
+        inner = unwrap(self.sampler)
+        if hasattr(inner, "position_of"):
             inner.position_of(key)  # KeyError naming an unknown task
 
     def _check_lease(self, key: str, lease_id: Any, action: str, group: tuple[Any, Any] | None = None) -> Lease | str:

@@ -26,6 +26,7 @@ from typing import Any
 from envsched.errors import check_int
 from envsched.pool.spec import task_key
 from envsched.samplers.base import BaseSampler
+from envsched.samplers.wrappers import SamplerWrapper
 from envsched.store.history import (
     Event,
     HistoryStore,
@@ -69,9 +70,10 @@ class ReplayDivergenceError(StoreError):
     update is refused. The sampler is not deterministic given its state, or the code changed."""
 
 
-class DurableSampler:
+class DurableSampler(SamplerWrapper):
     """A :class:`~envsched.samplers.base.TaskSampler` that logs every call to a :class:`HistoryStore`
-    and rebuilds itself from it.
+    and rebuilds itself from it: a :class:`~envsched.samplers.wrappers.SamplerWrapper` (the wrapped sampler is
+    :attr:`sampler`; ``durable.unwrapped.explanations()`` reaches an ``EnvSchedSampler``'s own methods).
 
     Wrapping a sampler on an empty store creates the store (configuration, pool fingerprint, task list and
     the sampler's initial state). Wrapping a sampler of the same class, configuration and pool on an
@@ -112,7 +114,7 @@ class DurableSampler:
                                            or snapshot_every < 1):
             raise ValueError(f"snapshot_every must be a positive integer or None, got {snapshot_every!r}")
         self.store = store if isinstance(store, HistoryStore) else HistoryStore(store)
-        self.sampler = sampler
+        super().__init__(sampler)
         self.group_size = group_size
         self.snapshot_every = snapshot_every
         self._lock = threading.RLock()
@@ -707,14 +709,6 @@ class DurableSampler:
     def replayed_events(self) -> int:
         """Events replayed by the last rebuild and the catch-ups since (0 for a fresh store)."""
         return self._replayed
-
-    @property
-    def tasks(self) -> list[Any]:
-        return self.sampler.tasks
-
-    @property
-    def reward_range(self) -> tuple[float, float]:
-        return self.sampler.reward_range
 
     def outstanding(self) -> dict[str, int]:
         """Outstanding dispatches per task key (local view; call :meth:`refresh` first to include others')."""
