@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from envsched.errors import check_int
-from envsched.pool.spec import task_key
 from envsched.samplers.base import BaseSampler
 from envsched.samplers.wrappers import SamplerWrapper
 from envsched.store.history import (
@@ -44,6 +43,7 @@ from envsched.store.leases import (
     logged_group,
     resolve_lease,
 )
+from envsched.store.operations import GO, DiscardOp, Operation, RefusedOp, SampleOp, UpdateOp, safe_key
 from envsched.store.records import (
     CALLER_PARAMS,
     SAMPLER_CLASSES,
@@ -60,7 +60,6 @@ __all__ = ["CALLER_PARAMS", "SAMPLER_CLASSES", "DurableSampler", "LeaseConflictE
            "ReplayDivergenceError", "UnknownLeaseError", "describe_sampler", "graph_fingerprint", "logged_group",
            "register_sampler_class", "tasks_fingerprint"]
 
-_GO = object()  # a pre-check's answer: go on and apply the call
 
 
 class DurableSampler(ReplayMixin, SamplerWrapper):
@@ -116,7 +115,6 @@ class DurableSampler(ReplayMixin, SamplerWrapper):
         self._seq = 0
         self._digest = ""
         self._replayed = 0
-        self._last_keys: list[str] = []
         self._lease_cache: dict[str, Any] | None = None
         self._closing: list[tuple[str, int, str]] = []
         self._audit: dict[str, list[Any]] | None = None
@@ -236,16 +234,12 @@ class DurableSampler(ReplayMixin, SamplerWrapper):
                                      f"this DurableSampler has group_size={expected['group_size']}")
 
     # ------------------------------------------------------------------ logged calls
-    def _run(self, kind: str, apply: Callable[[], Any], payload: Callable[[Any], dict[str, Any]], *,
-             pre: Callable[[Any], Any] | None = None, post: Callable[[Any, int], None] | None = None) -> Any:
-        return self._run_many([(kind, apply, payload, pre, post)], batch=False)[0]
+    def _run_many(self, ops: Sequence[Operation], *, batch: bool, prefetch: list[str] | None = None) -> list[Any]:
+        """Apply and log ``ops`` (:mod:`envsched.store.operations`) in one transaction.
 
-    def _run_many(self, ops: list[tuple[Any, ...]], *, batch: bool, prefetch: list[str] | None = None) -> list[Any]:
-        """Apply and log ``ops`` -- ``(kind, apply, payload, pre, post)`` each -- in one transaction.
-
-        ``pre(tx)`` (optional) runs first and may answer the op without applying it (e.g. an update whose
-        lease the store shows as already applied); ``post(tx, seq)`` runs after its event is appended. Bad
-        input (``ValueError``/``KeyError``/``TypeError`` from ``pre`` or ``apply``, which change nothing)
+        Each op's ``check(self, tx)`` runs first and may answer it without applying it (e.g. an update whose
+        lease the store shows as already applied); ``after(self, tx, seq)`` runs once its event is appended.
+        Bad input (``ValueError``/``KeyError``/``TypeError`` from ``check`` or ``apply``, which change nothing)
         raises at once when ``batch`` is false; in a batch it becomes that op's result and the others go on.
         """
         if self._broken is not None:
@@ -267,13 +261,13 @@ class DurableSampler(ReplayMixin, SamplerWrapper):
                     rows: list[tuple[int, str, str, str]] = []
                     self._closing = []
                     self._lease_cache = self.store.leases_bulk(tx, prefetch) if prefetch else None
-                    for kind, apply, payload, pre, post in ops:
+                    for op in ops:
                         try:
-                            early = pre(tx) if pre is not None else _GO
-                            if early is not _GO:
+                            early = op.check(self, tx)
+                            if early is not GO:
                                 results.append(early)
                                 continue
-                            result = apply()  # bad input raises ValueError/KeyError/TypeError, no state change
+                            result = op.apply(self)  # bad input raises ValueError/KeyError/TypeError, no change
                         except (ValueError, KeyError, TypeError) as exc:
                             if not batch:
                                 raise
@@ -284,10 +278,9 @@ class DurableSampler(ReplayMixin, SamplerWrapper):
                             raise
                         applied = True
                         seq += 1
-                        text, digest = self.store.chain_event(digest, kind, payload(result))
-                        rows.append((seq, kind, text, digest))
-                        if post is not None:
-                            post(tx, seq)
+                        text, digest = self.store.chain_event(digest, op.kind, op.payload(result))
+                        rows.append((seq, op.kind, text, digest))
+                        op.after(self, tx, seq)
                         if self.snapshot_every is not None and seq % self.snapshot_every == 0:
                             self.store.write_snapshot(tx, seq, digest, self.sampler.state_dict())
                         results.append(result)
@@ -315,7 +308,7 @@ class DurableSampler(ReplayMixin, SamplerWrapper):
 
     def _lease_check(self, tx: Any, lease: str, key: str, action: str, group: tuple[Any, Any] | None = None) -> Any:
         """Pre-check of an update/discard naming ``lease`` by the lease rules (:func:`resolve_lease`):
-        ``_GO`` while the lease is open; the answer ``"already_applied"`` for an update whose lease an update
+        ``GO`` while the lease is open; the answer ``"already_applied"`` for an update whose lease an update
         with the same rewards and costs (``group``) already consumed (a retry after a lost reply); otherwise
         the error naming what is wrong."""
         if not isinstance(lease, str) or not lease:
@@ -335,7 +328,7 @@ class DurableSampler(ReplayMixin, SamplerWrapper):
                                  "" if closed is None else f" (event {closed})", logged)
         decision = resolve_lease(lease, key, action, record, group=group,
                                  never_issued=f"store {self.store.where} never issued it")
-        return _GO if decision is LeaseDecision.APPLY else decision.value
+        return GO if decision is LeaseDecision.APPLY else decision.value
 
     # ------------------------------------------------------------------ the protocol
     def sample(self, n: int, *, leases: Sequence[str] | None = None) -> list[Any]:
@@ -345,69 +338,16 @@ class DurableSampler(ReplayMixin, SamplerWrapper):
         draw, so that an update naming one can be matched exactly, and recognised as already applied when it
         is retried, even by a host restarted on this store.
         """
-        return self._run_many([self._sample_op(n, None if leases is None else list(leases))], batch=False)[0]
-
-    def _sample_op(self, n: int, leases: list[str] | None) -> tuple[Any, ...]:
-        if leases is not None:
-            valid_n = isinstance(n, int) and not isinstance(n, bool) and n > 0
-            if valid_n and (len(leases) != n or len(set(leases)) != len(leases)
-                            or not all(isinstance(x, str) and x for x in leases)):
-                raise ValueError(f"leases must be {n!r} distinct non-empty strings, one per drawn group")
-
-        def pre(tx: Any) -> Any:
-            if leases is not None:
-                taken = self.store.existing_leases(tx, leases)
-                if taken:
-                    raise UnknownLeaseError(f"lease id {sorted(taken)[0]!r} was already issued in store "
-                                            f"{self.store.where}: lease ids are never reused")
-            return _GO
-
-        def payload(tasks: list[Any]) -> dict[str, Any]:
-            out: dict[str, Any] = {"n": int(n), "keys": [task_key(t) for t in tasks]}
-            if leases is not None:
-                out["leases"] = leases
-            return out
-
-        def post(tx: Any, seq: int) -> None:
-            if leases is not None:
-                self.store.issue_leases(tx, seq, list(zip(leases, self._last_keys, strict=True)))
-
-        def apply() -> list[Any]:
-            tasks = self.sampler.sample(n)
-            self._last_keys = [task_key(t) for t in tasks]
-            return tasks
-
-        return ("sample", apply, payload, pre, post)
+        return self._run_many([SampleOp(n, None if leases is None else list(leases))], batch=False)[0]
 
     def _update_op(self, task: Any, rewards: Sequence[float | None], costs: Sequence[float] | None,
-                   lease: str | None) -> tuple[Any, ...]:
+                   lease: str | None) -> UpdateOp:
         if (self.group_size is not None and hasattr(rewards, "__len__") and not isinstance(rewards, str | bytes)
                 and len(rewards) != self.group_size):
-            key = task if isinstance(task, str) else _safe_key(task)
+            key = task if isinstance(task, str) else safe_key(task)
             raise ValueError(f"rewards for task {key!r} have {len(rewards)} entries, expected group_size="
                              f"{self.group_size} (one reward per rollout, None for an unscored one)")
-
-        def payload(_: Any) -> dict[str, Any]:
-            out: dict[str, Any] = {"key": task if isinstance(task, str) else task_key(task),
-                                   "rewards": [None if r is None else float(r) for r in rewards],
-                                   "costs": None if costs is None else [float(c) for c in costs]}
-            if lease is not None:
-                out["lease"] = lease
-            return out
-
-        def pre(tx: Any) -> Any:
-            key = task if isinstance(task, str) else _safe_key(task)
-            return self._lease_check(tx, lease, key, "update", (rewards, costs))  # type: ignore[arg-type]
-
-        def post(tx: Any, seq: int) -> None:
-            self._close(lease, seq, LeaseOutcome.UPDATE)  # type: ignore[arg-type]
-            self._groups[lease] = logged_group(rewards, costs)  # type: ignore[index]
-
-        def apply() -> str:
-            self.sampler.update(task, rewards, costs)
-            return "applied"
-
-        return ("update", apply, payload, pre if lease is not None else None, post if lease is not None else None)
+        return UpdateOp(task, rewards, costs, lease)
 
     def update(self, task: Any, rewards: Sequence[float | None], costs: Sequence[float] | None = None, *,
                lease: str | None = None) -> str:
@@ -435,14 +375,14 @@ class DurableSampler(ReplayMixin, SamplerWrapper):
         leases = [x[3] for x in items if isinstance(x, tuple | list) and len(x) == 4 and isinstance(x[3], str)]
         return self._run_many(self._update_ops(items), batch=True, prefetch=leases)
 
-    def _update_ops(self, items: Sequence[tuple[Any, ...]]) -> list[Any]:
-        ops: list[Any] = []
+    def _update_ops(self, items: Sequence[tuple[Any, ...]]) -> list[Operation]:
+        ops: list[Operation] = []
         for item in items:
             try:
                 task, rewards, costs, lease = item
                 ops.append(self._update_op(task, rewards, costs, lease))
             except (ValueError, TypeError) as exc:
-                ops.append(("update", _raiser(exc), None, None, None))
+                ops.append(RefusedOp(exc))
         return ops
 
     def update_many_and_sample(self, items: Sequence[tuple[Any, ...]], n: int,
@@ -451,7 +391,7 @@ class DurableSampler(ReplayMixin, SamplerWrapper):
         Returns the update results and the drawn tasks -- or, for a refused draw, the exception (the updates
         are committed all the same)."""
         ops = self._update_ops(items)
-        ops.append(self._sample_op(n, list(leases)))
+        ops.append(SampleOp(n, list(leases)))
         results = self._run_many(ops, batch=True,
                                  prefetch=[x[3] for x in items if isinstance(x, tuple | list) and len(x) == 4
                                            and isinstance(x[3], str)])
@@ -463,7 +403,7 @@ class DurableSampler(ReplayMixin, SamplerWrapper):
         ``(update items, n, leases)`` -- updates as :meth:`update_many`, then, when ``n`` is not ``None``, a
         draw of ``n`` groups under ``leases``. Returns ``(update results, drawn tasks or the exception that
         refused the draw, or None)`` per request, in order."""
-        ops: list[Any] = []
+        ops: list[Operation] = []
         spans: list[tuple[int, int, bool]] = []
         prefetch: list[str] = []
         for items, n, leases in requests:
@@ -471,7 +411,7 @@ class DurableSampler(ReplayMixin, SamplerWrapper):
             ops += self._update_ops(items)
             prefetch += [x[3] for x in items if isinstance(x, tuple | list) and len(x) == 4 and isinstance(x[3], str)]
             if n is not None:
-                ops.append(self._sample_op(n, leases))
+                ops.append(SampleOp(n, leases))
             spans.append((start, len(ops), n is not None))
         results = self._run_many(ops, batch=True, prefetch=prefetch)
         out: list[tuple[list[Any], Any]] = []
@@ -487,24 +427,7 @@ class DurableSampler(ReplayMixin, SamplerWrapper):
         ``lease``: the lease the group was drawn under (consumed; see :meth:`update`). ``reclaimed``: the
         host gives the group back because its lease expired (counted in ``metrics()["reclaimed_groups"]``).
         """
-        key = task if isinstance(task, str) else _safe_key(task)
-
-        def payload(_: Any) -> dict[str, Any]:
-            out: dict[str, Any] = {"key": task if isinstance(task, str) else task_key(task), "reason": reason}
-            if lease is not None:
-                out["lease"] = lease
-            if reclaimed:
-                out["reclaimed"] = True
-            return out
-
-        def pre(tx: Any) -> Any:
-            return self._lease_check(tx, lease, key, "discard")  # type: ignore[arg-type]
-
-        def post(tx: Any, seq: int) -> None:
-            self._close(lease, seq, LeaseOutcome.RECLAIM if reclaimed else LeaseOutcome.DISCARD)  # type: ignore[arg-type]
-
-        self._run("discard", lambda: self.sampler.discard(task), payload,
-                  pre=pre if lease is not None else None, post=post if lease is not None else None)
+        self._run_many([DiscardOp(task, reason, lease, reclaimed)], batch=False)
 
     def lease_status(self, lease: str) -> str:
         """Where a lease stands in the store: ``"open"``, ``"applied"`` (an update consumed it),
@@ -606,17 +529,3 @@ class DurableSampler(ReplayMixin, SamplerWrapper):
 
     def __repr__(self) -> str:
         return f"DurableSampler({self.sampler!r}, {self.store!r}, events={self._seq})"
-
-
-def _raiser(exc: BaseException) -> Callable[[], Any]:
-    def go() -> Any:
-        raise exc
-
-    return go
-
-
-def _safe_key(task: Any) -> str:
-    try:
-        return task_key(task)
-    except KeyError:
-        return repr(task)[:60]
