@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from envsched.errors import EnvSchedError
+from envsched.errors import EnvSchedError, is_number
 from envsched.pool.pool import TaskPool
 from envsched.pool.spec import task_key
 from envsched.samplers.base import MAX_BATCH, BaseSampler, TaskSampler
@@ -278,7 +278,7 @@ class _Checker:
             assert isinstance(m, dict), f"metrics() returned {type(m).__name__}, expected a dict"
             missing = [k for k in METRIC_KEYS if k not in m]
             assert not missing, f"metrics() ({stage}) lacks {missing}"
-            bad = {k: v for k, v in m.items() if isinstance(v, bool) or not isinstance(v, int | float)
+            bad = {k: v for k, v in m.items() if not (is_number(v) and isinstance(v, int | float))
                    or (k in METRIC_KEYS and not math.isfinite(v))}
             assert not bad, f"metrics() ({stage}) has values that are not finite numbers: {bad}"
             json.dumps(m)

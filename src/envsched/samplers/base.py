@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
+from envsched.errors import is_int, is_number
 from envsched.pool.pool import TaskPool
 from envsched.pool.spec import task_key
 from envsched.samplers import _validate as _check
@@ -182,7 +183,7 @@ class BaseSampler(ABC):
         if not (math.isfinite(low) and math.isfinite(high) and low < high):
             raise ValueError(f"reward_range must be two finite numbers with low < high, got {(low, high)!r}")
         self.reward_range: tuple[float, float] = (float(low), float(high))
-        if seed is not None and (not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0):
+        if seed is not None and not (is_int(seed) and seed >= 0):
             raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
         self.seed = seed
         self.require_dispatch = require_dispatch
@@ -317,7 +318,7 @@ class BaseSampler(ABC):
     def check_sample_size(self, n: Any) -> int:
         """``n`` as an int if :meth:`sample` would accept it, else the ``ValueError`` it would raise; draws
         nothing (a wrapper checks every part of a batch before drawing any)."""
-        if not isinstance(n, int | np.integer) or isinstance(n, bool):
+        if not is_int(n):
             raise ValueError(f"n must be a positive integer, got {n!r}")
         n = int(n)
         if n <= 0:
@@ -562,7 +563,7 @@ class BaseSampler(ABC):
                 if r is None:
                     clean.append(None)
                     continue
-                if isinstance(r, bool) or not isinstance(r, int | float | np.integer | np.floating):
+                if not is_number(r):
                     raise ValueError(f"rewards[{i}] for task {key!r} must be a number or None, got {r!r}")
                 r = float(r)
                 if not math.isfinite(r):
@@ -581,7 +582,7 @@ class BaseSampler(ABC):
                                  "give one cost per rollout")
             vals = []
             for i, c in enumerate(costs):
-                if c is None or isinstance(c, bool) or not isinstance(c, int | float | np.integer | np.floating):
+                if not is_number(c):
                     raise ValueError(f"costs[{i}] for task {key!r} must be a number, got {c!r}")
                 c = float(c)
                 if not math.isfinite(c) or c < 0:

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from envsched.errors import check_int
+from envsched.errors import check_int, is_int
 from envsched.samplers.base import BaseSampler
 from envsched.samplers.wrappers import SamplerWrapper
 from envsched.store.history import (
@@ -99,11 +99,9 @@ class DurableSampler(ReplayMixin, SamplerWrapper):
             if not hasattr(sampler, name):
                 raise TypeError(f"DurableSampler needs a BaseSampler-like sampler (missing {name!r}), got "
                                 f"{type(sampler).__name__}")
-        if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)
-                                       or group_size < 1):
+        if group_size is not None and not (is_int(group_size) and group_size >= 1):
             raise ValueError(f"group_size must be a positive integer or None, got {group_size!r}")
-        if snapshot_every is not None and (isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int)
-                                           or snapshot_every < 1):
+        if snapshot_every is not None and not (is_int(snapshot_every) and snapshot_every >= 1):
             raise ValueError(f"snapshot_every must be a positive integer or None, got {snapshot_every!r}")
         self.store = store if isinstance(store, HistoryStore) else HistoryStore(store)
         super().__init__(sampler)

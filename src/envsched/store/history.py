@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from envsched.errors import EnvSchedError
+from envsched.errors import EnvSchedError, is_int, is_number
 from envsched.store.leases import OUTCOMES
 
 __all__ = [
@@ -143,14 +143,14 @@ def _loads(text: Any, what: str) -> Any:
 
 
 def _finite_number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+    return is_number(x) and math.isfinite(x)
 
 
 def _meta_problems(meta: Mapping[str, Any]) -> list[str]:
     """What is wrong with the optional metadata values (each a short phrase); empty when all is well."""
     out: list[str] = []
     gs = meta.get("group_size")
-    if gs is not None and (not isinstance(gs, int) or isinstance(gs, bool) or not 1 <= gs <= 1_000_000):
+    if gs is not None and not (is_int(gs) and 1 <= gs <= 1_000_000):
         out.append(f"'group_size' is {str(gs)[:40]!r} ({type(gs).__name__}), expected a positive integer or null")
     if meta["num_tasks"] < 0:
         out.append(f"'num_tasks' is {meta['num_tasks']}, expected a count >= 0")
@@ -172,7 +172,7 @@ def _meta_problems(meta: Mapping[str, Any]) -> list[str]:
             out.append(f"'graph' is a {type(graph).__name__}, expected an object")
         elif not (isinstance(graph.get("fingerprint"), str) and isinstance(graph.get("config", {}), dict)
                   and isinstance(graph.get("path"), str | type(None))
-                  and isinstance(graph.get("num_nodes"), int) and not isinstance(graph.get("num_nodes"), bool)):
+                  and is_int(graph.get("num_nodes"))):
             out.append("'graph' lacks a fingerprint, or its config, path or num_nodes has the wrong type")
     if "lease_table" in meta and not isinstance(meta["lease_table"], bool):
         out.append("'lease_table' is not true or false")
@@ -674,15 +674,14 @@ class HistoryStore:
         for key, kinds in (("store_id", str), ("sampler_class", str), ("sampler_params", dict),
                            ("pool_fingerprint", str), ("num_tasks", int)):
             value = meta[key]
-            if not isinstance(value, kinds) or isinstance(value, bool):
+            if not (is_int(value) if kinds is int else isinstance(value, kinds)):
                 raise StoreCorruptError(f"store {self.where}: metadata {key!r} is a {type(value).__name__}, "
                                         f"expected {kinds.__name__} (damaged or crafted store)")
         problems = _meta_problems(meta)
         if problems:
             raise StoreCorruptError(f"store {self.where}: metadata {problems[0]} (damaged or crafted store)")
         head = meta.get("head")
-        if head is not None and not (isinstance(head, dict) and isinstance(head.get("seq"), int)
-                                     and not isinstance(head.get("seq"), bool) and head["seq"] >= 0
+        if head is not None and not (isinstance(head, dict) and is_int(head.get("seq")) and head["seq"] >= 0
                                      and isinstance(head.get("digest"), str)):
             raise StoreCorruptError(f"store {self.where}: metadata 'head' is malformed (damaged store)")
 

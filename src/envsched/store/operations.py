@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from envsched.errors import is_int
 from envsched.pool.spec import task_key
 from envsched.store.leases import LeaseOutcome, UnknownLeaseError, logged_group
 
@@ -54,7 +55,7 @@ class SampleOp(Operation):
     def __post_init__(self) -> None:
         leases, n = self.leases, self.n
         if leases is not None:
-            valid_n = isinstance(n, int) and not isinstance(n, bool) and n > 0
+            valid_n = is_int(n) and n > 0
             if valid_n and (len(leases) != n or len(set(leases)) != len(leases)
                             or not all(isinstance(x, str) and x for x in leases)):
                 raise ValueError(f"leases must be {n!r} distinct non-empty strings, one per drawn group")
