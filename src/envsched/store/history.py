@@ -1,3 +1,4 @@
+# Over 700 lines: one store on two backends whose schema, transactions and crafted-store checks must agree.
 """``HistoryStore``: an append-only log of a sampler's dispatches and updates, in SQLite or PostgreSQL.
 
 The store holds three tables (names prefixed by ``table_prefix``, default ``envsched``):
