@@ -64,6 +64,7 @@ from envsched.errors import is_int
 from envsched.pool.spec import task_key
 from envsched.samplers.base import MAX_BATCH
 from envsched.samplers.wrappers import unwrap
+from envsched.store.durable import DurableSampler
 from envsched.store.history import StoreError
 from envsched.store.leases import (
     LeaseConflictError,
@@ -166,7 +167,8 @@ class SamplerHost:
             if not _is_sampler(sampler):
                 raise TypeError(f"the factory returned {type(sampler).__name__}, not a sampler")
         self.sampler = sampler
-        self.durable = hasattr(sampler, "lease_status") and hasattr(sampler, "open_leases")
+        #: the hosted sampler keeps its history and the leases in a store (a DurableSampler)
+        self.durable = isinstance(sampler, DurableSampler)
         if not self.durable and _in_restarted_actor():
             raise RuntimeError("the sampler host was restarted by Ray but its sampler is not durable: it would "
                                "start from zero and forget every update. Build a DurableSampler in the factory, "
@@ -446,7 +448,7 @@ class SamplerHost:
 
     def sample(self, n: int, worker: str | None = None) -> list[tuple[str, Any]]:
         """Draw ``n`` tasks; returns ``(lease_id, task)`` pairs."""
-        if self.durable and hasattr(self.sampler, "run_batch"):
+        if self.durable:
             return self._combined([], n, worker)[1]
         with self._lock:
             self.reclaim_expired()
@@ -480,7 +482,7 @@ class SamplerHost:
         item: ``"applied"``, ``"already_applied"``, or the exception that refused it (nothing changed for it)."""
         if not isinstance(items, list | tuple):
             raise TypeError(f"items must be a list of (task, rewards, costs, lease) tuples, got {type(items).__name__}")
-        if self.durable and hasattr(self.sampler, "run_batch"):
+        if self.durable:
             return self._combined(list(items), None, None)[0]
         return self._update_items(list(items), batch=True)
 
@@ -505,7 +507,7 @@ class SamplerHost:
         updates were applied."""
         if not isinstance(items, list | tuple):
             raise TypeError(f"items must be a list of (task, rewards, costs, lease) tuples, got {type(items).__name__}")
-        if self.durable and hasattr(self.sampler, "run_batch"):
+        if self.durable:
             return self._combined(list(items), n, worker)
         with self._lock:
             self.reclaim_expired()
