@@ -384,9 +384,11 @@ class SamplerHost:
             record = None if outcome is None else LeaseRecord(None, outcome)
         else:
             closed = self._closed.get(lease_id)
-            record = None if closed is None else LeaseRecord(closed[0], LeaseOutcome(closed[1]), "",
-                                                             (lambda logged=closed[2]: logged) if closed[2] is not None
-                                                             else None)
+            record = None
+            if closed is not None:  # (key, outcome, logged rewards and costs of the consuming update or None)
+                key_, outcome_, group_ = closed
+                record = LeaseRecord(key_, LeaseOutcome(outcome_), "",
+                                     None if group_ is None else (lambda: group_))
         decision = resolve_lease(lease_id, key, action, record, group=group,
                                  never_issued="not issued by this sampler host"
                                  + (" nor found in its store" if self.durable else ""),
