@@ -27,6 +27,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from envsched.errors import EnvSchedError
+
 __all__ = [
     "ERROR_BODY_BYTES",
     "MAX_JSON_DEPTH",
@@ -53,7 +55,7 @@ ERROR_BODY_BYTES = 64 * 1024
 _T = TypeVar("_T")
 
 
-class LLMResponseError(ValueError):
+class LLMResponseError(EnvSchedError, ValueError):
     """An LLM endpoint's response broke a limit (too large or nested too deeply); the message names the
     endpoint and the limit."""
 
@@ -70,7 +72,7 @@ class ResponseTooDeep(LLMResponseError):
     """The response's JSON is nested deeper than ``max_depth``."""
 
 
-class ResponseDeadline(TimeoutError):
+class ResponseDeadline(EnvSchedError, TimeoutError):
     """The whole request (connect, send, headers, body) did not finish within its deadline."""
 
     def __init__(self, url: str, timeout_s: float) -> None:

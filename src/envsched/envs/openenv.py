@@ -35,6 +35,7 @@ from http.client import HTTPException
 from typing import Any
 
 from envsched.envs.base import Environment, EnvironmentUnavailable, InfrastructureError, StepResult
+from envsched.errors import EnvSchedError
 
 __all__ = [
     "InvalidActionError",
@@ -63,7 +64,7 @@ class TaskAPIError(InfrastructureError):
         self.detail = detail
 
 
-class TaskAPIRequestError(ValueError):
+class TaskAPIRequestError(EnvSchedError, ValueError):
     """The Task API refused the request as the caller's mistake (HTTP 4xx other than 400, 404 and 501):
     a bad field, a body too large, ... Not an infrastructure failure: retrying does not help."""
 
@@ -72,7 +73,7 @@ class TaskAPIRequestError(ValueError):
         self.status = status
 
 
-class OpenEnvServerError(RuntimeError):
+class OpenEnvServerError(EnvSchedError, RuntimeError):
     """The environment raised inside ``reset``/``step`` (WS ``EXECUTION_ERROR``): the episode is unscored."""
 
     def __init__(self, message: str, code: str) -> None:
@@ -80,7 +81,7 @@ class OpenEnvServerError(RuntimeError):
         self.code = code
 
 
-class InvalidActionError(ValueError):
+class InvalidActionError(EnvSchedError, ValueError):
     """The server rejected the action as invalid (WS ``VALIDATION_ERROR``): a failure of the policy."""
 
 

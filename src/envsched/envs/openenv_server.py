@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import Any
 
 from envsched.envs.base import Environment, EnvironmentUnavailable, StepResult
+from envsched.errors import EnvSchedError
 from envsched.pool.pool import TaskPool
 
 try:
@@ -230,7 +231,7 @@ class AnswerEnvironment(Environment):
         return self._reward if self._done else None
 
 
-class TaskRequestError(Exception):
+class TaskRequestError(EnvSchedError):
     """A client mistake: answered with ``status`` (4xx) and the short ``message`` (which never quotes
     the request). Over the WebSocket it arrives as an ``EXECUTION_ERROR`` with the same message."""
 

@@ -67,6 +67,7 @@ from typing import Any, ClassVar
 
 from envsched.envs._settings import env_number
 from envsched.envs._worker_pool import PooledWorker, limit_address_space
+from envsched.errors import EnvSchedError
 
 __all__ = [
     "ALLOW_EVALUATING_ENV",
@@ -154,11 +155,11 @@ AUDITED_DATASETS: frozenset[str] = frozenset((
 ))
 
 
-class UnsafeScorerError(ValueError):
+class UnsafeScorerError(EnvSchedError, ValueError):
     """A dataset has no safe scorer and the operator has not accepted evaluating scorers."""
 
 
-class EvaluationBlocked(RuntimeError):
+class EvaluationBlocked(EnvSchedError, RuntimeError):
     """The guard stopped a scorer from running code, starting a process or writing a file."""
 
 

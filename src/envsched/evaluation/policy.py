@@ -27,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 
 from envsched.envs.base import InfrastructureError, StepResult
+from envsched.errors import EnvSchedError
 from envsched.llm_http import (
     MAX_JSON_DEPTH,
     MAX_RESPONSE_BYTES,
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 
-class PolicyError(Exception):
+class PolicyError(EnvSchedError):
     """The policy answered, but its answer is unusable (malformed response or action)."""
 
 

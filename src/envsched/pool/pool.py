@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from envsched.errors import EnvSchedError
 from envsched.pool.spec import OPTIONAL_STATIC_FIELDS, TaskSpecError, normalized_id, validate_task_spec
 
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "DEFAULT_MAX_JSON_BYTES", "DEFAULT_MAX_LINE_BYTES", "TaskPool"]
@@ -103,7 +104,7 @@ def _open_regular(path: Path) -> Any:
     return os.fdopen(fd, "rb")
 
 
-class _DuplicateKey(ValueError):
+class _DuplicateKey(EnvSchedError, ValueError):
     pass
 
 

@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
+from envsched.errors import EnvSchedError
+
 __all__ = [
     "MAX_ID_CHARS",
     "MAX_NESTING",
@@ -139,7 +141,7 @@ def _first_problem(obj: Any) -> tuple[str, str] | None:
     return None
 
 
-class TaskSpecError(ValueError):
+class TaskSpecError(EnvSchedError, ValueError):
     """A task spec (or a file of them) is malformed.
 
     ``source`` names the file (or ``"<iterable>"``), ``line`` the 1-based line of a JSONL file (or the

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from envsched.errors import EnvSchedError
+
 __all__ = [
     "MAX_COUNT",
     "StateError",
@@ -43,7 +45,7 @@ _INT_TYPES = (int, np.integer)
 _NUM_TYPES = (int, float, np.integer, np.floating)
 
 
-class StateError(ValueError):
+class StateError(EnvSchedError, ValueError):
     """A saved state refused by a loader.
 
     Attributes:

@@ -35,6 +35,7 @@ from envsched.bench.families.base import Family, TemplateFamily
 from envsched.bench.families.lists import LIST_FAMILIES
 from envsched.bench.families.text import TEXT_FAMILIES
 from envsched.bench.families.warmup import WARMUP_FAMILIES
+from envsched.errors import EnvSchedError
 from envsched.pool.pool import TaskPool
 
 __all__ = ["DEFAULT_FAMILIES", "DEFAULT_FAMILIES_REF", "WARMUP_FAMILIES", "Family", "FamilyError", "FamilyPool",
@@ -48,7 +49,7 @@ _SPEC_KEYS = ("instruction", "tools", "difficulty", "verifier")
 _FORBIDDEN = ("id", "env")
 
 
-class FamilyError(ValueError):
+class FamilyError(EnvSchedError, ValueError):
     """A family (or the task it generated) breaks the contract; the message names the family and the rule."""
 
 
