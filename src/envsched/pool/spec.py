@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-from envsched.errors import EnvSchedError
+from envsched.errors import EnvSchedError, is_int, is_number
 
 __all__ = [
     "MAX_ID_CHARS",
@@ -195,12 +195,11 @@ def validate_task_spec(obj: Any, *, source: str | None = None, line: int | None 
                    key, source, line)
     if "index" in spec and spec["index"] is not None:
         value = spec["index"]
-        _check(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+        _check(is_int(value, numpy=False) and value >= 0,
                f"must be a non-negative integer, got {value!r}", "index", source, line)
     if "difficulty" in spec and spec["difficulty"] is not None:
         value = spec["difficulty"]
-        _check(isinstance(value, int | float) and not isinstance(value, bool) and value == value
-               and abs(value) != float("inf"),
+        _check(is_number(value, numpy=False) and (isinstance(value, int) or math.isfinite(value)),
                f"must be a finite number, got {value!r}", "difficulty", source, line)
     if "tools" in spec and spec["tools"] is not None:
         tools = spec["tools"]
