@@ -53,3 +53,14 @@ def test_stats_and_families_checks() -> None:
         minimum_detectable_effect("1", 5)
     with pytest.raises(FamilyError, match=r"per_tier must be a positive int, got 2\.0"):
         build_family_pool("arith", per_tier=2.0)
+
+
+@pytest.mark.parametrize(("field", "bad"), [("trials", 0), ("steps", "200"), ("batch_size", True), ("group_size", 2.5),
+                                            ("margin", 0.0), ("alpha", 1.0), ("tune", 1)])
+def test_protocol_config_checks(field: str, bad: object) -> None:
+    from envsched.bench.protocol import ProtocolConfig
+
+    with pytest.raises(InvalidValueError, match=r"^protocol: ") as info:
+        ProtocolConfig(**{field: bad})
+    assert field in info.value.name and info.value.value is bad
+    assert ProtocolConfig(steps=np.int64(10)).digest() == ProtocolConfig(steps=10).digest()
