@@ -1,0 +1,57 @@
+"""Evaluation options are checked with envsched.errors: a wrong type or range is an InvalidValueError
+(a ValueError and a TypeError) naming the option, with the message's meaning unchanged."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from envsched.errors import InvalidValueError
+from envsched.evaluation.guards import CircuitBreaker
+from envsched.evaluation.metrics import pass_at_k, wilson_interval
+from envsched.evaluation.policy import ChatCompletionsPolicy
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"max_tokens": "512"}, r"^max_tokens must be an integer >= 1, got '512'$"),
+    ({"max_tokens": True}, r"^max_tokens must be an integer >= 1, got True$"),
+    ({"temperature": "0"}, r"^temperature must be a number >= 0, got '0'$"),
+    ({"temperature": -0.5}, r"^temperature must be a number >= 0, got -0\.5$"),
+    ({"timeout_s": 0}, r"^timeout_s must be a number > 0, got 0$"),
+    ({"max_json_depth": 2.5}, r"^max_json_depth must be an integer >= 1, got 2\.5$"),
+])
+def test_policy_options(kwargs: dict, message: str) -> None:
+    with pytest.raises(InvalidValueError, match=message):
+        ChatCompletionsPolicy("http://127.0.0.1:9/v1", "m", **kwargs)
+
+
+def test_policy_keeps_an_infinite_timeout_and_stores_numpy_integers_as_ints() -> None:
+    p = ChatCompletionsPolicy("http://127.0.0.1:9/v1", "m", timeout_s=math.inf, max_tokens=np.int64(8))
+    assert type(p.max_tokens) is int and p.max_tokens == 8
+
+
+def test_metrics_and_breaker() -> None:
+    assert pass_at_k(np.int64(4), 2, 1) == pytest.approx(0.5)
+    with pytest.raises(InvalidValueError, match=r"^k must be an integer, got 1\.0$"):
+        pass_at_k(4, 2, 1.0)
+    with pytest.raises(InvalidValueError, match=r"^successes must be an integer, got True$"):
+        wilson_interval(True, 3)
+    with pytest.raises(InvalidValueError, match=r"threshold \(or None\) must be an integer >= 1, got '5'"):
+        CircuitBreaker("5")
+
+
+def test_openenv_eval_parameters() -> None:
+    pytest.importorskip("openenv")
+    from envsched.evaluation.openenv_harness import EnvEvalHarness
+
+    p = EnvEvalHarness.parameters({"max_turns": np.int64(3), "temperature": np.float32(0.5), "seeds": [0, 1]})
+    assert type(p["max_turns"]) is int and type(p["temperature"]) is float and p["temperature"] == 0.5
+    for bad, message in (({"max_turns": "3"}, r"eval_parameters\['max_turns'\] must be an integer >= 1, got '3'"),
+                         ({"seeds": [0, True]}, r"eval_parameters\['seeds'\] must be a non-empty list"),
+                         ({"success_threshold": math.nan}, r"eval_parameters\['success_threshold'\] must be a "
+                                                           r"finite number, got nan"),
+                         ({"limit": 0}, r"eval_parameters\['limit'\] \(or None\) must be an integer >= 1")):
+        with pytest.raises(InvalidValueError, match=message):
+            EnvEvalHarness.parameters(bad)
