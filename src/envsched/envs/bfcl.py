@@ -69,6 +69,7 @@ from typing import Any, ClassVar
 
 from envsched.envs._worker_pool import PooledWorker, limit_address_space
 from envsched.envs.base import Environment, EnvironmentUnavailable, InfrastructureError, StepResult
+from envsched.errors import is_int
 
 __all__ = [
     "BFCL_INSTALL",
@@ -411,7 +412,7 @@ def _literal_problem(node: ast.AST) -> str | None:
             stack.append((n.operand, depth))
         elif isinstance(n, ast.Constant):
             v = n.value
-            if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= MAX_LITERAL_INT:
+            if is_int(v, numpy=False) and abs(v) >= MAX_LITERAL_INT:
                 return f"integer arguments must be smaller than 2**63 in magnitude (got {len(str(abs(v)))} digits)"
         elif isinstance(n, ast.List | ast.Tuple | ast.Set):
             stack.extend((e, depth + 1) for e in n.elts)

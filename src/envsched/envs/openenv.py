@@ -35,7 +35,7 @@ from http.client import HTTPException
 from typing import Any
 
 from envsched.envs.base import Environment, EnvironmentUnavailable, InfrastructureError, StepResult
-from envsched.errors import EnvSchedError
+from envsched.errors import EnvSchedError, check_int
 
 __all__ = [
     "InvalidActionError",
@@ -115,8 +115,7 @@ def with_port(url: str, port: int | None) -> str:
     """``openenv collect``'s ``--llm-port``: ``port`` is added to ``url`` when the URL names none."""
     if port is None:
         return url
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-        raise ValueError(f"port must be an integer in 1..65535, got {port!r}")
+    port = check_int(port, "port", low=1, high=65535)
     parts = urllib.parse.urlsplit(url)
     if not parts.hostname or parts.port is not None:
         return url
@@ -215,8 +214,7 @@ class TaskAPIClient:
 
     def get_task(self, split: str, index: int) -> Any:
         """The task at ``index`` of ``split``; ``IndexError`` when out of range (HTTP 400)."""
-        if isinstance(index, bool) or not isinstance(index, int):
-            raise TypeError(f"index must be an integer, got {index!r}")
+        index = check_int(index, "index")
         return self._field(self._call("POST", "task", {"split": _split(split), "index": index}), "task", object)
 
     def get_task_range(self, split: str, start: int | None = None, stop: int | None = None) -> list[Any]:
@@ -224,15 +222,12 @@ class TaskAPIClient:
         body: dict[str, Any] = {"split": _split(split)}
         for key, value in (("start", start), ("stop", stop)):
             if value is not None:
-                if isinstance(value, bool) or not isinstance(value, int):
-                    raise TypeError(f"{key} must be an integer or None, got {value!r}")
-                body[key] = value
+                body[key] = check_int(value, f"{key} (or None)")
         return self._field(self._call("POST", "task_range", body), "tasks", list)
 
     def iter_tasks(self, split: str, page_size: int = 256) -> Iterator[Any]:
         """Every task of ``split``: pages through ``task_range`` with ``num_tasks`` as the total."""
-        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
-            raise ValueError(f"page_size must be a positive integer, got {page_size!r}")
+        page_size = check_int(page_size, "page_size", low=1)
         total = self.num_tasks(split)
         start = 0
         while start < total:
@@ -379,9 +374,7 @@ class OpenEnvEnvironment(Environment):
             raise TypeError(f"task must be a task spec (a mapping), got {type(task).__name__}")
         kwargs = selection_kwargs(task, self.reset_kwargs)
         if seed is not None:
-            if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-                raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-            kwargs["seed"] = seed
+            kwargs["seed"] = check_int(seed, "seed", low=0)
         self._disconnect()
         generic_client = _require_openenv()
         with contextlib.suppress(ValueError):  # resolve the text field now (cached), not mid-episode
