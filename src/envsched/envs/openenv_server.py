@@ -1,6 +1,8 @@
 """An OpenEnv environment of envsched's own: serves an envsched :class:`~envsched.pool.TaskPool` through
 OpenEnv's Task API and runs its episodes over OpenEnv's WebSocket session.
 
+Over 700 lines on purpose: one module is the ``uvicorn``/``python -m`` target, all behind OpenEnv's import.
+
 The server side implements OpenEnv's five ``TaskProvider`` methods (``list_splits``, ``list_tasks``,
 ``num_tasks``, ``get_task``, ``get_task_range``) over the pool's splits (a task's position in its split
 is its ``index`` field, else its order in the pool), and ``reset(split, index, seed)`` selects the task,
