@@ -55,3 +55,19 @@ def test_openenv_eval_parameters() -> None:
                          ({"limit": 0}, r"eval_parameters\['limit'\] \(or None\) must be an integer >= 1")):
         with pytest.raises(InvalidValueError, match=message):
             EnvEvalHarness.parameters(bad)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"max_turns": 0}, r"^max_turns must be an integer >= 1, got 0$"),
+    ({"max_retries": "3"}, r"^max_retries must be an integer >= 0, got '3'$"),
+    ({"success_threshold": "1"}, r"^success_threshold must be a number, got '1'$"),
+    ({"episode_timeout_s": 0.0}, r"^episode_timeout_s must be a number > 0, got 0\.0$"),
+    ({"backoff_s": -1}, r"^backoff_s must be a number >= 0, got -1$"),
+])
+def test_episode_settings(kwargs: dict, message: str) -> None:
+    from envsched.evaluation.harness import EpisodeSettings
+
+    with pytest.raises(InvalidValueError, match=message):
+        EpisodeSettings(**kwargs)
+    settings = EpisodeSettings(max_turns=np.int64(4), episode_timeout_s=math.inf)
+    assert type(settings.max_turns) is int and settings.max_turns == 4

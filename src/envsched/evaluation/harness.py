@@ -66,6 +66,14 @@ class EpisodeSettings:
     backoff_s: float = 1.0
     backoff_max_s: float = 30.0
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "max_turns", check_int(self.max_turns, "max_turns", low=1))
+        object.__setattr__(self, "max_retries", check_int(self.max_retries, "max_retries", low=0))
+        check_number(self.success_threshold, "success_threshold", finite=False)
+        check_number(self.episode_timeout_s, "episode_timeout_s", low=0, low_open=True, finite=False)
+        check_number(self.backoff_s, "backoff_s", low=0, finite=False)
+        check_number(self.backoff_max_s, "backoff_max_s", low=0, finite=False)
+
 
 # ---------------------------------------------------------------------------- one episode
 def run_episode(env_factory: Callable[[], Environment], policy: Policy, adapter: ActionAdapter,
@@ -325,6 +333,7 @@ class EvalHarness:
             num_episodes = check_int(num_episodes, "num_episodes (or None)", low=1)
         if not isinstance(split, str) or not split:
             raise ValueError(f"split must be a non-empty string, got {split!r}")
+        check_number(success_threshold, "success_threshold", finite=False)
         check_number(episode_timeout_s, "episode_timeout_s", low=0, low_open=True, finite=False)
         check_number(backoff_s, "backoff_s", low=0, finite=False)
         check_number(backoff_max_s, "backoff_max_s", low=0, finite=False)
