@@ -71,3 +71,12 @@ def test_episode_settings(kwargs: dict, message: str) -> None:
         EpisodeSettings(**kwargs)
     settings = EpisodeSettings(max_turns=np.int64(4), episode_timeout_s=math.inf)
     assert type(settings.max_turns) is int and settings.max_turns == 4
+
+
+def test_wilson_confidence_and_openenv_client_timeouts() -> None:
+    with pytest.raises(InvalidValueError, match=r"^confidence must be a finite number in \(0, 1\), got '0\.9'$"):
+        wilson_interval(1, 3, confidence="0.9")
+    from envsched.envs.openenv import TaskAPIClient
+
+    with pytest.raises(InvalidValueError, match=r"^timeout_s must be a number > 0, got True$"):
+        TaskAPIClient("http://127.0.0.1:9", "env", timeout_s=True)

@@ -71,7 +71,7 @@ from envsched.envs._bfcl_package import (
 from envsched.envs._bfcl_worker import _CallWorker
 from envsched.envs.base import Environment, InfrastructureError, StepResult
 from envsched.envs.bfcl_pool import ENV_PRECEDENCE, build_bfcl_pool, ground_truth_calls
-from envsched.errors import is_int
+from envsched.errors import check_int, check_number, is_int
 
 __all__ = [
     "BFCL_INSTALL",
@@ -187,11 +187,11 @@ class BFCLEnvironment(Environment):
     def __init__(self, *, max_steps_per_turn: int | None = None, call_timeout_s: float = 2.0,
                  call_memory_mb: int = 1024, check_timeout_s: float = 60.0) -> None:
         self._b = _bfcl()
-        self.max_steps_per_turn = int(max_steps_per_turn or self._b.max_steps)
-        if self.max_steps_per_turn <= 0:
-            raise ValueError("max_steps_per_turn must be positive")
-        if not (call_timeout_s > 0 and check_timeout_s > 0 and call_memory_mb > 0):
-            raise ValueError("call_timeout_s, check_timeout_s and call_memory_mb must be positive")
+        self.max_steps_per_turn = (check_int(max_steps_per_turn, "max_steps_per_turn", low=1)
+                                   if max_steps_per_turn is not None else int(self._b.max_steps))
+        check_number(call_timeout_s, "call_timeout_s", low=0, low_open=True, finite=False)
+        check_number(check_timeout_s, "check_timeout_s", low=0, low_open=True, finite=False)
+        check_int(call_memory_mb, "call_memory_mb", low=1)
         #: Seconds one call may run, MiB of memory it may add, seconds the final check may run.
         self.call_timeout_s = float(call_timeout_s)
         self.call_memory_mb = int(call_memory_mb)

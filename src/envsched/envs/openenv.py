@@ -35,7 +35,7 @@ from http.client import HTTPException
 from typing import Any
 
 from envsched.envs.base import Environment, EnvironmentUnavailable, InfrastructureError, StepResult
-from envsched.errors import EnvSchedError, check_int
+from envsched.errors import EnvSchedError, check_int, check_number
 
 __all__ = [
     "InvalidActionError",
@@ -155,8 +155,7 @@ class TaskAPIClient:
     def __init__(self, base_url: str, env_name: str, *, timeout_s: float = 30.0) -> None:
         if not isinstance(env_name, str) or not env_name.strip():
             raise ValueError(f"env_name must be a non-empty string, got {env_name!r}")
-        if not timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        check_number(timeout_s, "timeout_s", low=0, low_open=True, finite=False)
         self.base_url = http_base_url(base_url)
         self.env_name = env_name.strip()
         self.timeout_s = float(timeout_s)
@@ -319,8 +318,8 @@ class OpenEnvEnvironment(Environment):
                  text_field: str | None = None) -> None:
         self.base_url = http_base_url(base_url)
         self.env_name = env_name
-        if not connect_timeout_s > 0 or not message_timeout_s > 0:
-            raise ValueError("connect_timeout_s and message_timeout_s must be > 0")
+        check_number(connect_timeout_s, "connect_timeout_s", low=0, low_open=True, finite=False)
+        check_number(message_timeout_s, "message_timeout_s", low=0, low_open=True, finite=False)
         self.connect_timeout_s = float(connect_timeout_s)
         self.message_timeout_s = float(message_timeout_s)
         self.reset_kwargs = dict(reset_kwargs or {})

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from envsched.errors import check_int
+from envsched.errors import check_int, check_number
 from envsched.evaluation.records import OUTCOMES, EpisodeRecord
 
 __all__ = ["binomial_se", "breakdown", "mean_and_se", "pass_at_k", "per_task", "report", "reproducibility_check",
@@ -65,8 +65,7 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
     successes, n = check_int(successes, "successes"), check_int(n, "n")
     if not 0 <= successes <= n:
         raise ValueError(f"need 0 <= successes <= n, got successes={successes}, n={n}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    check_number(confidence, "confidence", low=0, high=1, low_open=True, high_open=True)
     if n == 0:
         return math.nan, math.nan
     from scipy.stats import binomtest
