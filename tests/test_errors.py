@@ -28,6 +28,13 @@ def test_is_number(value: object, expected: bool) -> None:
     assert is_number(value) is expected
 
 
+def test_python_only_checks_refuse_numpy_scalars_that_json_cannot_write() -> None:
+    assert is_int(3, numpy=False) and not is_int(np.int64(3), numpy=False) and not is_int(True, numpy=False)
+    assert is_number(2.5, numpy=False) and is_number(np.float64(2.5), numpy=False)  # a float subclass
+    assert not is_number(np.float32(2.5), numpy=False) and not is_number(np.int64(1), numpy=False)
+    assert not is_number(False, numpy=False)
+
+
 def test_check_int_bounds_and_message() -> None:
     assert check_int(np.int32(4), "k", low=1) == 4 and type(check_int(np.int32(4), "k", low=1)) is int
     with pytest.raises(InvalidValueError, match=r"^k_within must be an integer >= 1, got '6'$"):

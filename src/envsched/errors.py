@@ -49,14 +49,20 @@ class InvalidValueError(EnvSchedError, ValueError, TypeError):
         self.value = value
 
 
-def is_int(value: Any) -> bool:
-    """Whether ``value`` is an integer: a Python or numpy integer, never a ``bool``."""
+def is_int(value: Any, *, numpy: bool = True) -> bool:
+    """Whether ``value`` is an integer: a Python or numpy integer, never a ``bool``. With ``numpy=False`` only
+    a Python ``int`` counts (a value that goes into JSON as it is, e.g. a task spec's field)."""
+    if not numpy:
+        return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any, *, numpy: bool = True) -> bool:
     """Whether ``value`` is a real number: a Python or numpy integer or float, never a ``bool``. NaN and the
-    infinities are numbers here; :func:`check_number` refuses them unless asked not to."""
+    infinities are numbers here; :func:`check_number` refuses them unless asked not to. With ``numpy=False``
+    only a Python ``int`` or ``float`` (or a subclass, such as ``numpy.float64``) counts, as JSON writes it."""
+    if not numpy:
+        return isinstance(value, int | float) and not isinstance(value, bool)
     return isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool | np.bool_)
 
 
