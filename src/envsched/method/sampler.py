@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from envsched.errors import check_number
 from envsched.method.config import SchedulerConfig
 from envsched.method.explain import build_records, filter_snapshot, write_records
 from envsched.method.graph.dual_graph import DualRelationGraph
@@ -269,8 +270,7 @@ class EnvSchedSampler(BaseSampler):
         if self.identifier_filter is None:
             raise ValueError("this sampler has no identifier_filter: pass one to the constructor")
         r = trajectory.reward
-        if isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r):
-            raise ValueError(f"trajectory.reward must be a finite number, got {r!r}")
+        check_number(r, "trajectory.reward")
         low, high = self.reward_range
         if (trajectory.reward - low) / (high - low) < self.config.identifier_min_reward - 1e-9:
             return None
