@@ -143,8 +143,16 @@ __all__ = [
     "INFORMATIVENESS_FIELDS",
     "KNOB_READERS",
     "PAPER_PRESET",
+    "SCHEDULER_GROUPS",
     "SCHEDULER_MODES",
+    "SCHEDULER_TOP_FIELDS",
+    "AdaptiveConfig",
+    "CapsConfig",
+    "CoverageConfig",
+    "ExplanationConfig",
+    "ExploitationConfig",
     "GraphConfig",
+    "HistoryConfig",
     "SchedulerConfig",
 ]
 
@@ -448,6 +456,96 @@ ADAPTIVE_TUNING_SPACE: dict[str, tuple[float, float] | list[Any]] = {
 
 
 @dataclass(frozen=True)
+class CapsConfig:
+    """What bounds concentration (the paper's, both presets): the caps ``C1`` / ``C3`` / ``C_task``, cold start's
+    per-environment cap, the batch-similarity penalty and exposure discounting. See :class:`SchedulerConfig` for
+    each field."""
+
+    max_per_env_coverage: int = 4
+    env_quota_per_batch: int = 11
+    max_consecutive_selections: int = 2
+    similarity_penalty: float = 0.2
+    exposure_power: float = 0.1
+    cold_start_max_per_env: int = 2
+
+
+@dataclass(frozen=True)
+class CoverageConfig:
+    """The coverage phase (the paper's): its share of a batch and cold start's novelty mix."""
+
+    coverage_share: float = 0.5
+    cold_start_within_novelty_weight: float = 0.5
+
+
+@dataclass(frozen=True)
+class ExploitationConfig:
+    """The paper's prediction pipeline that decides exploitation (and, in the paper, coverage's task order): the
+    relations used, their fusion with each task's history, the calibration, the recent-decline term, and the
+    filters that take tasks out of exploitation."""
+
+    within_fusion_weight: float = 0.5
+    prior_strength: float = 0.5
+    reconstruction_weight: float = 0.5
+    decline_penalty: float = 0.25
+    progress_min_transitions: int = 3
+    progress_residual_threshold: float = 0.0
+    reference_min_fraction: float = 0.5
+    variance_clip: tuple[float, float] = (0.0, 0.25)
+    mean_clip: tuple[float, float] = (0.0, 1.0)
+    dispersion_clip: tuple[float, float] = (0.0, 1.0)
+    identifier_min_reward: float = 1.0
+    use_within_edges: bool = True
+    use_cross_edges: bool = True
+    use_progress_filter: bool = True
+    use_identifier_filter: bool = True
+
+
+@dataclass(frozen=True)
+class HistoryConfig:
+    """The rollout history: the two half-lives, the scored rollouts a group needs, and the bounded history."""
+
+    long_half_life: float = 8.0
+    short_half_life: float = 2.0
+    min_scored_rollouts: int = 2
+    history_tolerance: float = 1e-9
+
+
+@dataclass(frozen=True)
+class ExplanationConfig:
+    """What the explanation records hold (never read by a batch)."""
+
+    explain_max_neighbors: int | None = None
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    """The default's own rules (ours; :data:`PAPER_PRESET` switches each off): the online coverage share, the UCB
+    coverage, the signal-probability exploitation score and the caps on declining tasks only."""
+
+    adaptive_share: bool = True
+    yield_half_life: float = 8.0
+    coverage_share_floor: float = 0.0625
+    adaptive_coverage: bool = True
+    ucb_quantile: float = 0.9
+    env_size_power: float = 0.5
+    exploitation_score: str = "signal_probability"
+    exploitation_rule: str = "mean"
+    signal_prior_ess: float = 4.0
+    caps_on_decline_only: bool = True
+
+
+#: The sub-configurations of :class:`SchedulerConfig`, by the name of the property that returns each. Every field
+#: of ``SchedulerConfig`` except :data:`SCHEDULER_TOP_FIELDS` belongs to exactly one of them.
+SCHEDULER_GROUPS: dict[str, type] = {
+    "caps": CapsConfig, "coverage": CoverageConfig, "exploitation": ExploitationConfig, "history": HistoryConfig,
+    "explanations": ExplanationConfig, "adaptive": AdaptiveConfig,
+}
+
+#: The fields of :class:`SchedulerConfig` that belong to no sub-configuration: the batch, the group size, the mode.
+SCHEDULER_TOP_FIELDS: tuple[str, ...] = ("batch_size", "rollouts_per_task", "mode")
+
+
+@dataclass(frozen=True)
 class SchedulerConfig:
     """Every hyperparameter of the EnvSched scheduler (sections 2.3, 2.4, B, B.1, C), with the paper's
     defaults where the paper gives one. The symbol table in this module's docstring maps each paper
@@ -455,6 +553,14 @@ class SchedulerConfig:
 
     ``SchedulerConfig()`` is the **adaptive** mode (the default of :class:`EnvSchedSampler`): the paper's
     mechanisms plus the adaptive rules below. ``SchedulerConfig.paper()`` is the faithful paper preset.
+
+    Sub-configurations: the fields fall into frozen groups (:data:`SCHEDULER_GROUPS`), each readable as one
+    value: :attr:`caps` (:class:`CapsConfig`), :attr:`coverage`, :attr:`exploitation` (the prediction pipeline
+    and the filters), :attr:`history`, :attr:`explanations` and :attr:`adaptive` (the default's own rules), plus
+    the top-level ``batch_size``, ``rollouts_per_task`` and ``mode``; :meth:`from_parts` builds a config from
+    them. The fields themselves stay flat (``SchedulerConfig(decline_penalty=0.5)``, ``config.long_half_life``,
+    :meth:`to_dict` / :meth:`from_dict` and every stored state use the flat names), and validation is of the
+    whole config, since several rules span groups (the share against the batch, the unread knobs).
 
     No inert knob: a field that the configuration's switches leave unread (:meth:`unread_fields`,
     :data:`KNOB_READERS`) must keep its default; any other value is refused with a ``ValueError`` naming the
@@ -580,53 +686,108 @@ class SchedulerConfig:
             then grow with the run).
     """
 
+    # flat fields, in the order to_dict writes them; each default is its sub-configuration's (SCHEDULER_GROUPS)
     batch_size: int = 64
-    coverage_share: float = 0.5
+    coverage_share: float = CoverageConfig.coverage_share
     rollouts_per_task: int = 8
-    max_per_env_coverage: int = 4
-    env_quota_per_batch: int = 11
-    max_consecutive_selections: int = 2
-    long_half_life: float = 8.0
-    short_half_life: float = 2.0
-    within_fusion_weight: float = 0.5
-    prior_strength: float = 0.5
-    reconstruction_weight: float = 0.5
-    decline_penalty: float = 0.25
-    similarity_penalty: float = 0.2
-    exposure_power: float = 0.1
-    progress_min_transitions: int = 3
-    progress_residual_threshold: float = 0.0
-    min_scored_rollouts: int = 2
-    reference_min_fraction: float = 0.5
-    variance_clip: tuple[float, float] = (0.0, 0.25)
-    mean_clip: tuple[float, float] = (0.0, 1.0)
-    dispersion_clip: tuple[float, float] = (0.0, 1.0)
-    cold_start_max_per_env: int = 2
-    cold_start_within_novelty_weight: float = 0.5
-    identifier_min_reward: float = 1.0
+    max_per_env_coverage: int = CapsConfig.max_per_env_coverage
+    env_quota_per_batch: int = CapsConfig.env_quota_per_batch
+    max_consecutive_selections: int = CapsConfig.max_consecutive_selections
+    long_half_life: float = HistoryConfig.long_half_life
+    short_half_life: float = HistoryConfig.short_half_life
+    within_fusion_weight: float = ExploitationConfig.within_fusion_weight
+    prior_strength: float = ExploitationConfig.prior_strength
+    reconstruction_weight: float = ExploitationConfig.reconstruction_weight
+    decline_penalty: float = ExploitationConfig.decline_penalty
+    similarity_penalty: float = CapsConfig.similarity_penalty
+    exposure_power: float = CapsConfig.exposure_power
+    progress_min_transitions: int = ExploitationConfig.progress_min_transitions
+    progress_residual_threshold: float = ExploitationConfig.progress_residual_threshold
+    min_scored_rollouts: int = HistoryConfig.min_scored_rollouts
+    reference_min_fraction: float = ExploitationConfig.reference_min_fraction
+    variance_clip: tuple[float, float] = ExploitationConfig.variance_clip
+    mean_clip: tuple[float, float] = ExploitationConfig.mean_clip
+    dispersion_clip: tuple[float, float] = ExploitationConfig.dispersion_clip
+    cold_start_max_per_env: int = CapsConfig.cold_start_max_per_env
+    cold_start_within_novelty_weight: float = CoverageConfig.cold_start_within_novelty_weight
+    identifier_min_reward: float = ExploitationConfig.identifier_min_reward
     mode: str = "full"
-    use_within_edges: bool = True
-    use_cross_edges: bool = True
-    use_progress_filter: bool = True
-    use_identifier_filter: bool = True
-    explain_max_neighbors: int | None = None
-    adaptive_share: bool = True
-    yield_half_life: float = 8.0
-    coverage_share_floor: float = 0.0625
-    adaptive_coverage: bool = True
-    ucb_quantile: float = 0.9
-    env_size_power: float = 0.5
-    exploitation_score: str = "signal_probability"
-    exploitation_rule: str = "mean"
-    signal_prior_ess: float = 4.0
-    caps_on_decline_only: bool = True
-    history_tolerance: float = 1e-9
+    use_within_edges: bool = ExploitationConfig.use_within_edges
+    use_cross_edges: bool = ExploitationConfig.use_cross_edges
+    use_progress_filter: bool = ExploitationConfig.use_progress_filter
+    use_identifier_filter: bool = ExploitationConfig.use_identifier_filter
+    explain_max_neighbors: int | None = ExplanationConfig.explain_max_neighbors
+    adaptive_share: bool = AdaptiveConfig.adaptive_share
+    yield_half_life: float = AdaptiveConfig.yield_half_life
+    coverage_share_floor: float = AdaptiveConfig.coverage_share_floor
+    adaptive_coverage: bool = AdaptiveConfig.adaptive_coverage
+    ucb_quantile: float = AdaptiveConfig.ucb_quantile
+    env_size_power: float = AdaptiveConfig.env_size_power
+    exploitation_score: str = AdaptiveConfig.exploitation_score
+    exploitation_rule: str = AdaptiveConfig.exploitation_rule
+    signal_prior_ess: float = AdaptiveConfig.signal_prior_ess
+    caps_on_decline_only: bool = AdaptiveConfig.caps_on_decline_only
+    history_tolerance: float = HistoryConfig.history_tolerance
 
     @classmethod
     def paper(cls, **overrides: Any) -> SchedulerConfig:
         """The faithful paper preset (:data:`PAPER_PRESET`: every adaptive rule off, the 50/50 split);
         ``overrides`` are other fields (``batch_size``, ``mode``, ablation switches...)."""
         return cls(**{**PAPER_PRESET, **overrides})
+
+    @classmethod
+    def from_parts(cls, *, caps: CapsConfig | None = None, coverage: CoverageConfig | None = None,
+                   exploitation: ExploitationConfig | None = None, history: HistoryConfig | None = None,
+                   explanations: ExplanationConfig | None = None, adaptive: AdaptiveConfig | None = None,
+                   **fields: Any) -> SchedulerConfig:
+        """A config from sub-configurations (a missing one: its defaults) and flat ``fields`` (the top-level
+        ones, or any field, which then overrides its sub-configuration's value). Validated as a whole."""
+        parts = {"caps": caps, "coverage": coverage, "exploitation": exploitation, "history": history,
+                 "explanations": explanations, "adaptive": adaptive}
+        flat: dict[str, Any] = {}
+        for name, part in parts.items():
+            group = SCHEDULER_GROUPS[name]
+            if part is None:
+                continue
+            if not isinstance(part, group):
+                raise InvalidValueError(f"{name} must be a {group.__name__}, got {type(part).__name__}", name=name,
+                                        value=part)
+            flat.update({f.name: getattr(part, f.name) for f in dataclasses.fields(group)})
+        return cls(**{**flat, **fields})
+
+    def _part(self, name: str) -> Any:
+        group = SCHEDULER_GROUPS[name]
+        return group(**{f.name: getattr(self, f.name) for f in dataclasses.fields(group)})
+
+    @property
+    def caps(self) -> CapsConfig:
+        """The concentration bounds (:class:`CapsConfig`), a frozen copy of this config's values."""
+        return self._part("caps")
+
+    @property
+    def coverage(self) -> CoverageConfig:
+        """The coverage phase's fields (:class:`CoverageConfig`)."""
+        return self._part("coverage")
+
+    @property
+    def exploitation(self) -> ExploitationConfig:
+        """The prediction pipeline's and the filters' fields (:class:`ExploitationConfig`)."""
+        return self._part("exploitation")
+
+    @property
+    def history(self) -> HistoryConfig:
+        """The rollout history's fields (:class:`HistoryConfig`)."""
+        return self._part("history")
+
+    @property
+    def explanations(self) -> ExplanationConfig:
+        """The explanation records' fields (:class:`ExplanationConfig`)."""
+        return self._part("explanations")
+
+    @property
+    def adaptive(self) -> AdaptiveConfig:
+        """The default's own rules (:class:`AdaptiveConfig`)."""
+        return self._part("adaptive")
 
     @property
     def is_paper(self) -> bool:
