@@ -1,7 +1,8 @@
 """``EnvSchedSampler``: the EnvSched scheduler as an RFC 013 ``TaskSampler``.
 
 Each ``sample(n)`` runs the paper's rollout-history loop (2.1): predict every task's informativeness from
-the rollout history propagated over the dual-relation graph (:mod:`~envsched.method.history.prediction`), then
+the rollout history propagated over the dual-relation graph (:mod:`~envsched.method.history.prediction`), let the
+preset's scheduling policy turn it into the batch's inputs (:mod:`~envsched.method.scheduling.policy`), then
 build the batch by coverage and exploitation (:mod:`~envsched.method.scheduling.batch`), and record why each
 task was chosen (:mod:`~envsched.method.explain`). ``update`` adds one group's statistics to the history
 (:mod:`~envsched.method.history.statistics`).
