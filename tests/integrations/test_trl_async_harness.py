@@ -90,9 +90,11 @@ def setup(tmp_path_factory, tiny_llm, uvicorn_app):
     tok = tiny_llm(pool, model_dir)
     tok.chat_template = qwen3_chat_template  # TRL's harness renders the session's messages and tools with it
     tok.save_pretrained(model_dir)
+    # the tool preamble of the chat template alone exceeds the tiny model's 256 positions (an empty completion would
+    # make TRL's harness fail the rollout): serve 1024 (RoPE runs past max_position_embeddings)
     env = {**os.environ, "ENVSCHED_OPENENV_POOL": str(pool_file), "ENVSCHED_OPENENV_MAX_SESSIONS": "32",
            "PYTHONPATH": os.pathsep.join(sys.path)}
-    with uvicorn_app(env) as (_proc, port), StandInVLLMServer(str(model_dir), delay=delay) as server:
+    with uvicorn_app(env) as (_proc, port), StandInVLLMServer(str(model_dir), delay=delay, max_model_len=1024) as server:
         yield root, pool, str(model_dir), tok, server, f"http://127.0.0.1:{port}"
 
 

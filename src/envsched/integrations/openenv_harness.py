@@ -163,6 +163,7 @@ class OpenEnvTaskSession(ResourceSession):
         self._messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + \
             [{"role": "user", "content": str(obs.get("prompt") or "")}]
         self.answered_by: str | None = None
+        self._closed = False
 
     def initial_messages(self) -> list[dict[str, Any]]:
         return [dict(m) for m in self._messages]
@@ -186,6 +187,8 @@ class OpenEnvTaskSession(ResourceSession):
                           done=bool(step.done), metadata={"reward": step.reward})
 
     def verify(self, transcript: list[dict[str, Any]], final_state: Any | None = None) -> VerifyResult:
+        if self._closed and self.answered_by is None:
+            raise RuntimeError("the session was closed before it was verified (the rollout worker is stopping)")
         if self.answered_by is None and self.answer_from_final_message:
             replies = [m for m in transcript if isinstance(m, Mapping) and m.get("role") == "assistant"]
             self.env.step(_text(replies[-1].get("content")) if replies else "")
@@ -195,6 +198,7 @@ class OpenEnvTaskSession(ResourceSession):
                                      "steps": self.env.steps})
 
     def close(self) -> None:
+        self._closed = True
         self.env.close()
 
 
