@@ -94,7 +94,8 @@ def setup(tmp_path_factory, tiny_llm, uvicorn_app):
     # make TRL's harness fail the rollout): serve 1024 (RoPE runs past max_position_embeddings)
     env = {**os.environ, "ENVSCHED_OPENENV_POOL": str(pool_file), "ENVSCHED_OPENENV_MAX_SESSIONS": "32",
            "PYTHONPATH": os.pathsep.join(sys.path)}
-    with uvicorn_app(env) as (_proc, port), StandInVLLMServer(str(model_dir), delay=delay, max_model_len=1024) as server:
+    with uvicorn_app(env) as (_proc, port), \
+            StandInVLLMServer(str(model_dir), delay=delay, max_model_len=1024) as server:
         yield root, pool, str(model_dir), tok, server, f"http://127.0.0.1:{port}"
 
 
@@ -128,8 +129,8 @@ def runs(setup):
     return (ta, sa), (tb, sb)
 
 
-def _episodes(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+def _episodes(path: Path, event: str = "reset") -> list[dict]:
+    return [e for line in path.read_text().splitlines() if (e := json.loads(line))["event"] == event]
 
 
 def _accounting(trainer, sampler):
@@ -182,16 +183,26 @@ def test_every_group_is_accounted_for_with_delays(runs):
             assert len(e["rewards"]) == G
 
 
-def test_rewards_are_the_environment_reward_plus_the_reward_functions(runs):
-    """The harness reward (the OpenEnv environment's score of the episode, in [0, 1]) is summed with
-    ``digit_share`` (in [0, 1]) by TRL; the sum reaches the sampler (mapped from the learned range)."""
+def test_rewards_are_the_environment_reward_plus_the_reward_functions(runs, setup):
+    """Each rollout's reward is the OpenEnv environment's score of its episode (``verify``, in [0, 1]) plus
+    ``digit_share`` (in [0, 1]), summed by TRL; per updated group, the sampler's raw rewards minus the episodes'
+    environment rewards stay within the shaping term's range."""
     (ta, _sa), _ = runs
-    raw = [r for e in ta.envsched_feedback_log if e["outcome"] == "update" for r in e["raw_rewards"]]
-    assert raw and all(r is None or 0.0 <= r <= 2.0 for r in raw)
-    assert sum(r is not None for r in raw) >= len(raw) // 2
-    logged = [h for h in ta.state.log_history if "rewards/harness_reward/mean" in h or
-              any(k.startswith("rewards/harness_reward") for k in h)]
-    assert logged, "TRL logged no harness reward"
+    verified: dict[int, list[float]] = {}
+    for e in _episodes(setup[0] / "a" / "episodes.jsonl", "verify"):
+        assert e["answered_by"] in ("tool", "final_message")
+        assert e["env_reward"] is not None and 0.0 <= e["env_reward"] <= 1.0
+        verified.setdefault(e["seed"], []).append(e["env_reward"])
+    updates = [e for e in ta.envsched_feedback_log if e["outcome"] == "update"]
+    assert updates
+    for e in updates:
+        env = verified[e["group_id"]]
+        assert len(env) == G and None not in e["raw_rewards"]
+        extra = sum(e["raw_rewards"]) - sum(env)
+        assert -1e-6 <= extra <= G + 1e-6
+    assert any(r > 0 for rs in verified.values() for r in rs), "the environment never scored above 0"
+    logged = [h for h in ta.state.log_history if "rewards/harness_reward" in h]
+    assert logged and all(0.0 <= h["rewards/harness_reward"] <= 1.0 for h in logged)
 
 
 def test_resume_continues_the_same_draws(runs, setup):

@@ -39,7 +39,7 @@ import inspect
 import json
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import transformers
@@ -147,9 +147,13 @@ class OpenEnvTaskSession(ResourceSession):
     ``reset`` observation)."""
 
     def __init__(self, env: OpenEnvEnvironment, task: Mapping[str, Any], seed: int | None,
-                 system_prompt: str | None = None, answer_from_final_message: bool = True) -> None:
+                 system_prompt: str | None = None, answer_from_final_message: bool = True,
+                 episode_id: str | None = None, log: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.env = env
         self.task = task
+        self.seed = seed
+        self.episode_id = episode_id
+        self._log = log
         self.answer_from_final_message = answer_from_final_message
         obs = env.reset(task, seed)
         if not isinstance(obs, Mapping):
@@ -164,6 +168,9 @@ class OpenEnvTaskSession(ResourceSession):
             [{"role": "user", "content": str(obs.get("prompt") or "")}]
         self.answered_by: str | None = None
         self._closed = False
+        if log is not None:
+            log({"event": "reset", "task_id": self.task_id, "requested": task.get("id"), "seed": seed,
+                 "episode_id": episode_id})
 
     def initial_messages(self) -> list[dict[str, Any]]:
         return [dict(m) for m in self._messages]
@@ -193,7 +200,11 @@ class OpenEnvTaskSession(ResourceSession):
             replies = [m for m in transcript if isinstance(m, Mapping) and m.get("role") == "assistant"]
             self.env.step(_text(replies[-1].get("content")) if replies else "")
             self.answered_by = "final_message"
-        return VerifyResult(env_reward=self.env.final_reward(), done=self.answered_by is not None,
+        reward = self.env.final_reward()
+        if self._log is not None:
+            self._log({"event": "verify", "task_id": self.task_id, "seed": self.seed, "episode_id": self.episode_id,
+                       "env_reward": reward, "answered_by": self.answered_by})
+        return VerifyResult(env_reward=reward, done=self.answered_by is not None,
                             metrics={"task_id": self.task_id, "answered_by": self.answered_by,
                                      "steps": self.env.steps})
 
@@ -213,8 +224,9 @@ class OpenEnvTaskSessionFactory(ResourceSessionFactory):
         system_prompt: an optional system message before the task's prompt.
         answer_from_final_message: ``verify`` submits the last assistant message as the answer when the model did
             not call the ``answer`` tool (default True).
-        log_path: append one JSON line per started episode (``task_id`` as the environment reported it,
-            ``requested`` id, ``seed``, ``episode_id``): a record of what the environment ran.
+        log_path: append one JSON line per started episode (``{"event": "reset", "task_id"`` as the environment
+            reported it, ``"requested"`` id, ``"seed"``, ``"episode_id"}``) and one per verified episode
+            (``{"event": "verify", ..., "env_reward", "answered_by"}``): a record of what the environment ran.
         sampling: TRL's loop-owning mode passes its sampling policy; unused (this factory serves white-box
             harnesses such as ``MCPHarnessAdapter``).
         connect_timeout_s, message_timeout_s: WebSocket timeouts (see :class:`OpenEnvEnvironment`).
@@ -261,16 +273,15 @@ class OpenEnvTaskSessionFactory(ResourceSessionFactory):
         env = OpenEnvEnvironment(self.base_url, self.env_name, connect_timeout_s=self.connect_timeout_s,
                                  message_timeout_s=self.message_timeout_s,
                                  reset_kwargs={"episode_id": episode_id} if episode_id is not None else None)
-        session = OpenEnvTaskSession(env, selected, seed, self.system_prompt, self.answer_from_final_message)
-        if self.log_path:
-            line = json.dumps({"task_id": session.task_id, "requested": task.get("id"), "seed": seed,
-                               "episode_id": episode_id}) + "\n"
-            fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
-        return session
+        return OpenEnvTaskSession(env, selected, seed, self.system_prompt, self.answer_from_final_message,
+                                  episode_id, self._write_log if self.log_path else None)
+
+    def _write_log(self, entry: dict[str, Any]) -> None:
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(entry) + "\n").encode())  # one write per line: whole lines across threads
+        finally:
+            os.close(fd)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
