@@ -59,7 +59,9 @@ Usage::
     trainer.train()
 
 Reward functions receive the ``task_id`` column (and every column ``task_to_row`` adds). With an
-``environment_factory``, ``reset(**row)`` receives the drawn task's row.
+``environment_factory``, ``reset(**row)`` receives the drawn task's row. With ``harness_session_factory=``, TRL's
+OpenEnv harness worker runs multi-turn OpenEnv episodes instead, each session created with the drawn task spec
+(:mod:`envsched.integrations.openenv_harness`).
 """
 
 from __future__ import annotations
