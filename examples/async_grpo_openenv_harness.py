@@ -109,13 +109,17 @@ def main() -> None:
         if env_server is not None:
             env_server.stop()
     m = trainer.envsched_metrics()
-    ran = [json.loads(line) for line in episodes.read_text().splitlines()] if episodes.exists() else []
+    logged = [json.loads(line) for line in episodes.read_text().splitlines()] if episodes.exists() else []
+    ran = [e for e in logged if e["event"] == "reset"]
+    verified = [e for e in logged if e["event"] == "verify"]
     drawn = dict(trainer.envsched_draw_log)
     keys = ["groups_drawn", "groups_updated", "groups_discarded_stale", "groups_unresolved", "draws_replayed",
             "episodes", "signal_groups"]
     print(json.dumps({k: m[k] for k in keys} | {
         "episodes_started": len(ran),
         "episodes_on_the_drawn_task": sum(drawn.get(e["seed"]) == e["task_id"] for e in ran),
+        "episodes_verified": len(verified),
+        "mean_env_reward": round(sum(e["env_reward"] or 0.0 for e in verified) / max(1, len(verified)), 4),
         "top_tasks": collections.Counter(e["task_id"] for e in ran).most_common(3),
         "wall_s": round(time.time() - t0, 1)}, indent=2))
 
