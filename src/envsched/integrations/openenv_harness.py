@@ -48,7 +48,7 @@ from openenv.core.env_server.mcp_types import Tool
 from openenv.core.harness import ResourceSession, ResourceSessionFactory, ToolResult, VerifyResult
 from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker, _HarnessRolloutLoop
 
-from envsched.envs.openenv import OpenEnvEnvironment, TaskAPIClient
+from envsched.envs.openenv import InvalidActionError, OpenEnvEnvironment, TaskAPIClient
 from envsched.integrations.trl import SUPPORTED_VERSIONS, hook_problem
 from envsched.integrations.trl_async import EnvSchedRolloutLoop, EnvSchedRolloutWorker
 
@@ -186,7 +186,10 @@ class OpenEnvTaskSession(ResourceSession):
         answer = arguments.get("answer")
         if not isinstance(answer, str):
             return ToolResult(data="'answer' must be a string", error="bad arguments")
-        step = self.env.step(answer)
+        try:
+            step = self.env.step(answer)
+        except InvalidActionError as exc:  # the policy's fault: tell the model, the episode goes on
+            return ToolResult(data=str(exc), error="invalid action")
         self.answered_by = "tool"
         return ToolResult(data={"feedback": step.observation.get("feedback") if isinstance(step.observation,
                                                                                              Mapping) else None,
