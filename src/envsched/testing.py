@@ -449,7 +449,7 @@ class _Checker:
                 assert after == want, f"{where} changed the next draws: {after} vs {want}"
 
 
-class _InjectedFailure(RuntimeError):
+class _InjectedFailure(EnvSchedError, RuntimeError):
     """The failure :func:`check_sampler` injects inside ``sample()``."""
 
 
