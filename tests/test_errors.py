@@ -7,7 +7,16 @@ import math
 import numpy as np
 import pytest
 
-from envsched.errors import EnvSchedError, InvalidValueError, check_bool, check_int, check_number, is_int, is_number
+from envsched.errors import (
+    EnvSchedError,
+    InvalidValueError,
+    check_bool,
+    check_int,
+    check_number,
+    interval_text,
+    is_int,
+    is_number,
+)
 
 
 def test_invalid_value_error_is_value_type_and_envsched_error() -> None:
@@ -69,3 +78,15 @@ def test_check_bool_refuses_truthy_values() -> None:
     for bad in (1, 0, "true", None):
         with pytest.raises(InvalidValueError, match="flag must be True or False"):
             check_bool(bad, "flag")
+
+
+def test_interval_text_is_shared_by_the_checks_and_the_state_loaders() -> None:
+    from envsched.samplers._validate import StateError, finite
+
+    assert interval_text(0, 1) == "[0, 1]"
+    assert interval_text(0, None, low_open=True) == "(0, inf)"
+    assert interval_text(None, 0.5, high_open=True) == "(-inf, 0.5)"
+    with pytest.raises(InvalidValueError, match=r"x must be a finite number in \(0, 1\], got 0"):
+        check_number(0, "x", low=0, high=1, low_open=True)
+    with pytest.raises(StateError, match=r"must be a finite number in \[0, inf\), got -1"):
+        finite(-1, "y", low=0)

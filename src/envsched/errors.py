@@ -26,6 +26,7 @@ __all__ = [
     "check_bool",
     "check_int",
     "check_number",
+    "interval_text",
     "is_int",
     "is_number",
 ]
@@ -66,9 +67,18 @@ def is_number(value: Any, *, numpy: bool = True) -> bool:
     return isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool | np.bool_)
 
 
+def interval_text(low: float | None, high: float | None, low_open: bool = False, high_open: bool = False) -> str:
+    """The admissible interval in interval notation, ``[0, 1)`` or ``(0, inf)`` (a missing bound is an open
+    infinity); the messages of these checks and of the state loaders (``envsched.samplers._validate``) use it."""
+    lo = "(" if low_open or low is None else "["
+    hi = ")" if high_open or high is None else "]"
+    return f"{lo}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi}"
+
+
 def _bounds(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    """The bounds for a message: ``in [low, high]`` with both, ``>= low`` or ``<= high`` with one."""
     if low is not None and high is not None:
-        return f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        return f"in {interval_text(low, high, low_open, high_open)}"
     if low is not None:
         return f"{'>' if low_open else '>='} {low}"
     if high is not None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from envsched.errors import EnvSchedError, is_int, is_number
+from envsched.errors import EnvSchedError, interval_text, is_int, is_number
 
 __all__ = [
     "MAX_COUNT",
@@ -68,12 +68,6 @@ def _show(value: Any) -> str:
     """``repr`` of an offending value, cut short (a hostile state may hold a huge one)."""
     text_ = repr(value)
     return text_ if len(text_) <= 60 else text_[:57] + "..."
-
-
-def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
-    lo = "(" if low_open or low is None else "["
-    hi = ")" if high_open or high is None else "]"
-    return f"{lo}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi}"
 
 
 def _in_range(v: float, low: float | None, high: float | None, low_open: bool, high_open: bool) -> bool:
@@ -124,7 +118,7 @@ def finite(value: Any, field: str, *, low: float | None = None, high: float | No
         else:
             ok = math.isfinite(v) and _in_range(v, low, high, low_open, high_open)
     if not ok:
-        raise StateError(field, f"must be a finite number in {_interval(low, high, low_open, high_open)}, "
+        raise StateError(field, f"must be a finite number in {interval_text(low, high, low_open, high_open)}, "
                                 f"got {_show(value)}")
     return v
 
@@ -165,7 +159,7 @@ def _floats(items: list[Any], at: Callable[[int], str], low: float | None, high:
     kinds = set(map(type, items))
     if not kinds <= {float, int} and not all(is_number(x) for x in items):
         i = next(i for i, x in enumerate(items) if not is_number(x))
-        raise StateError(at(i), f"must be a finite number in {_interval(low, high, low_open, high_open)}, "
+        raise StateError(at(i), f"must be a finite number in {interval_text(low, high, low_open, high_open)}, "
                                 f"got {_show(items[i])}")
     try:
         arr = np.asarray(items, dtype=np.float64)
@@ -183,7 +177,7 @@ def _floats(items: list[Any], at: Callable[[int], str], low: float | None, high:
     if not ok.all():
         i = int(np.flatnonzero(~ok)[0])
         want = "NaN" if allow_nan is not None and allow_nan[i] else \
-            f"a finite number in {_interval(low, high, low_open, high_open)}"
+            f"a finite number in {interval_text(low, high, low_open, high_open)}"
         raise StateError(at(i), f"must be {want}, got {_show(items[i])}")
     return arr
 
