@@ -93,6 +93,7 @@ from trl.experimental.async_grpo.async_grpo_trainer import AsyncGRPOTrainer, Rol
 from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, _AsyncRolloutLoop
 from trl.experimental.async_grpo.packing import TREE_ATTENTION
 
+from envsched.errors import check_int, is_number
 from envsched.integrations._checkpoint import SAMPLER_STATE_FILE, read_state_file, write_state_file
 from envsched.integrations._rewards import RewardScale
 from envsched.integrations.trl import DEFAULT_LOG_SIZE, SUPPORTED_VERSIONS, default_task_to_row, hook_problem
@@ -423,7 +424,7 @@ class _TaskFeed:
             m = getattr(self.sampler, "metrics", None)
             if callable(m):
                 for name, value in m().items():
-                    if isinstance(value, int | float) and not isinstance(value, bool):
+                    if is_number(value, numpy=False):
                         out[name] = float(value)
             out.update({k: float(v) for k, v in self.counts.items()})
             out["groups_unresolved"] = float(len(self.unresolved))
@@ -520,15 +521,13 @@ class EnvSchedAsyncGRPOTrainer(AsyncGRPOTrainer):
         elif harness_adapter is not None or rollout_reward_fn is not None:
             raise ValueError("harness_adapter= and rollout_reward_fn= belong to the OpenEnv harness: pass "
                              "harness_session_factory= too")
-        if isinstance(log_size, bool) or not isinstance(log_size, int) or log_size < 0:
-            raise ValueError(f"log_size must be an integer >= 0, got {log_size!r}")
+        log_size = check_int(log_size, "log_size", low=0)
         if args is None or int(getattr(args, "max_steps", -1)) <= 0:
             raise ValueError("args.max_steps must be set (> 0): tasks are drawn from the sampler, there are no epochs")
         if draw_batch is None:
             draw_batch = max(1, args.per_device_train_batch_size * args.gradient_accumulation_steps
                              // args.num_generations)
-        if isinstance(draw_batch, bool) or not isinstance(draw_batch, int) or draw_batch < 1:
-            raise ValueError(f"draw_batch must be a positive integer (tasks per sample() call), got {draw_batch!r}")
+        draw_batch = check_int(draw_batch, "draw_batch", low=1)  # tasks per sample() call
         for m in ("sample", "update", "discard", "state_dict", "load_state_dict"):
             if not callable(getattr(task_sampler, m, None)):
                 raise TypeError(f"task_sampler must implement RFC 013's TaskSampler; "
