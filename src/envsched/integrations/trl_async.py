@@ -1,3 +1,4 @@
+# Over 700 lines: the trainer subclass, the worker swap and the task feed patch one TRL module's internals together.
 """TRL integration, asynchronous: train with ``AsyncGRPOTrainer`` on tasks drawn from any envsched :class:`TaskSampler`.
 
 Targets TRL 1.16.0 (``trl.experimental.async_grpo``, transformers 5.24.0). In that trainer, rollouts run ahead of

@@ -1,3 +1,4 @@
+# Over 700 lines: every hyperparameter with its docstring, its check and its sub-configuration view, in one place.
 """Configuration of the EnvSched method: every hyperparameter, with a descriptive name and the paper's default.
 
 The paper (EnvSched, arXiv 2610.37609; the summary in ``shared/seeds``) names its hyperparameters with

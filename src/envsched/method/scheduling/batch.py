@@ -1,3 +1,4 @@
+# Over 700 lines: every phase of a batch (cold start, coverage, exploitation, fill) works on one _Batch state.
 """Stage 3 of EnvSched: turning predictions into a batch (2.4, C).
 
 A batch of ``n`` pairs is built pick by pick, in phases:
