@@ -7,7 +7,16 @@ import math
 import numpy as np
 import pytest
 
-from envsched.errors import EnvSchedError, InvalidValueError, check_bool, check_int, check_number, is_int, is_number
+from envsched.errors import (
+    EnvSchedError,
+    InvalidValueError,
+    check_bool,
+    check_int,
+    check_number,
+    interval_text,
+    is_int,
+    is_number,
+)
 
 
 def test_invalid_value_error_is_value_type_and_envsched_error() -> None:
@@ -26,6 +35,13 @@ def test_is_int(value: object, expected: bool) -> None:
                                              (False, False), ("1", False), (None, False)])
 def test_is_number(value: object, expected: bool) -> None:
     assert is_number(value) is expected
+
+
+def test_python_only_checks_refuse_numpy_scalars_that_json_cannot_write() -> None:
+    assert is_int(3, numpy=False) and not is_int(np.int64(3), numpy=False) and not is_int(True, numpy=False)
+    assert is_number(2.5, numpy=False) and is_number(np.float64(2.5), numpy=False)  # a float subclass
+    assert not is_number(np.float32(2.5), numpy=False) and not is_number(np.int64(1), numpy=False)
+    assert not is_number(False, numpy=False)
 
 
 def test_check_int_bounds_and_message() -> None:
@@ -62,3 +78,15 @@ def test_check_bool_refuses_truthy_values() -> None:
     for bad in (1, 0, "true", None):
         with pytest.raises(InvalidValueError, match="flag must be True or False"):
             check_bool(bad, "flag")
+
+
+def test_interval_text_is_shared_by_the_checks_and_the_state_loaders() -> None:
+    from envsched.samplers._validate import StateError, finite
+
+    assert interval_text(0, 1) == "[0, 1]"
+    assert interval_text(0, None, low_open=True) == "(0, inf)"
+    assert interval_text(None, 0.5, high_open=True) == "(-inf, 0.5)"
+    with pytest.raises(InvalidValueError, match=r"x must be a finite number in \(0, 1\], got 0"):
+        check_number(0, "x", low=0, high=1, low_open=True)
+    with pytest.raises(StateError, match=r"must be a finite number in \[0, inf\), got -1"):
+        finite(-1, "y", low=0)

@@ -26,6 +26,7 @@ __all__ = [
     "check_bool",
     "check_int",
     "check_number",
+    "interval_text",
     "is_int",
     "is_number",
 ]
@@ -49,20 +50,35 @@ class InvalidValueError(EnvSchedError, ValueError, TypeError):
         self.value = value
 
 
-def is_int(value: Any) -> bool:
-    """Whether ``value`` is an integer: a Python or numpy integer, never a ``bool``."""
+def is_int(value: Any, *, numpy: bool = True) -> bool:
+    """Whether ``value`` is an integer: a Python or numpy integer, never a ``bool``. With ``numpy=False`` only
+    a Python ``int`` counts (a value that goes into JSON as it is, e.g. a task spec's field)."""
+    if not numpy:
+        return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any, *, numpy: bool = True) -> bool:
     """Whether ``value`` is a real number: a Python or numpy integer or float, never a ``bool``. NaN and the
-    infinities are numbers here; :func:`check_number` refuses them unless asked not to."""
+    infinities are numbers here; :func:`check_number` refuses them unless asked not to. With ``numpy=False``
+    only a Python ``int`` or ``float`` (or a subclass, such as ``numpy.float64``) counts, as JSON writes it."""
+    if not numpy:
+        return isinstance(value, int | float) and not isinstance(value, bool)
     return isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool | np.bool_)
 
 
+def interval_text(low: float | None, high: float | None, low_open: bool = False, high_open: bool = False) -> str:
+    """The admissible interval in interval notation, ``[0, 1)`` or ``(0, inf)`` (a missing bound is an open
+    infinity); the messages of these checks and of the state loaders (``envsched.samplers._validate``) use it."""
+    lo = "(" if low_open or low is None else "["
+    hi = ")" if high_open or high is None else "]"
+    return f"{lo}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi}"
+
+
 def _bounds(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    """The bounds for a message: ``in [low, high]`` with both, ``>= low`` or ``<= high`` with one."""
     if low is not None and high is not None:
-        return f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        return f"in {interval_text(low, high, low_open, high_open)}"
     if low is not None:
         return f"{'>' if low_open else '>='} {low}"
     if high is not None:

@@ -27,6 +27,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from envsched.errors import EnvSchedError, check_int, check_number
+
 __all__ = [
     "ERROR_BODY_BYTES",
     "MAX_JSON_DEPTH",
@@ -53,7 +55,7 @@ ERROR_BODY_BYTES = 64 * 1024
 _T = TypeVar("_T")
 
 
-class LLMResponseError(ValueError):
+class LLMResponseError(EnvSchedError, ValueError):
     """An LLM endpoint's response broke a limit (too large or nested too deeply); the message names the
     endpoint and the limit."""
 
@@ -70,7 +72,7 @@ class ResponseTooDeep(LLMResponseError):
     """The response's JSON is nested deeper than ``max_depth``."""
 
 
-class ResponseDeadline(TimeoutError):
+class ResponseDeadline(EnvSchedError, TimeoutError):
     """The whole request (connect, send, headers, body) did not finish within its deadline."""
 
     def __init__(self, url: str, timeout_s: float) -> None:
@@ -91,8 +93,7 @@ class BoundedResponse:
 
 
 def _check_positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    check_number(value, name, low=0, low_open=True, finite=False)
 
 
 async def _post(url: str, content: bytes, headers: Mapping[str, str], timeout_s: float, max_bytes: int,
@@ -138,8 +139,7 @@ def post_bounded(url: str, content: bytes, headers: Mapping[str, str], *, timeou
     status >= 400, are cut at :data:`ERROR_BODY_BYTES` instead); httpx's transport errors as they come.
     """
     _check_positive("timeout_s", timeout_s)
-    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-        raise ValueError(f"max_bytes must be a positive integer, got {max_bytes!r}")
+    max_bytes = check_int(max_bytes, "max_bytes", low=1)
 
     async def bounded() -> BoundedResponse:
         try:
@@ -178,8 +178,7 @@ def json_depth(obj: Any, stop_above: int | None = None) -> int:
 def loads_bounded(data: bytes | str, *, url: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """``json.loads(data)``, refusing JSON nested deeper than ``max_depth`` with :class:`ResponseTooDeep`
     (never a ``RecursionError``). Malformed JSON raises ``ValueError`` (``json.JSONDecodeError``) as usual."""
-    if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1:
-        raise ValueError(f"max_depth must be a positive integer, got {max_depth!r}")
+    max_depth = check_int(max_depth, "max_depth", low=1)
     raw = data.encode() if isinstance(data, str) else data
     too_deep = f"the JSON is nested deeper than the cap of {max_depth} levels (max_json_depth)"
     try:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from envsched.errors import EnvSchedError, is_number
 from envsched.pool.pool import TaskPool
 from envsched.pool.spec import task_key
 from envsched.samplers.base import MAX_BATCH, BaseSampler, TaskSampler
@@ -83,7 +84,7 @@ def bad_updates(reward_range: tuple[float, float] = (0.0, 1.0)) -> dict[str, tup
             for name, (rewards, costs, match) in BAD_UPDATES.items()}
 
 
-class SamplerCheckError(AssertionError):
+class SamplerCheckError(EnvSchedError, AssertionError):
     """A sampler broke a rule of the shared semantics. ``rule`` is the rule's name (one of :data:`RULES`);
     the message says what was expected and what happened."""
 
@@ -277,7 +278,7 @@ class _Checker:
             assert isinstance(m, dict), f"metrics() returned {type(m).__name__}, expected a dict"
             missing = [k for k in METRIC_KEYS if k not in m]
             assert not missing, f"metrics() ({stage}) lacks {missing}"
-            bad = {k: v for k, v in m.items() if isinstance(v, bool) or not isinstance(v, int | float)
+            bad = {k: v for k, v in m.items() if not (is_number(v) and isinstance(v, int | float))
                    or (k in METRIC_KEYS and not math.isfinite(v))}
             assert not bad, f"metrics() ({stage}) has values that are not finite numbers: {bad}"
             json.dumps(m)
@@ -448,7 +449,7 @@ class _Checker:
                 assert after == want, f"{where} changed the next draws: {after} vs {want}"
 
 
-class _InjectedFailure(RuntimeError):
+class _InjectedFailure(EnvSchedError, RuntimeError):
     """The failure :func:`check_sampler` injects inside ``sample()``."""
 
 

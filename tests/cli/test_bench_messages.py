@@ -31,7 +31,10 @@ def test_help_counts_the_registry_samplers(monkeypatch):
 
     n = count()
     assert n == sum(s in runner.available_samplers() for s in runner.DEFAULT_SAMPLERS) >= 12
-    descriptions = {**runner._DESCRIPTIONS, "newcomer-test": "a sampler registered later"}
-    monkeypatch.setattr(runner, "_DESCRIPTIONS", descriptions)
+    from envsched.samplers import registry
+
+    record = registry.SamplerRecord("newcomer-test", "a sampler registered later",
+                                    "envsched.samplers.registry:_uniform")
+    monkeypatch.setitem(registry.SAMPLERS, "newcomer-test", record)
     monkeypatch.setattr(runner, "DEFAULT_SAMPLERS", (*runner.DEFAULT_SAMPLERS, "newcomer-test"))
     assert count() == n + 1  # one more sampler in the registry: one more in the help

@@ -195,8 +195,15 @@ def test_eval_on_an_openenv_server_names_its_extra_first(monkeypatch, tmp_path):
     assert not (tmp_path / "e").exists()
 
 
-def test_the_help_lists_the_registry_samplers():
+def test_the_help_lists_the_registry_samplers(monkeypatch):
     from envsched.cli.run import SAMPLER_NAMES
-    from envsched.samplers.registry import available_samplers
+    from envsched.samplers import registry
 
-    assert sorted(SAMPLER_NAMES) == sorted(available_samplers())
+    assert sorted(SAMPLER_NAMES) == sorted(registry.available_samplers())
+    text = " ".join(CliRunner().invoke(cli, ["run", "--help"], terminal_width=400).output.split())
+    assert "Sampler to drive: " + ", ".join(sorted(registry.available_samplers())) + " (see" in text
+    record = registry.SamplerRecord("newcomer-test", "a sampler registered later",
+                                    "envsched.samplers.registry:_uniform")
+    monkeypatch.setitem(registry.SAMPLERS, "newcomer-test", record)
+    text = " ".join(CliRunner().invoke(cli, ["run", "--help"], terminal_width=400).output.split())
+    assert "newcomer-test" in text  # one more sampler in the registry: one more in the help

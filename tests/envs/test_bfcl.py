@@ -220,3 +220,15 @@ def test_episodes_do_not_leak_the_decimal_precision(specs: list[dict]) -> None:
     for s in math_tasks:
         assert replay_reward(s, ground_truth_calls(s)) == 1.0
     assert decimal.getcontext().prec == before  # BFCL's MathAPI sets it; envsched keeps that local
+
+
+def test_environment_options_are_checked() -> None:
+    from envsched.errors import InvalidValueError
+
+    for kwargs, message in (({"max_steps_per_turn": 2.5}, r"^max_steps_per_turn must be an integer >= 1, got 2\.5$"),
+                            ({"max_steps_per_turn": 0}, r"^max_steps_per_turn must be an integer >= 1, got 0$"),
+                            ({"call_timeout_s": "2"}, r"^call_timeout_s must be a number > 0, got '2'$"),
+                            ({"call_memory_mb": True}, r"^call_memory_mb must be an integer >= 1, got True$")):
+        with pytest.raises(InvalidValueError, match=message):
+            BFCLEnvironment(**kwargs)
+    assert BFCLEnvironment().max_steps_per_turn == 20 and BFCLEnvironment(max_steps_per_turn=3).max_steps_per_turn == 3

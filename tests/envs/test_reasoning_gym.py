@@ -113,8 +113,10 @@ def test_a_scorer_that_raises_gives_an_unscored_episode() -> None:
 def test_bad_inputs() -> None:
     with pytest.raises(ValueError, match="unknown reasoning-gym dataset 'no_such'"):
         build_reasoning_gym_pool(["no_such"])
-    with pytest.raises(ValueError, match="non-negative integer"):
+    with pytest.raises(ValueError, match=r"tasks_per_dataset for 'gcd' must be an integer >= 0, got -1"):
         build_reasoning_gym_pool(["gcd"], tasks_per_dataset=-1)
+    with pytest.raises(ValueError, match=r"tasks_per_dataset for 'gcd' must be an integer >= 0, got True"):
+        build_reasoning_gym_pool(["gcd"], tasks_per_dataset=True)
     with pytest.raises(ValueError, match="not being built"):
         build_reasoning_gym_pool(["gcd"], tasks_per_dataset={"gcd": 2, "lcm": 3})
     with pytest.raises(TypeError):

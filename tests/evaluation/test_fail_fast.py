@@ -78,7 +78,7 @@ def test_breaker_counts_only_consecutive_failures():
     assert not b.record("infra_error", "x")
     assert b.record("infra_error", "PolicyUnavailable: down") and b.last_error == "PolicyUnavailable: down"
     assert not CircuitBreaker(None).record("infra_error")
-    with pytest.raises(ValueError, match="positive integer"):
+    with pytest.raises(ValueError, match=r"threshold \(or None\) must be an integer >= 1, got 0"):
         CircuitBreaker(0)
 
 

@@ -15,7 +15,7 @@ MATH_TASK = "multi_turn_base_0"  # GorillaFileSystem + TwitterAPI
 
 
 def _math_task() -> str:
-    from envsched.envs.bfcl import _entries_by_id
+    from envsched.envs._bfcl_package import _entries_by_id
 
     return next(i for i, e in _entries_by_id().items() if "MathAPI" in e["involved_classes"]
                 and i.startswith("multi_turn_base"))

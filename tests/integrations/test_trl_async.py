@@ -232,6 +232,12 @@ def test_bad_arguments_are_refused(setup, tmp_path):
     with pytest.raises(ValueError, match="draw_batch"):
         EnvSchedAsyncGRPOTrainer(model_dir, reward_funcs=[digit_share], args=args, processing_class=tok,
                                  task_sampler=UniformSampler(pool), draw_batch=0)
+    with pytest.raises(ValueError, match=r"draw_batch must be an integer >= 1, got True"):  # a bool is no count
+        EnvSchedAsyncGRPOTrainer(model_dir, reward_funcs=[digit_share], args=args, processing_class=tok,
+                                 task_sampler=UniformSampler(pool), draw_batch=True)
+    with pytest.raises(ValueError, match=r"log_size must be an integer >= 0, got 2.0"):
+        EnvSchedAsyncGRPOTrainer(model_dir, reward_funcs=[digit_share], args=args, processing_class=tok,
+                                 task_sampler=UniformSampler(pool), log_size=2.0)
     args0 = AsyncGRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True)
     with pytest.raises(ValueError, match="max_steps"):
         EnvSchedAsyncGRPOTrainer(model_dir, reward_funcs=[digit_share], args=args0, processing_class=tok,

@@ -161,12 +161,12 @@ def test_records_equal_the_plain_records_byte_for_byte(name, tmp_path):
         if step == 2:
             s.flag_task(pending[0], "looks solved")
         pending = s.sample(48)
-        st, picks, prediction, snapshot, flags, (ad, ad_info, posterior) = s._pending_explain
-        adaptive = s._adaptive_explain(ad, ad_info, posterior, [q.pos for q in picks])
-        kw = dict(graph=g, snapshot=snapshot, prediction=prediction, config=config, task_ids=s._keys, envs=s.envs,
-                  env_codes=s.env_codes, identifier_flags=flags, adaptive=adaptive)
-        plain = plain_build_records(st, picks, **kw)
-        new = build_records(st, picks, **kw)
+        pe = s._pending_explain
+        st, picks = pe.step, pe.picks
+        kw = dict(graph=g, snapshot=pe.snapshot, prediction=pe.prediction, config=config, task_ids=s._keys,
+                  envs=s.envs, env_codes=s.env_codes, identifier_flags=pe.flags)
+        plain = plain_build_records(st, picks, **kw, adaptive=pe.trace.explain([q.pos for q in picks]))
+        new = build_records(st, picks, **kw, trace=pe.trace)
         assert [json.dumps(r) for r in new] == [json.dumps(r) for r in plain]
         assert s.explanations() == plain
         # the run file holds the same text json.dumps writes

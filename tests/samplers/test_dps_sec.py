@@ -270,16 +270,29 @@ def test_sample_is_atomic_on_error(cls, method):
 
 def _bad_values(cls: type) -> list[tuple[str, Any, str]]:
     if cls is DPSSampler:
-        return [("alpha", "nan", "NaN"), ("alpha", "inf", "NaN or an infinity"), ("alpha", "none", "only numbers"),
-                ("alpha", "neg", "below"), ("prior", "nan", "NaN"), ("prior", "big", "above 1.0"),
-                ("prior", "sum", "does not sum to 1"), ("tracked", "num", "booleans"),
-                ("observations", "neg", "outside"), ("order", "dup", "permutation"), ("cursor", "big", "cursor"),
-                ("steps", "none", "steps"), ("steps", "bool", "steps"), ("prior", "short", "shape"),
-                ("alpha", "missing", "missing")]
-    return [("q", "nan", "NaN"), ("q", "inf", "NaN or an infinity"), ("q", "none", "only numbers"),
-            ("q", "neg", "below"), ("q", "huge", "above"), ("pending_sum", "nan", "NaN"),
-            ("pending_count", "neg", "outside"), ("pending_sum", "orphan", "exceeds"), ("used", "num", "booleans"),
-            ("categories", "other", "categories"), ("steps", "neg", "steps"), ("q", "missing", "missing")]
+        return [("alpha", "nan", "extra.alpha[0][0][0] must be a finite number in [0.0, "),
+                ("alpha", "inf", "extra.alpha[0][0][0] must be a finite number"),
+                ("alpha", "none", "extra.alpha[0][0][0] must be a finite number"),
+                ("alpha", "neg", "extra.alpha[0][0][0] must be a finite number"),
+                ("prior", "nan", "extra.prior[0][0] must be a finite number in [0.0, 1.0], got nan"),
+                ("prior", "big", "extra.prior[0][0] must be a finite number in [0.0, 1.0], got 1.5"),
+                ("prior", "sum", "extra.prior holds a belief that does not sum to 1"),
+                ("tracked", "num", "extra.tracked[0] must be true or false, got 1"),
+                ("observations", "neg", "extra.observations[0] must be a whole number in [0, "),
+                ("order", "dup", "extra.order is not a permutation"), ("cursor", "big", "extra.cursor must be a whole"),
+                ("steps", "none", "extra.steps must be a whole number"),
+                ("steps", "bool", "extra.steps must be a whole number in [0, 9007199254740992], got True"),
+                ("prior", "short", "extra.prior must have 8 entries, got 7"),
+                ("alpha", "missing", "extra.alpha is missing")]
+    return [("q", "nan", "extra.q[0] must be a finite number in [0.0, "), ("q", "inf", "extra.q[0] must be a finite"),
+            ("q", "none", "extra.q[0] must be a finite number"), ("q", "neg", "extra.q[0] must be a finite number"),
+            ("q", "huge", "extra.q[0] must be a finite number"),
+            ("pending_sum", "nan", "extra.pending_sum[0] must be a finite number in [0.0, inf), got nan"),
+            ("pending_count", "neg", "extra.pending_count[0] must be a whole number in [0, "),
+            ("pending_sum", "orphan", "extra.pending_sum exceeds"),
+            ("used", "num", "extra.used[0] must be true or false"),
+            ("categories", "other", "extra.categories are not this sampler's"),
+            ("steps", "neg", "extra.steps must be a whole number"), ("q", "missing", "extra.q is missing")]
 
 
 def _corrupt(extra: dict[str, Any], field: str, how: str) -> None:

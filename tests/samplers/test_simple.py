@@ -90,7 +90,7 @@ def test_curriculum_falls_back_to_id_without_the_key():
     assert s.curriculum_keys == ["id:t0", "id:t1", "id:t2"]
     with pytest.raises(ValueError, match="key must be 'difficulty', 'group' or 'id'"):
         CurriculumSampler(tasks(3), group_size=4, key="env")
-    with pytest.raises(ValueError, match="group_size must be a positive integer"):
+    with pytest.raises(ValueError, match="group_size must be an integer >= 1, got 0"):
         CurriculumSampler(tasks(3), group_size=0)
 
 

@@ -73,6 +73,7 @@ from typing import Any, Literal
 import numpy as np
 import scipy.sparse as sp
 
+from envsched.errors import check_bool, check_int, check_number, is_int, is_number
 from envsched.pool.pool import TaskPool
 
 __all__ = ["LearnerConfig", "LearnerModel", "load_bfcl_memo", "save_bfcl_memo", "sharing_degree", "task_structure"]
@@ -128,22 +129,16 @@ class LearnerConfig:
 
     def __post_init__(self) -> None:
         for name in ("sharing", "feature_noise", "transfer", "forgetting", "interference", "tier_share"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and 0.0 <= v <= 1.0):
-                raise ValueError(f"LearnerConfig.{name} must be in [0, 1], got {v!r}")
+            self._number(name, low=0, high=1)
         if self.reward not in ("graded", "binary"):
             raise ValueError(f"LearnerConfig.reward must be 'graded' or 'binary', got {self.reward!r}")
         for name in ("lr", "competence_sd", "difficulty_sd", "rollout_noise", "check_sd"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and v >= 0 and np.isfinite(v)):
-                raise ValueError(f"LearnerConfig.{name} must be a finite number >= 0, got {v!r}")
+            self._number(name, low=0)
+        self._number("difficulty_mean")
         if self.step not in ("mean", "normalised"):
             raise ValueError(f"LearnerConfig.step must be 'mean' or 'normalised', got {self.step!r}")
-        if not (isinstance(self.normalised_lr, int | float) and 0 < self.normalised_lr < 10
-                and math.isfinite(self.normalised_lr)):
-            raise ValueError(f"LearnerConfig.normalised_lr must be in (0, 10), got {self.normalised_lr!r}")
-        if not (isinstance(self.normalised_decay, int | float) and 0.0 <= self.normalised_decay < 1.0):
-            raise ValueError(f"LearnerConfig.normalised_decay must be in [0, 1), got {self.normalised_decay!r}")
+        self._number("normalised_lr", low=0, high=10, low_open=True, high_open=True)
+        self._number("normalised_decay", low=0, high=1, high_open=True)
         if self.step == "mean":
             unread = [f"{name}={getattr(self, name)!r}" for name in ("normalised_lr", "normalised_decay")
                       if getattr(self, name) != getattr(type(self), name)]
@@ -152,13 +147,18 @@ class LearnerConfig:
                                  "(set step='normalised', or leave it at its default)")
         if self.bfcl_tool_scope not in ("function", "env"):
             raise ValueError(f"LearnerConfig.bfcl_tool_scope must be 'function' or 'env', got {self.bfcl_tool_scope!r}")
-        if not isinstance(self.batch_normalise, bool):
-            raise ValueError(f"LearnerConfig.batch_normalise must be true or false, got {self.batch_normalise!r}")
-        if isinstance(self.batch_reference, bool) or not isinstance(self.batch_reference, int) \
-                or self.batch_reference < 1:
-            raise ValueError(f"LearnerConfig.batch_reference must be a positive integer, got {self.batch_reference!r}")
-        if not isinstance(self.max_checks, int) or self.max_checks < 1:
-            raise ValueError(f"LearnerConfig.max_checks must be a positive integer, got {self.max_checks!r}")
+        for name in ("real_envs", "batch_normalise"):
+            check_bool(getattr(self, name), f"LearnerConfig.{name}")
+        for name in ("batch_reference", "max_checks"):
+            object.__setattr__(self, name, check_int(getattr(self, name), f"LearnerConfig.{name}", low=1))
+
+    def _number(self, name: str, **bounds: Any) -> None:
+        """Check a number field with :func:`~envsched.errors.check_number`; a numpy scalar becomes a ``float``
+        (a Python ``int`` or ``float`` is kept as given, so the config's recorded form is unchanged)."""
+        value = getattr(self, name)
+        check_number(value, f"LearnerConfig.{name}", **bounds)
+        if not isinstance(value, int | float):
+            object.__setattr__(self, name, float(value))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LearnerConfig:
@@ -279,8 +279,7 @@ class LearnerModel:
             config = LearnerConfig()
         elif isinstance(config, Mapping):
             config = LearnerConfig.from_dict(config)
-        if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        seed = check_int(seed, "seed", low=0)
         self.tasks = list(pool)
         if not self.tasks:
             raise ValueError("the learner needs at least one task")
@@ -453,8 +452,7 @@ class LearnerModel:
         pos = np.asarray(positions, dtype=np.int64)
         if pos.ndim != 1 or (pos.size and (pos.min() < 0 or pos.max() >= len(self.tasks))):
             raise ValueError(f"positions must be a 1-D list of task positions in [0, {len(self.tasks)})")
-        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-            raise ValueError(f"n must be a positive integer, got {n!r}")
+        n = check_int(n, "n", low=1)
         rng = self._rng if rng is None else rng
         logit = self.competence()[pos]
         eps = rng.normal(0.0, self.config.rollout_noise, size=(pos.size, n))
@@ -588,8 +586,8 @@ class LearnerModel:
         rng.bit_generator.state = copy.deepcopy(state["rng"])
         norm_sq_mean = float(state.get("norm_sq_mean", 0.0))
         norm_steps = state.get("norm_steps", 0)
-        if not (math.isfinite(norm_sq_mean) and norm_sq_mean >= 0) or isinstance(norm_steps, bool) \
-                or not isinstance(norm_steps, int) or norm_steps < 0:
+        if not (math.isfinite(norm_sq_mean) and norm_sq_mean >= 0) or not is_int(norm_steps, numpy=False) \
+                or norm_steps < 0:
             raise ValueError("learner state: norm_sq_mean must be finite >= 0 and norm_steps an integer >= 0")
         self.theta, self.phi, self._rng = theta, phi, rng
         self.steps_trained = int(state.get("steps_trained", 0))
@@ -601,7 +599,7 @@ def _rg_tier(task: Mapping[str, Any]) -> float:
     rg = task.get("reasoning_gym")
     if isinstance(rg, Mapping):
         tier = rg.get("tier", task.get("difficulty"))
-        if isinstance(tier, int | float) and not isinstance(tier, bool) and math.isfinite(tier):
+        if is_number(tier, numpy=False) and math.isfinite(tier):
             return float(tier)
     return math.nan
 

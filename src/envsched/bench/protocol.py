@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from envsched.bench.stats import compare, describe, minimum_detectable_effect, paired
+from envsched.errors import check_bool, check_int, check_number
 
 __all__ = ["DEV_SEEDS", "EVALUATION_ROUNDS", "EVAL_SEEDS", "TUNING_SEEDS", "ProtocolConfig", "load_config",
            "protocol_report", "run_pilot", "run_protocol"]
@@ -98,10 +99,17 @@ class ProtocolConfig:
             raise ValueError("protocol: evaluation and tuning seeds must be distinct")
         if set(self.eval_seeds) & set(DEV_SEEDS) or set(self.tuning_seeds) & set(DEV_SEEDS):
             raise ValueError("protocol: development seeds (0-999) are never evaluation or tuning seeds")
-        if self.trials < 1 or self.steps < 1 or len(self.eval_seeds) < 2:
-            raise ValueError("protocol: trials >= 1, steps >= 1 and at least 2 evaluation seeds")
-        if not (math.isfinite(self.margin) and self.margin > 0):
-            raise ValueError(f"protocol: the equivalence margin must be > 0, got {self.margin!r}")
+        for name in ("trials", "steps", "batch_size", "group_size", "eval_rollouts"):
+            # a numpy integer is stored as the int it is (the digest is the config's JSON)
+            object.__setattr__(self, name, check_int(getattr(self, name), f"protocol: {name}", low=1))
+        if len(self.eval_seeds) < 2:
+            raise ValueError("protocol: at least 2 evaluation seeds")
+        check_number(self.margin, "protocol: the equivalence margin", low=0, low_open=True)
+        check_number(self.alpha, "protocol: alpha", low=0, high=1, low_open=True, high_open=True)
+        check_bool(self.tune, "protocol: tune")
+        for name in ("margin", "alpha"):
+            if not isinstance(getattr(self, name), int | float):
+                object.__setattr__(self, name, float(getattr(self, name)))
 
     @property
     def samplers(self) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from envsched.errors import check_number
 from envsched.pool.pool import TaskPool
 
 __all__ = ["RewardSource", "StochasticRewardSource"]
@@ -54,8 +55,7 @@ class StochasticRewardSource:
 
     def __init__(self, pool: TaskPool, seed: int = 0, *, difficulty_spread: float = 3.5,
                  unscored_rate: float = 0.0, learning_rate: float = 0.05) -> None:
-        if not 0.0 <= unscored_rate < 1.0:
-            raise ValueError(f"unscored_rate must be in [0, 1), got {unscored_rate!r}")
+        check_number(unscored_rate, "unscored_rate", low=0, high=1, high_open=True)
         self.pool = pool
         self.seed = seed
         self.difficulty_spread = difficulty_spread

@@ -46,8 +46,9 @@ from envsched.bench.cache import bench_cache_dir
 from envsched.bench.learner import LearnerConfig, LearnerModel, sharing_degree, task_structure
 from envsched.bench.learners import LEARNERS, Learner, make_learner, validate_learner_options
 from envsched.bench.split import PoolSplit, SplitConfig, split_pool
-from envsched.bench.variants import ENVSCHED_ABLATIONS, ENVSCHED_CONTROLS, ENVSCHED_VARIANTS
+from envsched.bench.variants import ENVSCHED_ABLATIONS, ENVSCHED_CLASS, bench_samplers, resolve_bench
 from envsched.pool.pool import TaskPool
+from envsched.samplers import registry
 from envsched.samplers.base import BaseSampler
 
 __all__ = ["ENVSCHED_ABLATIONS", "LEARNERS", "SAMPLER_NAMES", "BenchConfig", "available_samplers",
@@ -58,51 +59,16 @@ DEFAULT_SAMPLERS = ("uniform", "uniform-ds", "curriculum", "mopps", "greso", "pl
                     "envsched-coverage-only", "envsched-exploitation-only", "envsched-no-within",
                     "envsched-no-cross")
 
-_DESCRIPTIONS = {
-    "uniform": "uniform without replacement per epoch (RFC 013 baseline)",
-    "uniform-ds": "uniform + DAPO dynamic sampling (drop all-pass/all-fail groups, refill; dropped rollouts spent)",
-    "curriculum": "RFC 013 CurriculumSampler (signal weight per difficulty tier)",
-    "mopps": "MoPPS: per-task Beta posterior, Thompson sampling toward p = 0.5 (candidates 8x, lambda 0.5)",
-    "greso": "GRESO: skip tasks with zero-variance runs (1% floor, self-tuned rates) + residual DS filter",
-    "plr": "prioritized level replay: rank(mean |advantage|), beta 0.1, staleness rho 0.1",
-    "dps": "DPS: per-task HMM of the solving state, top-B predicted partially solved (candidates 8x, lambda 0.5)",
-    "sec": "SEC: Boltzmann bandit over environments, TD(0) on mean |advantage| (alpha 0.5, tau 1.0)",
-    "envsched": "EnvSched, envsched's default configuration (SchedulerConfig())",
-    "envsched-paper": "EnvSched, the paper's preset (SchedulerConfig.paper())",
-    "envsched-coverage-only": "EnvSched ablation: coverage only",
-    "envsched-exploitation-only": "EnvSched ablation: exploitation only",
-    "envsched-no-within": "EnvSched ablation: without within-environment edges",
-    "envsched-no-cross": "EnvSched ablation: without cross-environment edges",
-    "envsched-no-graph": "EnvSched ablation: no graph (each task's own history and the global reference only)",
-    "envsched-variance-score": "EnvSched ablation: exploitation by the paper's calibrated variance prediction "
-                               "instead of the signal probability",
-    "envsched-fixed-share": "EnvSched ablation: the fixed coverage share instead of the online one",
-    "envsched-paper-coverage": "EnvSched ablation: the paper's coverage ranking instead of the UCB one",
-    "envsched-caps-always": "EnvSched ablation: concentration caps at every step, not only on decline",
-    "envsched-shuffled-graph": "EnvSched negative control: random neighbours with the graph's degrees and weights",
-    "envsched-noise-features": "EnvSched negative control: graph rebuilt from noise features of the same shape",
-}
-SAMPLER_NAMES = tuple(_DESCRIPTIONS)
+#: Every benchmark sampler name, when this module was imported (:func:`available_samplers` reads the registry
+#: now).
+SAMPLER_NAMES = tuple(bench_samplers())
 
 
 def available_samplers() -> dict[str, str]:
-    """Benchmark sampler names and what they are (EnvSched ones only when importable)."""
-    out = {k: v for k, v in _DESCRIPTIONS.items() if not k.startswith("envsched")}
-    if envsched_available():
-        out.update({k: v for k, v in _DESCRIPTIONS.items() if k.startswith("envsched")})
-    return out
+    """Benchmark sampler names and what they are: the sampler registry's names (records and variants) and
+    EnvSched's negative controls (:mod:`envsched.bench.variants`)."""
+    return bench_samplers()
 
-
-def envsched_available() -> bool:
-    try:
-        import envsched.method.config
-        import envsched.method.sampler  # noqa: F401
-    except Exception:
-        return False
-    return True
-
-
-_ENVSCHED_VARIANTS = ENVSCHED_VARIANTS
 
 _GRAPH_CACHE: dict[str, Any] = {}
 
@@ -149,68 +115,49 @@ def _memo_path(pool: TaskPool) -> Path:
 
 def make_bench_sampler(name: str, pool: TaskPool, *, seed: int, batch_size: int = 64,
                        group_size: int = 8, options: Mapping[str, Any] | None = None) -> BaseSampler:
-    """Build the benchmark sampler ``name`` over ``pool`` (``ValueError`` lists the known names)."""
-    from envsched.samplers import baselines
-    from envsched.samplers.simple import CurriculumSampler, UniformSampler
+    """Build the benchmark sampler ``name`` over ``pool`` with the registry's factory (``ValueError`` lists
+    the known names). EnvSched's records get the benchmark's batch size, its cached graph (or a control's
+    graph) and a configuration in which knobs its switches leave unread are reset (:func:`_envsched_options`)."""
+    record, variant, control = resolve_bench(name)
+    opts = {**record.options, **(variant.options if variant is not None else {}), **dict(options or {})}
+    config = None
+    if record.sampler_class == ENVSCHED_CLASS:
+        opts, config = _envsched_options(name, pool, seed, batch_size, group_size, opts, control,
+                                         dict(options or {}))
+    sampler = registry.lookup(record.factory)(pool, seed=seed, group_size=group_size, **opts)
+    if config is not None and sampler.config != config:  # pragma: no cover - the factory's preset rules changed
+        raise RuntimeError(f"{record.factory} built {name!r} with another SchedulerConfig than the benchmark's")
+    return sampler
 
-    opts = dict(options or {})
-    if name == "uniform":
-        return UniformSampler(pool, seed=seed, **opts)
-    if name == "uniform-ds":
-        return baselines.DynamicSamplingSampler(pool, seed=seed, **opts)
-    if name == "curriculum":
-        return CurriculumSampler(pool, group_size=group_size, seed=seed, **opts)
-    if name == "mopps":
-        return baselines.MoPPSSampler(pool, seed=seed, **opts)
-    if name == "greso":
-        return baselines.GRESOSampler(pool, seed=seed, **opts)
-    if name == "plr":
-        return baselines.PLRSampler(pool, seed=seed, **opts)
-    if name == "dps":
-        from envsched.samplers.dps import DPSSampler
 
-        return DPSSampler(pool, seed=seed, **opts)
-    if name == "sec":
-        from envsched.samplers.sec import SECSampler
+def _envsched_options(name: str, pool: TaskPool, seed: int, batch_size: int, group_size: int,
+                      opts: dict[str, Any], control: str | None, given: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """The factory options of an EnvSched benchmark sampler: its ``SchedulerConfig`` fields as the preset's
+    configuration with the benchmark's batch size and group size, the variant's overrides and ``given``
+    applied -- knobs the configuration's switches leave unread reset to their defaults (a tuned draw sets knobs
+    jointly: values of knobs the drawn configuration does not read change no batch) -- plus the graph; and that
+    configuration."""
+    import dataclasses
 
-        return SECSampler(pool, seed=seed, **opts)
-    if name in _ENVSCHED_VARIANTS:
-        if not envsched_available():
-            raise ValueError(f"sampler {name!r} needs envsched.method.sampler, which is not importable yet")
-        import dataclasses
+    from envsched.method.config import SchedulerConfig
 
-        from envsched.method.config import SchedulerConfig
-        from envsched.method.sampler import EnvSchedSampler
+    preset = opts.pop("preset", "adaptive")
+    base = SchedulerConfig.paper() if preset == "paper" else SchedulerConfig()
+    known = {f.name for f in dataclasses.fields(base)}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown} for sampler {name!r}")
+    fields_ = {"batch_size": batch_size, "rollouts_per_task": group_size, **opts}
+    cfg = SchedulerConfig.without_unread({**base.to_dict(), **{k: v for k, v in fields_.items() if k in known}})
+    # the factory builds the preset with these fields on top: exactly ``cfg``
+    out: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+                           if getattr(cfg, f.name) != getattr(base, f.name) or f.name == "rollouts_per_task"}
+    graph = envsched_graph(pool)
+    if control is not None:
+        from envsched.method.graph.controls import noise_feature_graph, shuffled_graph
 
-        base = SchedulerConfig.paper() if name == "envsched-paper" and hasattr(SchedulerConfig, "paper") \
-            else SchedulerConfig()
-        fields_ = {"batch_size": batch_size, "rollouts_per_task": group_size, **_ENVSCHED_VARIANTS[name], **opts}
-        known = {f.name for f in dataclasses.fields(base)}
-        unknown = sorted(set(opts) - known)
-        if unknown:
-            raise ValueError(f"unknown option(s) {unknown} for sampler {name!r}")
-        # a tuned draw sets knobs jointly (tuned.json's envsched entry, the protocol's trials): values of knobs the
-        # drawn configuration does not read changed no batch, so they are reset instead of refused
-        cfg = SchedulerConfig.without_unread({**base.to_dict(), **{k: v for k, v in fields_.items() if k in known}})
-        graph = envsched_graph(pool)
-        control = ENVSCHED_CONTROLS.get(name)
-        if control is not None:
-            from envsched.method.graph.controls import noise_feature_graph, shuffled_graph
-
-            graph = shuffled_graph(graph, seed) if control == "shuffled" else noise_feature_graph(graph, pool, seed)
-        kwargs: dict[str, Any] = {"config": cfg, "seed": seed}
-        if graph is not None:
-            kwargs["graph"] = graph
-        try:
-            sampler = EnvSchedSampler(pool, **kwargs)
-        except TypeError:
-            kwargs.pop("graph", None)
-            sampler = EnvSchedSampler(pool, **kwargs)
-        g = getattr(sampler, "graph", None)
-        if g is not None and control is None:
-            _GRAPH_CACHE[pool.fingerprint()] = g
-        return sampler
-    raise ValueError(f"unknown sampler {name!r}; choose from: {', '.join(SAMPLER_NAMES)}")
+        graph = shuffled_graph(graph, seed) if control == "shuffled" else noise_feature_graph(graph, pool, seed)
+    return {**out, "preset": preset, "graph": graph}, cfg
 
 
 @dataclass
@@ -241,9 +188,10 @@ class BenchConfig:
     """``MODULE:ATTR`` of the task families the neural learner's pool was generated from."""
 
     def validate(self) -> None:
+        names = available_samplers()
         for name in set(self.samplers) | set(self.coldstart_samplers):
-            if name not in SAMPLER_NAMES:
-                raise ValueError(f"unknown sampler {name!r}; choose from: {', '.join(SAMPLER_NAMES)}")
+            if name not in names:
+                raise ValueError(f"unknown sampler {name!r}; choose from: {', '.join(names)}")
         if not self.samplers:
             raise ValueError("no sampler to run")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:

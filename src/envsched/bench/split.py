@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from envsched.bench.learner import task_structure
+from envsched.errors import check_int, check_number
 from envsched.pool.pool import TaskPool
 
 __all__ = ["PoolSplit", "SplitConfig", "split_pool"]
@@ -38,12 +39,12 @@ class SplitConfig:
     heldout_task_share: float = 0.2
 
     def __post_init__(self) -> None:
-        if isinstance(self.split_seed, bool) or not isinstance(self.split_seed, int) or self.split_seed < 0:
-            raise ValueError(f"split_seed must be a non-negative integer, got {self.split_seed!r}")
+        object.__setattr__(self, "split_seed", check_int(self.split_seed, "split_seed", low=0))
         for name in ("heldout_env_share", "heldout_task_share"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v < 1.0:
-                raise ValueError(f"{name} must be a number in [0, 1), got {v!r}")
+            check_number(v, name, low=0, high=1, high_open=True)
+            if not isinstance(v, int | float):  # a numpy scalar: stored as the float it is
+                object.__setattr__(self, name, float(v))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> SplitConfig:

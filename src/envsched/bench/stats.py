@@ -26,6 +26,8 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
+from envsched.errors import check_int, check_number
+
 __all__ = ["Comparison", "compare", "describe", "holm", "minimum_detectable_effect", "paired", "tost"]
 
 Verdict = Literal["better", "worse", "equivalent", "not detected"]
@@ -73,10 +75,8 @@ def tost(a: Mapping[int, float], b: Mapping[int, float], margin: float) -> float
 def minimum_detectable_effect(sd: float, n: int, *, alpha: float = 0.05, power: float = 0.8) -> float:
     """Smallest true mean paired difference a two-sided paired t-test at level ``alpha`` detects with
     probability ``power`` over ``n`` seeds, given the standard deviation ``sd`` of per-seed differences."""
-    if not (math.isfinite(sd) and sd >= 0):
-        raise ValueError(f"sd must be a finite number >= 0, got {sd!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise ValueError(f"n must be an integer >= 2, got {n!r}")
+    sd = check_number(sd, "sd", low=0)
+    n = check_int(n, "n", low=2)
     if sd == 0:
         return 0.0
     from statsmodels.stats.power import TTestPower

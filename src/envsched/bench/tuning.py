@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from envsched.bench.variants import bench_samplers
 from envsched.pool.pool import TaskPool
 
 __all__ = ["TUNED_FILE", "TUNING_SEEDS", "TUNING_SPACES", "load_tuned", "tune", "tuning_pool",
@@ -123,7 +124,7 @@ def tuning_pool(cache: bool = True) -> TaskPool:
 def with_ablations(tuned: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """``tuned`` plus, for each EnvSched ablation without values of its own, the tuned values of ``envsched``
     (an ablation is the default with one mechanism removed, not the untuned default)."""
-    from envsched.bench.runner import ENVSCHED_ABLATIONS
+    from envsched.bench.variants import ENVSCHED_ABLATIONS
 
     out = {k: dict(v) for k, v in tuned.items()}
     if "envsched" in out:
@@ -160,6 +161,10 @@ def tune(samplers: Sequence[str], *, pool: TaskPool | None = None, trials: int =
 
     if trials < 1 or steps < 1 or not seeds:
         raise ValueError("tuning needs trials >= 1, steps >= 1 and at least one seed")
+    names = bench_samplers()
+    unknown = [name for name in samplers if name not in names]
+    if unknown:
+        raise ValueError(f"unknown sampler(s) {unknown}; choose from: {', '.join(names)}")
     pool = pool if pool is not None else tuning_pool()
     plan: list[tuple[str, int, dict[str, Any]]] = []
     for name in samplers:

@@ -35,11 +35,36 @@ from envsched.cli.common import (
     visible,
 )
 
-#: the registry's sampler names (kept here so that `envsched run --help` imports no sampler module; a test
-#: checks that they match envsched.samplers.registry)
-SAMPLER_NAMES = ("envsched", "envsched-paper", "uniform", "curriculum", "mopps", "greso", "plr", "dps", "sec")
-#: the samplers that are EnvSchedSampler (graph from the cache, explanation records)
-ENVSCHED_NAMES = ("envsched", "envsched-paper")
+#: the class of the registry's EnvSched samplers (graph from the cache, explanation records)
+_ENVSCHED_CLASS = "envsched.method.sampler:EnvSchedSampler"
+
+
+def _is_envsched(name: str) -> bool:
+    from envsched.samplers.registry import resolve
+
+    try:
+        return resolve(name)[0].sampler_class == _ENVSCHED_CLASS
+    except ValueError:
+        return False
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SAMPLER_NAMES":  # the registry's names, read when asked (no second list here)
+        from envsched.samplers.registry import available_samplers
+
+        return tuple(available_samplers())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _SamplerOption(click.Option):
+    """``--sampler``, whose help lists the registry's samplers when it is shown (read from
+    :mod:`envsched.samplers.registry` then, so that `envsched run`'s import stays light)."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from envsched.samplers.registry import available_samplers
+
+        self.help = "Sampler to drive: " + ", ".join(sorted(available_samplers())) + " (see `--list-samplers`)."
+        return super().get_help_record(ctx)
 
 _COLUMNS = (("step", 6), ("envs", 5), ("tools", 6), ("mean reward", 12), ("within-task var", 16),
             ("signal groups", 14), ("unscored", 9))
@@ -122,8 +147,8 @@ class _Display:
 @click.command("run")
 @click.option("--pool", "pool_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Task pool (JSONL/JSON). Default: the bundled pool, built on first use and cached.")
-@click.option("--sampler", "sampler_name", default="envsched", show_default=True,
-              help="Sampler to drive: " + ", ".join(sorted(SAMPLER_NAMES)) + " (see `--list-samplers`).")
+@click.option("--sampler", "sampler_name", cls=_SamplerOption, default="envsched", show_default=True,
+              help="Sampler to drive (see `--list-samplers`).")
 @click.option("--steps", default=50, show_default=True, type=int_range(1, MAX_STEPS), help="Batches to schedule.")
 @click.option("--batch-size", default=64, show_default=True, type=int_range(1, MAX_BATCH_SIZE),
               help="Environment-task pairs (GRPO groups) per batch.")
@@ -171,7 +196,7 @@ def run(pool_file: Path | None, sampler_name: str, steps: int, batch_size: int, 
     if sampler_name not in available_samplers():
         raise click.BadParameter(f"unknown sampler {sampler_name!r}; choose one of: "
                                  f"{', '.join(sorted(available_samplers()))}", param_hint="--sampler")
-    if explain_file is not None and sampler_name not in ENVSCHED_NAMES:
+    if explain_file is not None and not _is_envsched(sampler_name):
         raise click.BadParameter(f"explanation records come from EnvSched; --sampler {sampler_name} writes none "
                                  "(drop --explain or use --sampler envsched)", param_hint="--explain")
     if explain_file is not None and not resume and explain_file.exists() and explain_file.stat().st_size > 0:
@@ -278,8 +303,9 @@ def _write_explanations(sampler: Any, path: Path) -> None:
     writes). The CLI writes them itself, so that where they go is not part of the sampler's configuration: a
     history store of the run then rebuilds without rewriting them (`envsched store verify`)."""
     from envsched.method.explain import write_records
+    from envsched.samplers.wrappers import unwrap
 
-    inner = getattr(sampler, "sampler", sampler)  # a DurableSampler wraps the EnvSchedSampler
+    inner = unwrap(sampler)  # a DurableSampler wraps the EnvSchedSampler
     write_records(path, inner.explanations(),
                   {"sampler": type(inner).__name__, "seed": inner.seed, "num_tasks": len(inner.tasks),
                    "num_envs": len(inner.envs), "config": inner.config.to_dict()})
@@ -290,7 +316,7 @@ def _make_sampler(name: str, pool: Any, *, seed: int, group_size: int) -> Any:
     from envsched.samplers.registry import make_sampler
 
     options: dict[str, Any] = {}
-    if name in ENVSCHED_NAMES:
+    if _is_envsched(name):
         from envsched.method.config import GraphConfig
 
         if len(pool) > GraphConfig().exact_max_nodes:

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from envsched.errors import EnvSchedError
+
 __all__ = ["DashboardError", "EventBatch", "StoreReader", "TaskTable"]
 
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -35,7 +37,7 @@ _FORMAT = "envsched.store/1"
 INSTRUCTION_CHARS = 600
 
 
-class DashboardError(RuntimeError):
+class DashboardError(EnvSchedError, RuntimeError):
     """The store cannot be read by the dashboard (missing, not an envsched store, damaged, unreachable)."""
 
 

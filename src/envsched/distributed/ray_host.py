@@ -41,46 +41,46 @@ in one round trip (and, for a durable sampler, one store transaction).
 
 from __future__ import annotations
 
-import os
 import secrets
-import socket
 import threading
 import time
 import uuid
 import warnings
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from envsched.distributed.client import (
+    LeaseUnconfirmedError,
+    LocalClient,
+    RemoteSampler,
+    UpdateBatchError,
+    _ray,
+    _transient,
+    release_name,
+)
+from envsched.errors import is_int
 from envsched.pool.spec import task_key
-from envsched.store.durable import LeaseConflictError, LeaseExpiredError, UnknownLeaseError, logged_group
+from envsched.samplers.base import MAX_BATCH
+from envsched.samplers.wrappers import unwrap
+from envsched.store.durable import DurableSampler
 from envsched.store.history import StoreError
+from envsched.store.leases import (
+    LeaseConflictError,
+    LeaseDecision,
+    LeaseExpiredError,
+    LeaseOutcome,
+    LeaseRecord,
+    UnknownLeaseError,
+    logged_group,
+    resolve_lease,
+)
 
 __all__ = ["Lease", "LeaseConflictError", "LeaseExpiredError", "LeaseUnconfirmedError", "LocalClient",
            "RemoteSampler", "SamplerHost", "UnknownLeaseError", "UpdateBatchError", "launch_sampler", "release_name"]
 
 _CLOSED_MEMORY = 200_000
-
-
-class LeaseUnconfirmedError(RuntimeError):
-    """A call naming a lease failed in a way that does not say whether it took effect (the host stayed
-    unreachable for the whole retry window). The worker has dropped the lease; ask
-    :meth:`RemoteSampler.lease_status` later for the answer."""
-
-    def __init__(self, message: str, lease: str | None) -> None:
-        super().__init__(message)
-        self.lease = lease
-
-
-class UpdateBatchError(ValueError):
-    """Some items of an :meth:`RemoteSampler.update_many` call were refused (the others were applied).
-
-    ``results`` holds one entry per item: ``"applied"``, ``"already_applied"`` or the refusing exception."""
-
-    def __init__(self, message: str, results: list[Any]) -> None:
-        super().__init__(message)
-        self.results = results
 
 
 class _Request:
@@ -107,6 +107,12 @@ class Lease:
     issued: float
     deadline: float
     anonymous: bool = False
+
+
+def _drawable(n: Any) -> bool:
+    """Whether ``n`` is a batch size worth issuing lease ids for (the sampler still checks it: a refused ``n``
+    gets no ids)."""
+    return is_int(n) and 0 < n <= MAX_BATCH
 
 
 def _is_sampler(obj: Any) -> bool:
@@ -148,8 +154,7 @@ class SamplerHost:
                  store_retry_s: float = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
         if not (isinstance(lease_timeout_s, int | float) and lease_timeout_s > 0):
             raise ValueError(f"lease_timeout_s must be a positive number, got {lease_timeout_s!r}")
-        if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)
-                                       or group_size < 1):
+        if group_size is not None and not (is_int(group_size) and group_size >= 1):
             raise ValueError(f"group_size must be a positive integer or None, got {group_size!r}")
         if not (isinstance(store_retry_s, int | float) and store_retry_s >= 0):
             raise ValueError(f"store_retry_s must be a number >= 0, got {store_retry_s!r}")
@@ -162,7 +167,8 @@ class SamplerHost:
             if not _is_sampler(sampler):
                 raise TypeError(f"the factory returned {type(sampler).__name__}, not a sampler")
         self.sampler = sampler
-        self.durable = hasattr(sampler, "lease_status") and hasattr(sampler, "open_leases")
+        #: the hosted sampler keeps its history and the leases in a store (a DurableSampler)
+        self.durable = isinstance(sampler, DurableSampler)
         if not self.durable and _in_restarted_actor():
             raise RuntimeError("the sampler host was restarted by Ray but its sampler is not durable: it would "
                                "start from zero and forget every update. Build a DurableSampler in the factory, "
@@ -174,7 +180,7 @@ class SamplerHost:
         self._epoch = uuid.uuid4().hex[:8]
         self._leases: dict[str, Lease] = {}  # in deadline order (new and renewed leases go to the end)
         # non-durable: lease -> (key, outcome, logged (rewards, costs) of the consuming update or None)
-        self._closed: OrderedDict[str, tuple[str, str, Any]] = OrderedDict()
+        self._closed: OrderedDict[str, tuple[str, LeaseOutcome, Any]] = OrderedDict()
         self._reclaimed_groups = 0
         self._needs_sync = False
         self._queue: list[_Request] = []
@@ -234,7 +240,7 @@ class SamplerHost:
     def _new_ids(self, n: int) -> list[str]:
         return [secrets.token_hex(16) for _ in range(n)]
 
-    def _remember_closed(self, lease: Lease, outcome: str, group: tuple[Any, Any] | None = None) -> None:
+    def _remember_closed(self, lease: Lease, outcome: LeaseOutcome, group: tuple[Any, Any] | None = None) -> None:
         """Keep what consumed a lease (non-durable host; a durable one reads it from the store): the outcome
         and, for an update, its logged rewards and costs, so that a retry is told from a conflicting update."""
         if not self.durable:
@@ -263,7 +269,7 @@ class SamplerHost:
             except LeaseExpiredError:
                 pass  # the store shows the lease consumed already (a call whose reply was lost): just forget it
             del self._leases[lease.lease_id]
-            self._remember_closed(lease, "reclaim")
+            self._remember_closed(lease, LeaseOutcome.RECLAIM)
             self._reclaimed_groups += 1
             done.append(lease.lease_id)
         return done
@@ -338,11 +344,11 @@ class SamplerHost:
             closed = self._closed.get(lease_id)
             if closed is None:
                 return "unknown"
-            return {"update": "applied", "discard": "discarded", "reclaim": "reclaimed"}[closed[1]]
+            return LeaseOutcome(closed[1]).status
 
     def _position_of(self, key: str) -> None:
-        inner = self.sampler if hasattr(self.sampler, "position_of") else getattr(self.sampler, "sampler", None)
-        if inner is not None and hasattr(inner, "position_of"):
+        inner = unwrap(self.sampler)
+        if hasattr(inner, "position_of"):
             inner.position_of(key)  # KeyError naming an unknown task
 
     def _check_lease(self, key: str, lease_id: Any, action: str, group: tuple[Any, Any] | None = None) -> Lease | str:
@@ -362,6 +368,7 @@ class SamplerHost:
             if lease.key != key:
                 raise UnknownLeaseError(f"lease {lease_id} belongs to task {lease.key!r}, not {key!r}")
             return lease
+        record: LeaseRecord | None
         if self.durable:
             status = self.sampler.lease_status(lease_id)
             if status == "open":  # issued by this store but not adopted yet (another process's draw): resync
@@ -373,30 +380,21 @@ class SamplerHost:
             if status == "applied" and action == "update":
                 # the store holds the consuming update: let the DurableSampler tell a retry from a conflict
                 return Lease(lease_id, key, None, self._clock(), self._clock())
-            closed_outcome = {"applied": "update", "discarded": "discard", "reclaimed": "reclaim"}.get(status)
-            closed = None if closed_outcome is None else (None, closed_outcome, None)
+            outcome = LeaseOutcome.from_status(status)
+            record = None if outcome is None else LeaseRecord(None, outcome)
         else:
             closed = self._closed.get(lease_id)
-        if closed is None:
-            raise UnknownLeaseError(f"unknown lease {lease_id!r} for task {key!r}: not issued by this sampler host"
-                                    + (" nor found in its store" if self.durable else ""))
-        if closed[0] is not None and closed[0] != key:
-            raise UnknownLeaseError(f"lease {lease_id} belongs to task {closed[0]!r}, not {key!r}")
-        if closed[1] == "update" and action == "update":
-            if group is not None and closed[2] is not None and logged_group(*group) != closed[2]:
-                raise LeaseConflictError(f"lease {lease_id} of task {key!r} was already used by an update with "
-                                         f"rewards {str(closed[2][0])[:120]}, costs {str(closed[2][1])[:60]}; this "
-                                         f"update has rewards {str(logged_group(*group)[0])[:120]}, costs "
-                                         f"{str(logged_group(*group)[1])[:60]}: it is not a retry of that update and "
-                                         "is refused (a lease reports one group, once)")
-            return "already_applied"
-        if closed[1] == "reclaim":
-            raise LeaseExpiredError(f"the group of task {key!r} (lease {lease_id}) was reclaimed after "
-                                    f"{self.lease_timeout_s:g} s without an update; its rewards are refused "
-                                    "(the task can be drawn again)")
-        what = "reported by an update" if closed[1] == "update" else "discarded"
-        raise LeaseExpiredError(f"the group of task {key!r} (lease {lease_id}) was already {what}; this "
-                                f"{action} is refused")
+            record = None
+            if closed is not None:  # (key, outcome, logged rewards and costs of the consuming update or None)
+                key_, outcome_, group_ = closed
+                record = LeaseRecord(key_, LeaseOutcome(outcome_), "",
+                                     None if group_ is None else (lambda: group_))
+        decision = resolve_lease(lease_id, key, action, record, group=group,
+                                 never_issued="not issued by this sampler host"
+                                 + (" nor found in its store" if self.durable else ""),
+                                 expired=f"after {self.lease_timeout_s:g} s")
+        assert decision is not LeaseDecision.APPLY  # an open lease is in self._leases (or adopted above)
+        return decision.value
 
     # ------------------------------------------------------------------ the protocol, serialised
     # ------------------------------------------------------------------ group commit (durable samplers)
@@ -421,7 +419,7 @@ class SamplerHost:
             prepared = []
             for req in reqs:
                 results, todo = self._prepare_updates(req.items, True)
-                valid_n = isinstance(req.n, int) and not isinstance(req.n, bool) and 0 < req.n <= 1_000_000
+                valid_n = _drawable(req.n)
                 ids = self._new_ids(req.n) if valid_n else []  # type: ignore[arg-type]
                 prepared.append((req, results, todo, ids))
             try:
@@ -452,11 +450,11 @@ class SamplerHost:
 
     def sample(self, n: int, worker: str | None = None) -> list[tuple[str, Any]]:
         """Draw ``n`` tasks; returns ``(lease_id, task)`` pairs."""
-        if self.durable and hasattr(self.sampler, "run_batch"):
+        if self.durable:
             return self._combined([], n, worker)[1]
         with self._lock:
             self.reclaim_expired()
-            ids = self._new_ids(n) if isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 1_000_000 else []
+            ids = self._new_ids(n) if _drawable(n) else []
             try:
                 tasks = self.sampler.sample(n, leases=ids) if self.durable and ids else self.sampler.sample(n)
             except StoreError:
@@ -486,7 +484,7 @@ class SamplerHost:
         item: ``"applied"``, ``"already_applied"``, or the exception that refused it (nothing changed for it)."""
         if not isinstance(items, list | tuple):
             raise TypeError(f"items must be a list of (task, rewards, costs, lease) tuples, got {type(items).__name__}")
-        if self.durable and hasattr(self.sampler, "run_batch"):
+        if self.durable:
             return self._combined(list(items), None, None)[0]
         return self._update_items(list(items), batch=True)
 
@@ -511,12 +509,12 @@ class SamplerHost:
         updates were applied."""
         if not isinstance(items, list | tuple):
             raise TypeError(f"items must be a list of (task, rewards, costs, lease) tuples, got {type(items).__name__}")
-        if self.durable and hasattr(self.sampler, "run_batch"):
+        if self.durable:
             return self._combined(list(items), n, worker)
         with self._lock:
             self.reclaim_expired()
             results, todo = self._prepare_updates(list(items), True)
-            ids = self._new_ids(n) if isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 1_000_000 else []
+            ids = self._new_ids(n) if _drawable(n) else []
             try:
                 if self.durable and ids:
                     done, tasks = self.sampler.update_many_and_sample([x[2] for x in todo], n, ids)
@@ -585,7 +583,7 @@ class SamplerHost:
                 self._leases.pop(lease.lease_id, None)
             elif not isinstance(res, BaseException):
                 self._leases.pop(lease.lease_id, None)
-                self._remember_closed(lease, "update", logged_group(item[1], item[2]))
+                self._remember_closed(lease, LeaseOutcome.UPDATE, logged_group(item[1], item[2]))
         if not batch and isinstance(results[0], BaseException):
             raise results[0]
         return results
@@ -603,7 +601,7 @@ class SamplerHost:
                 self._needs_sync = True
                 raise
             del self._leases[found.lease_id]
-            self._remember_closed(found, "discard")
+            self._remember_closed(found, LeaseOutcome.DISCARD)
 
     def metrics(self) -> dict[str, float]:
         """The sampler's metrics plus ``leases`` (live), ``reclaimed_groups`` (read from the store when the
@@ -642,45 +640,7 @@ class SamplerHost:
         return self._epoch
 
 
-def _transient(exc: StoreError) -> bool:
-    """A store error worth retrying: unreachable or locked, not a damaged or mismatched store."""
-    from envsched.store.history import StoreCorruptError, StoreMismatchError
-
-    return not isinstance(exc, StoreCorruptError | StoreMismatchError)
-
-
 # ---------------------------------------------------------------------------------------------- Ray
-def _ray() -> Any:
-    try:
-        import ray
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise ImportError("envsched.distributed needs Ray: pip install 'envsched[ray]'") from None
-    return ray
-
-
-def release_name(name: str, *, namespace: str | None = None) -> bool:
-    """Free the Ray actor name of a sampler host so that :func:`launch_sampler` can use it again.
-
-    Kills the actor registered under ``name`` (dead or alive, without restart) and waits until Ray has
-    released the name. Returns ``False`` when no actor had that name. Call it after a host died for good
-    (``ActorDiedError``; with ``max_restarts=0`` Ray keeps the dead actor's name), or to replace a host.
-    """
-    ray = _ray()
-    try:
-        handle = ray.get_actor(name, namespace=namespace)
-    except ValueError:
-        return False
-    ray.kill(handle, no_restart=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            ray.get_actor(name, namespace=namespace)
-        except ValueError:
-            return True
-        time.sleep(0.1)
-    raise RuntimeError(f"Ray did not release the actor name {name!r} within 30 s")
-
-
 def launch_sampler(sampler_factory: Callable[[], Any], *, lease_timeout_s: float = 600.0,
                    group_size: int | None = None, name: str | None = None, namespace: str | None = None,
                    max_restarts: int = 0, detached: bool = False, store_retry_s: float = 600.0,
@@ -729,256 +689,3 @@ def launch_sampler(sampler_factory: Callable[[], Any], *, lease_timeout_s: float
                          "starts from zero and forgets every update. Build a DurableSampler in the factory, or "
                          "use max_restarts=0")
     return remote
-
-
-def _retryable(ray: Any) -> tuple[type[BaseException], ...]:
-    ex = ray.exceptions
-    kinds: list[type[BaseException]] = [ex.RayActorError]
-    for name in ("ActorUnavailableError", "GetTimeoutError"):
-        if hasattr(ex, name):
-            kinds.append(getattr(ex, name))
-    return tuple(kinds)
-
-
-class RemoteSampler:
-    """A worker's handle on the shared sampler: a TaskSampler whose calls run in the host actor.
-
-    It remembers the lease of every group it drew and sends it with the update. A call that fails because
-    the host is restarting (or the store is briefly unreachable) is retried for up to ``retry_s`` seconds
-    with backoff; updates are idempotent by lease, so a retry never counts a group twice. A lease whose
-    update or discard cannot be confirmed is dropped (never sent again): see :class:`LeaseUnconfirmedError`.
-    Pickle it into Ray tasks freely: each unpickled copy is a new worker (own id, no leases).
-    """
-
-    def __init__(self, actor: Any, *, worker: str | None = None, retry_s: float = 120.0) -> None:
-        self.actor = actor
-        self._explicit_worker = worker
-        # a random part no other worker can guess: the host lists a worker's leases to whoever names it
-        self.worker = worker or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
-        self.retry_s = float(retry_s)
-        self._leases: dict[str, deque[str]] = {}
-        self.last_lease: str | None = None
-
-    @classmethod
-    def connect(cls, name: str, *, namespace: str | None = None, worker: str | None = None,
-                retry_s: float = 120.0) -> RemoteSampler:
-        """Attach to a host launched with ``name``."""
-        return cls(_ray().get_actor(name, namespace=namespace), worker=worker, retry_s=retry_s)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"actor": self.actor, "worker": self._explicit_worker, "retry_s": self.retry_s}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["actor"], worker=state["worker"], retry_s=state.get("retry_s", 120.0))  # type: ignore[misc]
-
-    def _call_once(self, method: str, *args: Any) -> Any:
-        ray = _ray()
-        try:
-            return ray.get(getattr(self.actor, method).remote(*args))
-        except ray.exceptions.RayTaskError as exc:
-            cause = getattr(exc, "cause", None)
-            if isinstance(cause, BaseException):
-                raise cause from None
-            raise
-
-    def _transient_errors(self) -> tuple[type[BaseException], ...]:
-        return (*_retryable(_ray()), StoreError)
-
-    def _call(self, method: str, *args: Any, retry: bool = False) -> Any:
-        """Call the host; with ``retry``, retry while it is restarting or its store is unreachable."""
-        if not retry:
-            return self._call_once(method, *args)
-        ray = _ray()
-        kinds = self._transient_errors()
-        deadline = time.monotonic() + self.retry_s
-        delay = 0.2
-        while True:
-            try:
-                return self._call_once(method, *args)
-            except kinds as exc:
-                if isinstance(exc, StoreError) and not _transient(exc):
-                    raise
-                if isinstance(exc, ray.exceptions.RayActorError) and _dead_for_good(exc):
-                    raise
-                if time.monotonic() + delay > deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
-    def sample(self, n: int) -> list[Any]:
-        """Draw ``n`` groups (one round trip); their leases are remembered for :meth:`update`."""
-        pairs = self._call("sample", n, self.worker, retry=True)
-        out = []
-        for lease_id, task in pairs:
-            self._leases.setdefault(task_key(task), deque()).append(lease_id)
-            out.append(task)
-        return out
-
-    def sample_leased(self, n: int) -> list[tuple[str, Any]]:
-        """Draw ``n`` groups and return ``(lease_id, task)`` pairs without remembering them: the caller
-        passes each lease to :meth:`update` itself (e.g. when another process reports the group)."""
-        return self._call("sample", n, self.worker, retry=True)
-
-    def _take_lease(self, task: Any, lease: str | None) -> tuple[str, str | None]:
-        """Take the lease for ``task`` out of this worker's book (the given one, else the oldest held).
-        ``None`` when the worker holds none: the host then refuses the call, naming why."""
-        key = task if isinstance(task, str) else task_key(task)
-        q = self._leases.get(key)
-        if lease is None:
-            lease = q[0] if q else None
-        if q is not None and lease in q:
-            q.remove(lease)
-            if not q:
-                del self._leases[key]
-        return key, lease
-
-    def _put_back(self, key: str, lease: str | None) -> None:
-        if lease is not None:
-            self._leases.setdefault(key, deque()).appendleft(lease)
-
-    def update(self, task: Any, rewards: Sequence[float | None], costs: Sequence[float] | None = None, *,
-               lease: str | None = None) -> str:
-        """Report one group under its lease. Returns ``"applied"``, or ``"already_applied"`` when a retry
-        found the update committed. Bad input raises (the lease is kept, so a corrected update can follow);
-        :class:`LeaseExpiredError` and :class:`UnknownLeaseError` drop the lease; a host that stays
-        unreachable raises :class:`LeaseUnconfirmedError` (lease dropped)."""
-        key, lid = self._take_lease(task, lease)
-        self.last_lease = lid
-        args = (task, list(rewards) if not isinstance(rewards, str | bytes) else rewards,
-                None if costs is None else list(costs), lid)
-        return self._leased_call("update", key, lid, args)
-
-    def _leased_call(self, method: str, key: str, lid: str | None, args: tuple[Any, ...]) -> Any:
-        try:
-            return self._call(method, *args, retry=True)
-        except (LeaseExpiredError, UnknownLeaseError):
-            raise
-        except (ValueError, KeyError, TypeError):
-            self._put_back(key, lid)  # bad input changed nothing: the group is still this worker's
-            raise
-        except self._transient_errors() as exc:
-            raise LeaseUnconfirmedError(f"{method} of task {key!r} (lease {lid}) could not be confirmed ({exc}); "
-                                        "the lease is dropped. Ask lease_status(lease) later: 'applied' means it "
-                                        "was counted", lid) from exc
-
-    def update_and_sample(self, items: Sequence[tuple[Any, ...]], n: int) -> list[Any]:
-        """Report groups (as :meth:`update_many`) and draw the next ``n`` in one round trip (and, with a
-        durable sampler, one store transaction). Returns the ``n`` tasks drawn."""
-        return self._update_many(items, then_sample=n)[1]
-
-    def update_many(self, items: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """Report several groups in one round trip: ``(task, rewards)`` or ``(task, rewards, costs)`` tuples.
-
-        Returns one result per item (``"applied"`` / ``"already_applied"``). If some were refused, raises
-        :class:`UpdateBatchError` after the others were applied; its ``results`` say which (a refused item
-        for bad input keeps its lease, so a corrected update can follow)."""
-        return self._update_many(items)[0]
-
-    def _update_many(self, items: Sequence[tuple[Any, ...]], then_sample: int | None = None) -> tuple[list[Any], Any]:
-        taken: list[tuple[str, str | None]] = []
-        payload = []
-        try:
-            for item in items:
-                task, rewards, costs = (*item, None)[:3] if len(item) == 2 else item
-                key, lid = self._take_lease(task, None)
-                taken.append((key, lid))
-                payload.append((task, list(rewards), None if costs is None else list(costs), lid))
-        except BaseException:
-            for key, lid in reversed(taken):
-                self._put_back(key, lid)
-            raise
-        drawn: list[Any] = []
-        try:
-            if then_sample is None:
-                results = self._call("update_many", payload, retry=True)
-            else:
-                results, pairs = self._call("update_and_sample", payload, then_sample, self.worker, retry=True)
-                for lease_id, task in pairs:
-                    self._leases.setdefault(task_key(task), deque()).append(lease_id)
-                    drawn.append(task)
-        except self._transient_errors() as exc:
-            raise LeaseUnconfirmedError(f"update_many of {len(payload)} groups could not be confirmed ({exc}); "
-                                        "their leases are dropped; ask lease_status(lease) for each",
-                                        ",".join(str(lid) for _, lid in taken)) from exc
-        bad = []
-        for (key, lid), res in zip(taken, results, strict=True):
-            if isinstance(res, BaseException):
-                bad.append(res)
-                if not isinstance(res, LeaseExpiredError | UnknownLeaseError):
-                    self._put_back(key, lid)
-        if bad:
-            raise UpdateBatchError(f"{len(bad)} of {len(results)} updates refused; first: {bad[0]}", results)
-        return results, drawn
-
-    def discard(self, task: Any, *, lease: str | None = None) -> None:
-        """Give a group drawn by this worker back without rewards."""
-        key, lid = self._take_lease(task, lease)
-        self._leased_call("discard", key, lid, (task, lid))
-
-    def held_leases(self) -> dict[str, list[str]]:
-        """The leases this worker holds, by task key."""
-        return {k: list(q) for k, q in self._leases.items()}
-
-    def lease_status(self, lease: str) -> str:
-        """Whether the update naming ``lease`` committed: ``"applied"``, ``"live"``, ``"discarded"``,
-        ``"reclaimed"`` or ``"unknown"`` (from the store when the host is durable)."""
-        return self._call("lease_status", lease, retry=True)
-
-    def renew(self) -> int:
-        """Extend all of this worker's leases (call it during long rollouts)."""
-        return self._call("renew", [lid for q in self._leases.values() for lid in q], retry=True)
-
-    def metrics(self) -> dict[str, float]:
-        return self._call("metrics", retry=True)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self._call("state_dict", retry=True)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._call("load_state_dict", state)
-
-    def reclaim_expired(self) -> list[str]:
-        return self._call("reclaim_expired", retry=True)
-
-    def release_worker(self, worker: str) -> list[str]:
-        return self._call("release_worker", worker, retry=True)
-
-    def leases(self) -> list[dict[str, Any]]:
-        """The live leases of this worker (the host shows no worker another's)."""
-        return self._call("leases", self.worker, retry=True)
-
-    def ping(self) -> str:
-        """The host's incarnation id; it changes when Ray restarts the actor."""
-        return self._call("ping")
-
-
-class LocalClient(RemoteSampler):
-    """A :class:`RemoteSampler` for a :class:`SamplerHost` in the same process (no Ray): see
-    :meth:`SamplerHost.client`. A store error is not retried here; it propagates (the lease is dropped as
-    unconfirmed)."""
-
-    def __init__(self, host: SamplerHost, *, worker: str | None = None) -> None:
-        super().__init__(host, worker=worker or f"local:{uuid.uuid4().hex}", retry_s=0.0)
-
-    def _transient_errors(self) -> tuple[type[BaseException], ...]:
-        return (StoreError,)
-
-    def _call_once(self, method: str, *args: Any) -> Any:
-        return getattr(self.actor, method)(*args)
-
-    def _call(self, method: str, *args: Any, retry: bool = False) -> Any:
-        return self._call_once(method, *args)
-
-    def __getstate__(self) -> dict[str, Any]:
-        raise TypeError("a LocalClient works only in the process of its host; use launch_sampler for Ray")
-
-
-def _dead_for_good(exc: BaseException) -> bool:
-    """An ActorDiedError of an actor Ray will not restart (killed with no_restart, out of restarts)."""
-    ray = _ray()
-    unavailable = getattr(ray.exceptions, "ActorUnavailableError", None)
-    if unavailable is not None and isinstance(exc, unavailable):
-        return False
-    text = str(exc).lower()
-    return any(x in text for x in ("no_restart", "max_restarts", "restarted too many times", "ray.kill",
-                                   "creation task", "__init__"))

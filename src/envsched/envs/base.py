@@ -15,17 +15,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from envsched.errors import EnvSchedError
+
 __all__ = ["Environment", "EnvironmentUnavailable", "InfrastructureError", "StepResult", "Trajectory"]
 
 
-class InfrastructureError(RuntimeError):
+class InfrastructureError(EnvSchedError, RuntimeError):
     """The environment's infrastructure failed (connection lost, capacity reached, timeout, server error).
 
     Not the policy's fault and not a score: evaluation reports it as ``infra_error_rate`` and retries it.
     """
 
 
-class EnvironmentUnavailable(ImportError):
+class EnvironmentUnavailable(EnvSchedError, ImportError):
     """An optional environment package is not installed; the message says how to install it."""
 
 

@@ -50,25 +50,28 @@ that ended the episode, so an episode never runs past its deadline and is not sc
 from __future__ import annotations
 
 import ast
-import contextlib
 import copy
 import decimal
-import functools
-import importlib
-import inspect
 import json
-import re
-import sys
-import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from envsched.envs._worker_pool import PooledWorker, limit_address_space
-from envsched.envs.base import Environment, EnvironmentUnavailable, InfrastructureError, StepResult
+from envsched.envs._bfcl_package import (
+    BFCL_INSTALL,
+    BFCL_VERSION,
+    MULTI_TURN_CATEGORIES,
+    _bfcl,
+    _entry,
+    _func_docs,
+    bfcl_available,
+)
+from envsched.envs._bfcl_worker import _CallWorker
+from envsched.envs.base import Environment, InfrastructureError, StepResult
+from envsched.envs.bfcl_pool import ENV_PRECEDENCE, build_bfcl_pool, ground_truth_calls
+from envsched.errors import check_int, check_number, is_int
 
 __all__ = [
     "BFCL_INSTALL",
@@ -88,28 +91,6 @@ __all__ = [
     "replay_reward",
 ]
 
-#: The bfcl-eval release this module was written and tested against.
-BFCL_VERSION = "2026.3.23"
-#: The documented install: data and environment classes only, without the optional ML stack.
-BFCL_INSTALL = f"pip install --no-deps bfcl-eval=={BFCL_VERSION} mpmath==1.3.0"
-#: BFCL's multi-turn categories, in the package's order.
-MULTI_TURN_CATEGORIES: tuple[str, ...] = (
-    "multi_turn_base",
-    "multi_turn_miss_func",
-    "multi_turn_miss_param",
-    "multi_turn_long_context",
-)
-#: Which involved class a task belongs to: the first of these that the task involves (rarest first).
-ENV_PRECEDENCE: tuple[str, ...] = (
-    "MathAPI",
-    "TicketAPI",
-    "TwitterAPI",
-    "MessageAPI",
-    "GorillaFileSystem",
-    "TradingBot",
-    "TravelAPI",
-    "VehicleControlAPI",
-)
 #: Limits on what one step may ask BFCL to execute (see the module docstring).
 MAX_CALL_CHARS = 100_000
 MAX_CALLS_PER_STEP = 64
@@ -119,281 +100,7 @@ MAX_LITERAL_INT = 2**63
 _FORBIDDEN = frozenset({"kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"})
 
 
-# ---------------------------------------------------------------------------------------------- package
-class _Bfcl:
-    """The pieces of bfcl-eval this module uses, imported once."""
-
-    def __init__(self) -> None:
-        try:
-            import bfcl_eval
-            from bfcl_eval.constants import default_prompts
-            from bfcl_eval.constants import executable_backend_config as backend
-            from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
-            from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
-        except ImportError as exc:  # pragma: no cover - exercised where bfcl-eval is absent
-            raise EnvironmentUnavailable(
-                f"BFCL multi-turn needs the bfcl-eval package, which could not be imported ({exc}). Install "
-                f"its data and environment classes without the optional ML dependencies: {BFCL_INSTALL}"
-            ) from exc
-        self.root = Path(bfcl_eval.__file__).resolve().parent
-        self.data = self.root / "data"
-        self.answers = self.data / "possible_answer"
-        self.func_docs = self.data / "multi_turn_func_doc"
-        self.doc_files: dict[str, str] = dict(backend.MULTI_TURN_FUNC_DOC_FILE_MAPPING)
-        self.class_modules: dict[str, str] = dict(backend.CLASS_FILE_PATH_MAPPING)
-        self.stateless = set(backend.STATELESS_CLASSES)
-        self.utils = multi_turn_utils
-        self.execute = multi_turn_utils.execute_multi_turn_func_call
-        self.checker = multi_turn_checker
-        self.max_steps = int(getattr(default_prompts, "MAXIMUM_STEP_LIMIT", 20))
-        self.added_functions_prompt = str(getattr(
-            default_prompts, "DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC",
-            "I have updated some more functions you can choose from. What about now?"))
-        try:
-            from importlib.metadata import version
-            self.version = version("bfcl-eval")
-        except Exception:  # pragma: no cover
-            self.version = "unknown"
-        self._classes: dict[str, type] = {}
-
-    def cls(self, name: str) -> type:
-        if name not in self._classes:
-            if name not in self.class_modules:
-                raise KeyError(f"unknown BFCL class {name!r}")
-            self._classes[name] = getattr(importlib.import_module(self.class_modules[name]), name)
-        return self._classes[name]
-
-    def public_methods(self, name: str) -> set[str]:
-        return {n for n, _ in inspect.getmembers(self.cls(name), inspect.isfunction) if not n.startswith("_")}
-
-
-@functools.cache
-def _bfcl() -> _Bfcl:
-    return _Bfcl()
-
-
-def bfcl_available() -> bool:
-    """True when bfcl-eval's multi-turn data, classes and checker import."""
-    try:
-        _bfcl()
-    except EnvironmentUnavailable:
-        return False
-    return True
-
-
-def _norm_category(category: str) -> str:
-    name = category if category.startswith("multi_turn_") else f"multi_turn_{category}"
-    if name not in MULTI_TURN_CATEGORIES:
-        raise ValueError(f"unknown BFCL multi-turn category {category!r}; choose from "
-                         f"{', '.join(MULTI_TURN_CATEGORIES)} (the 'multi_turn_' prefix is optional)")
-    return name
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with path.open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
-@functools.cache
-def _load_category(category: str) -> tuple[dict[str, Any], ...]:
-    """The category's entries (question file joined with its possible answers), in file order."""
-    b = _bfcl()
-    prefix = _file_prefix()
-    questions = _read_jsonl(b.data / f"{prefix}_{category}.json")
-    answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(b.answers / f"{prefix}_{category}.json")}
-    out = []
-    for q in questions:
-        if q["id"] not in answers:
-            raise RuntimeError(f"bfcl-eval data: no possible answer for {q['id']!r}")
-        out.append({**q, "ground_truth": answers[q["id"]]})
-    return tuple(out)
-
-
-@functools.cache
-def _file_prefix() -> str:
-    b = _bfcl()
-    found = sorted(p.name.split("_multi_turn_base")[0] for p in b.data.glob("*_multi_turn_base.json"))
-    if not found:
-        raise EnvironmentUnavailable(f"bfcl-eval at {b.root} has no multi-turn data files; reinstall: "
-                                     f"{BFCL_INSTALL}")
-    return found[-1]
-
-
-@functools.cache
-def _entries_by_id() -> dict[str, dict[str, Any]]:
-    return {e["id"]: e for c in MULTI_TURN_CATEGORIES for e in _load_category(c)}
-
-
-@functools.cache
-def _func_docs(class_name: str) -> tuple[dict[str, Any], ...]:
-    b = _bfcl()
-    return tuple(_read_jsonl(b.func_docs / b.doc_files[class_name]))
-
-
-def _entry(task: Mapping[str, Any] | str) -> dict[str, Any]:
-    """The bfcl-eval entry of a task spec (its ``bfcl.entry_id``) or of a BFCL entry id."""
-    if isinstance(task, str):
-        entry_id = task
-    else:
-        meta = task.get("bfcl")
-        if not isinstance(meta, Mapping) or not isinstance(meta.get("entry_id"), str):
-            raise ValueError(f"task {task.get('id')!r} is not a BFCL task: it has no 'bfcl.entry_id' "
-                             "(build it with envsched.envs.bfcl.build_bfcl_pool)")
-        entry_id = meta["entry_id"]
-    try:
-        return _entries_by_id()[entry_id]
-    except KeyError:
-        raise KeyError(f"no BFCL multi-turn entry {entry_id!r} in bfcl-eval {_bfcl().version}") from None
-
-
-# ---------------------------------------------------------------------------------------------- pool
-def _env_of(involved: Sequence[str]) -> str:
-    for name in ENV_PRECEDENCE:
-        if name in involved:
-            return name
-    return sorted(involved)[0]
-
-
-def _call_name(call: str) -> str:
-    node = ast.parse(call.strip(), mode="eval").body
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        return node.func.id
-    raise ValueError(f"not a plain function call: {call!r}")
-
-
-def _method_owner(involved: Sequence[str]) -> dict[str, str]:
-    """method name -> class, with the executor's rule (a later involved class overrides an earlier one)."""
-    owner: dict[str, str] = {}
-    for cls in involved:
-        for m in _bfcl().public_methods(cls):
-            owner[m] = cls
-    return owner
-
-
-@functools.cache
-def _method_source(class_name: str, method: str) -> str:
-    fn = getattr(_bfcl().cls(class_name), method)
-    try:
-        return inspect.getsource(fn)
-    except (OSError, TypeError):  # pragma: no cover
-        return f"# source of {class_name}.{method} unavailable\n"
-
-
-def _tools(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
-    missed: dict[str, int] = {}
-    for turn, names in (entry.get("missed_function") or {}).items():
-        for n in names:
-            missed[n] = int(turn)
-    tools = []
-    for cls in entry["involved_classes"]:
-        for doc in _func_docs(cls):
-            tool: dict[str, Any] = {"name": doc["name"], "description": doc.get("description", ""),
-                                    "class": cls, "parameters": doc.get("parameters", {})}
-            if doc["name"] in missed:
-                tool["available_from_turn"] = missed[doc["name"]]
-            tools.append(tool)
-    return tools
-
-
-def _turn_text(messages: Sequence[Mapping[str, Any]]) -> str:
-    return "\n".join(str(m.get("content", "")) for m in messages)
-
-
-def _spec(entry: Mapping[str, Any], category: str, split: str, index: int) -> dict[str, Any]:
-    involved = list(entry["involved_classes"])
-    gt: list[list[str]] = entry["ground_truth"]
-    owner = _method_owner(involved)
-    lines = []
-    for t, msgs in enumerate(entry["question"]):
-        if msgs:
-            lines.append(f"[turn {t + 1}] {_turn_text(msgs)}")
-        else:
-            lines.append(f"[turn {t + 1}] (user) {_bfcl().added_functions_prompt}")
-    checks: list[str] = []
-    used: dict[tuple[str, str], None] = {}
-    for t, calls in enumerate(gt):
-        if not calls:
-            checks.append(f"after turn {t + 1}: no call is expected (the request cannot be done yet); the "
-                          "state is checked again at the next turn")
-            continue
-        for call in calls:
-            checks.append(f"after turn {t + 1}: {call}")
-            name = _call_name(call)
-            if name in owner:
-                used[(owner[name], name)] = None
-        classes = ", ".join(c for c in involved if c not in _bfcl().stateless)
-        if classes:
-            checks.append(f"after turn {t + 1}: state of {classes} equals the ground truth's")
-        checks.append(f"after turn {t + 1}: execution results include every ground-truth call's result")
-    code_parts = [f"# {cls}.{m}\n{_method_source(cls, m)}" for cls, m in used]
-    n_calls = sum(len(c) for c in gt)
-    return {
-        "id": f"bfcl/{entry['id']}",
-        "env": _env_of(involved),
-        "split": split,
-        "index": index,
-        "group": category,
-        "difficulty": n_calls,
-        "instruction": "\n".join(lines),
-        "tools": _tools(entry),
-        "initial_state": copy.deepcopy(entry.get("initial_config", {})),
-        "verifier": {"checks": checks, "code": "\n".join(code_parts)},
-        "bfcl": {
-            "entry_id": entry["id"],
-            "category": category,
-            "involved_classes": involved,
-            "num_turns": len(entry["question"]),
-            "excluded_function": list(entry.get("excluded_function", [])),
-            "version": _bfcl().version,
-        },
-    }
-
-
-def build_bfcl_pool(categories: Iterable[str] | None = None, *, split: str = "train",
-                    limit: int | None = None,
-                    on_progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
-    """BFCL multi-turn questions as envsched task specs (one per question, in package order).
-
-    Args:
-        categories: multi-turn categories (``"base"`` or ``"multi_turn_base"``...); default all four.
-        split: the ``split`` given to every spec; ``index`` numbers the specs 0..N-1 in order.
-        limit: keep only the first ``limit`` questions of each category (for quick pools).
-        on_progress: called as ``on_progress(done, total)`` after each task.
-
-    Each spec has ``env`` (see the module doc for the rule), ``group`` (the category), ``difficulty``
-    (number of ground-truth calls), ``instruction`` (the user turns), ``tools`` (BFCL's function docs of
-    all involved classes, with ``parameters``; a held-out function of ``miss_func`` carries
-    ``available_from_turn``), ``initial_state`` (BFCL's ``initial_config``), ``verifier`` (per-turn checks
-    from the ground truth; ``code``: source of the methods the ground truth calls) and ``bfcl``
-    (``entry_id``, ``category``, ``involved_classes``... what the episode runner needs).
-
-    Raises :class:`EnvironmentUnavailable` (with the pip command) when bfcl-eval is not installed.
-    """
-    if isinstance(categories, str):
-        raise TypeError("categories must be a list of category names, not a single string")
-    cats = [_norm_category(c) for c in (categories if categories is not None else MULTI_TURN_CATEGORIES)]
-    if limit is not None and limit < 0:
-        raise ValueError(f"limit must be >= 0, got {limit}")
-    chosen = [(cat, entry) for cat in dict.fromkeys(cats)
-              for entry in (_load_category(cat)[:limit] if limit is not None else _load_category(cat))]
-    specs: list[dict[str, Any]] = []
-    for cat, entry in chosen:
-        specs.append(_spec(entry, cat, split, len(specs)))
-        if on_progress is not None:
-            on_progress(len(specs), len(chosen))
-    return specs
-
-
-def ground_truth_calls(task: Mapping[str, Any] | str) -> list[list[str]]:
-    """The ground-truth calls of a BFCL task, one list per user turn (a task spec or a BFCL entry id)."""
-    return copy.deepcopy(_entry(task)["ground_truth"])
-
-
-# ---------------------------------------------------------------------------------------------- episodes
-def _sanitize(name: str) -> str:
-    return re.sub(r"[-./:]", "_", name)
-
-
+# ---------------------------------------------------------------------------------------------- call checks
 def _literal_problem(node: ast.AST) -> str | None:
     """Why a call argument is not a bounded literal (see the limits), else ``None``."""
     stack: list[tuple[ast.AST, int]] = [(node, 1)]
@@ -411,7 +118,7 @@ def _literal_problem(node: ast.AST) -> str | None:
             stack.append((n.operand, depth))
         elif isinstance(n, ast.Constant):
             v = n.value
-            if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= MAX_LITERAL_INT:
+            if is_int(v, numpy=False) and abs(v) >= MAX_LITERAL_INT:
                 return f"integer arguments must be smaller than 2**63 in magnitude (got {len(str(abs(v)))} digits)"
         elif isinstance(n, ast.List | ast.Tuple | ast.Set):
             stack.extend((e, depth + 1) for e in n.elts)
@@ -457,101 +164,7 @@ def _safe_call(call: Any, allowed: set[str]) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------------------------------------- the call worker
-@contextlib.contextmanager
-def _memory_errors(executor: Callable[..., Any]) -> Iterator[list[bool]]:
-    """Notice a ``MemoryError`` that reaches BFCL's executor: it turns every exception of a call into an
-    error string, which would hide that the call ran out of its memory budget."""
-    hit: list[bool] = []
-    target = getattr(executor, "__code__", None)
-
-    def local(frame: Any, event: str, arg: Any) -> Any:
-        if event == "exception" and issubclass(arg[0], MemoryError):
-            hit.append(True)
-        return local
-
-    def on_call(frame: Any, event: str, arg: Any) -> Any:
-        return local if frame.f_code is target else None
-
-    previous = sys.gettrace()
-    sys.settrace(on_call)
-    try:
-        yield hit
-    finally:
-        sys.settrace(previous)
-
-
-def _worker_main(conn: Any, memory_bytes: int) -> None:
-    """The worker process: executes one episode's calls (and then its check) on request, holding the BFCL
-    class instances between calls; its address space is capped ``memory_bytes`` above its start size."""
-    b = _bfcl()
-    limit_address_space(memory_bytes)
-    entry: dict[str, Any] = {}
-    model_name = ""
-    ctx = decimal.Context()
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        op = msg[0]
-        try:
-            if op == "begin":  # a new episode in this (possibly reused) worker
-                if model_name:
-                    _drop_instances(model_name)
-                entry, model_name, ctx = msg[1], msg[2], decimal.Context()
-                reply: tuple[str, Any] = ("ok", None)
-            elif op == "call":
-                with _episode_decimal(ctx), _memory_errors(b.execute) as hit:
-                    out, _ = b.execute(func_call_list=[msg[1]], initial_config=entry.get("initial_config", {}),
-                                       involved_classes=entry["involved_classes"], model_name=model_name,
-                                       test_entry_id=entry["id"], long_context=msg[2], is_evaL_run=False)
-                if hit:
-                    raise MemoryError
-                reply = ("ok", [str(r) if not isinstance(r, str) else r for r in out])
-            elif op == "check":
-                reply = ("ok", _check(entry, msg[1]))
-            else:
-                reply = ("error", f"unknown request {op!r}")
-        except MemoryError:
-            reply = ("budget", "the call exceeded its memory budget")
-        except Exception as exc:  # BFCL's own failure: reported, the worker goes on
-            reply = ("error", f"{type(exc).__name__}: {exc}")
-        try:
-            conn.send(reply)
-        except MemoryError:
-            conn.send(("budget", "the call's result exceeded the memory budget"))
-
-
-class _CallWorker(PooledWorker):
-    """One worker process and the pipe to it. ``fork`` where the platform has it: the worker starts at once
-    with bfcl-eval already imported and runs nothing of the caller's ``__main__`` (``spawn``/``forkserver``
-    would re-import an unguarded script); it only runs this module's code and BFCL's, so the parent's other
-    threads do not matter to it."""
-
-    target = _worker_main
-    process_name = "envsched-bfcl-calls"
-    idle: ClassVar[list[_CallWorker]] = []
-    idle_lock = threading.Lock()
-    max_idle = 8
-
-    def request(self, msg: tuple[Any, ...], timeout_s: float) -> tuple[str, Any]:
-        """Send ``msg``; ``("ok", value)``, ``("error", why)`` or ``("budget", why)`` (then the worker is dead)."""
-        try:
-            self.conn.send(msg)
-            ready = self.conn.poll(max(0.0, timeout_s))
-            if ready:
-                reply = self.conn.recv()
-                if reply[0] == "budget":  # out of memory: never reuse a worker in that state
-                    self.kill()
-                return reply
-        except (EOFError, OSError, BrokenPipeError):
-            self.kill()
-            return "budget", f"the call's worker process died (exit code {self.proc.exitcode})"
-        self.kill()
-        return "budget", f"the call took longer than its {timeout_s:.3g}s budget"
-
-
+# ---------------------------------------------------------------------------------------------- episodes
 class BFCLDeadlineExceeded(InfrastructureError):
     """The episode deadline (:meth:`BFCLEnvironment.set_deadline`) passed during BFCL's final check: the
     episode is not scored (a timeout of the infrastructure, as the evaluation harness treats its own)."""
@@ -574,11 +187,11 @@ class BFCLEnvironment(Environment):
     def __init__(self, *, max_steps_per_turn: int | None = None, call_timeout_s: float = 2.0,
                  call_memory_mb: int = 1024, check_timeout_s: float = 60.0) -> None:
         self._b = _bfcl()
-        self.max_steps_per_turn = int(max_steps_per_turn or self._b.max_steps)
-        if self.max_steps_per_turn <= 0:
-            raise ValueError("max_steps_per_turn must be positive")
-        if not (call_timeout_s > 0 and check_timeout_s > 0 and call_memory_mb > 0):
-            raise ValueError("call_timeout_s, check_timeout_s and call_memory_mb must be positive")
+        self.max_steps_per_turn = (check_int(max_steps_per_turn, "max_steps_per_turn", low=1)
+                                   if max_steps_per_turn is not None else int(self._b.max_steps))
+        check_number(call_timeout_s, "call_timeout_s", low=0, low_open=True, finite=False)
+        check_number(check_timeout_s, "check_timeout_s", low=0, low_open=True, finite=False)
+        check_int(call_memory_mb, "call_memory_mb", low=1)
         #: Seconds one call may run, MiB of memory it may add, seconds the final check may run.
         self.call_timeout_s = float(call_timeout_s)
         self.call_memory_mb = int(call_memory_mb)
@@ -812,53 +425,6 @@ class BFCLEnvironment(Environment):
         if self._worker is not None:
             self._worker.release()
             self._worker = None
-
-
-@contextlib.contextmanager
-def _episode_decimal(ctx: decimal.Context) -> Iterator[None]:
-    """Make ``ctx`` the thread's decimal context (BFCL code may change it) and restore the caller's after."""
-    saved = decimal.getcontext()
-    decimal.setcontext(ctx)
-    try:
-        yield
-    finally:
-        decimal.setcontext(saved)
-
-
-def _drop_instances(model_name: str) -> None:
-    """Forget the instances BFCL's executor keeps in its module globals under ``model_name``."""
-    prefix = _sanitize(model_name)
-    store = vars(_bfcl().utils)
-    for key in [k for k in store if k.startswith(prefix)]:
-        store.pop(key, None)
-
-
-def _check(entry: Mapping[str, Any], calls: list[list[list[str]]]) -> tuple[float | None, dict[str, Any]]:
-    b = _bfcl()
-    name = f"envsched_check_{uuid.uuid4().hex}"
-    # Steps with no calls are not steps to BFCL's evaluator (it drops empty decoded responses).
-    decoded = [[step for step in turn if step] for turn in calls]
-    try:
-        # BFCL's MathAPI sets the process-wide decimal precision; keep that inside the episode, starting
-        # from Python's default context, so that neither BFCL nor other code (reasoning-gym's decimal
-        # datasets) sees the other's setting.
-        with _episode_decimal(decimal.Context()):
-            verdict = b.checker(decoded, entry["ground_truth"], dict(entry), entry["id"].rsplit("_", 1)[0], name)
-    except Exception as exc:  # the checker itself failed: not a score
-        result: tuple[float | None, dict[str, Any]] = (None, {"error": f"{type(exc).__name__}: {exc}"})
-    else:
-        result = (1.0 if verdict.get("valid") else 0.0, _summarise(verdict))
-    finally:
-        _drop_instances(name)
-    return result
-
-
-def _summarise(verdict: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"valid": bool(verdict.get("valid"))}
-    for key in ("error_type", "error_message"):
-        if key in verdict:
-            out[key] = verdict[key]
-    return out
 
 
 def replay_reward(task: Mapping[str, Any] | str, calls_per_turn: Sequence[Sequence[Any]],

@@ -35,6 +35,7 @@ from http.client import HTTPException
 from typing import Any
 
 from envsched.envs.base import Environment, EnvironmentUnavailable, InfrastructureError, StepResult
+from envsched.errors import EnvSchedError, check_int, check_number
 
 __all__ = [
     "InvalidActionError",
@@ -63,7 +64,7 @@ class TaskAPIError(InfrastructureError):
         self.detail = detail
 
 
-class TaskAPIRequestError(ValueError):
+class TaskAPIRequestError(EnvSchedError, ValueError):
     """The Task API refused the request as the caller's mistake (HTTP 4xx other than 400, 404 and 501):
     a bad field, a body too large, ... Not an infrastructure failure: retrying does not help."""
 
@@ -72,7 +73,7 @@ class TaskAPIRequestError(ValueError):
         self.status = status
 
 
-class OpenEnvServerError(RuntimeError):
+class OpenEnvServerError(EnvSchedError, RuntimeError):
     """The environment raised inside ``reset``/``step`` (WS ``EXECUTION_ERROR``): the episode is unscored."""
 
     def __init__(self, message: str, code: str) -> None:
@@ -80,7 +81,7 @@ class OpenEnvServerError(RuntimeError):
         self.code = code
 
 
-class InvalidActionError(ValueError):
+class InvalidActionError(EnvSchedError, ValueError):
     """The server rejected the action as invalid (WS ``VALIDATION_ERROR``): a failure of the policy."""
 
 
@@ -114,8 +115,7 @@ def with_port(url: str, port: int | None) -> str:
     """``openenv collect``'s ``--llm-port``: ``port`` is added to ``url`` when the URL names none."""
     if port is None:
         return url
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-        raise ValueError(f"port must be an integer in 1..65535, got {port!r}")
+    port = check_int(port, "port", low=1, high=65535)
     parts = urllib.parse.urlsplit(url)
     if not parts.hostname or parts.port is not None:
         return url
@@ -155,8 +155,7 @@ class TaskAPIClient:
     def __init__(self, base_url: str, env_name: str, *, timeout_s: float = 30.0) -> None:
         if not isinstance(env_name, str) or not env_name.strip():
             raise ValueError(f"env_name must be a non-empty string, got {env_name!r}")
-        if not timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        check_number(timeout_s, "timeout_s", low=0, low_open=True, finite=False)
         self.base_url = http_base_url(base_url)
         self.env_name = env_name.strip()
         self.timeout_s = float(timeout_s)
@@ -214,8 +213,7 @@ class TaskAPIClient:
 
     def get_task(self, split: str, index: int) -> Any:
         """The task at ``index`` of ``split``; ``IndexError`` when out of range (HTTP 400)."""
-        if isinstance(index, bool) or not isinstance(index, int):
-            raise TypeError(f"index must be an integer, got {index!r}")
+        index = check_int(index, "index")
         return self._field(self._call("POST", "task", {"split": _split(split), "index": index}), "task", object)
 
     def get_task_range(self, split: str, start: int | None = None, stop: int | None = None) -> list[Any]:
@@ -223,15 +221,12 @@ class TaskAPIClient:
         body: dict[str, Any] = {"split": _split(split)}
         for key, value in (("start", start), ("stop", stop)):
             if value is not None:
-                if isinstance(value, bool) or not isinstance(value, int):
-                    raise TypeError(f"{key} must be an integer or None, got {value!r}")
-                body[key] = value
+                body[key] = check_int(value, f"{key} (or None)")
         return self._field(self._call("POST", "task_range", body), "tasks", list)
 
     def iter_tasks(self, split: str, page_size: int = 256) -> Iterator[Any]:
         """Every task of ``split``: pages through ``task_range`` with ``num_tasks`` as the total."""
-        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
-            raise ValueError(f"page_size must be a positive integer, got {page_size!r}")
+        page_size = check_int(page_size, "page_size", low=1)
         total = self.num_tasks(split)
         start = 0
         while start < total:
@@ -323,8 +318,8 @@ class OpenEnvEnvironment(Environment):
                  text_field: str | None = None) -> None:
         self.base_url = http_base_url(base_url)
         self.env_name = env_name
-        if not connect_timeout_s > 0 or not message_timeout_s > 0:
-            raise ValueError("connect_timeout_s and message_timeout_s must be > 0")
+        check_number(connect_timeout_s, "connect_timeout_s", low=0, low_open=True, finite=False)
+        check_number(message_timeout_s, "message_timeout_s", low=0, low_open=True, finite=False)
         self.connect_timeout_s = float(connect_timeout_s)
         self.message_timeout_s = float(message_timeout_s)
         self.reset_kwargs = dict(reset_kwargs or {})
@@ -378,9 +373,7 @@ class OpenEnvEnvironment(Environment):
             raise TypeError(f"task must be a task spec (a mapping), got {type(task).__name__}")
         kwargs = selection_kwargs(task, self.reset_kwargs)
         if seed is not None:
-            if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-                raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-            kwargs["seed"] = seed
+            kwargs["seed"] = check_int(seed, "seed", low=0)
         self._disconnect()
         generic_client = _require_openenv()
         with contextlib.suppress(ValueError):  # resolve the text field now (cached), not mid-episode

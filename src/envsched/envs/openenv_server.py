@@ -1,6 +1,8 @@
 """An OpenEnv environment of envsched's own: serves an envsched :class:`~envsched.pool.TaskPool` through
 OpenEnv's Task API and runs its episodes over OpenEnv's WebSocket session.
 
+Over 700 lines on purpose: one module is the ``uvicorn``/``python -m`` target, all behind OpenEnv's import.
+
 The server side implements OpenEnv's five ``TaskProvider`` methods (``list_splits``, ``list_tasks``,
 ``num_tasks``, ``get_task``, ``get_task_range``) over the pool's splits (a task's position in its split
 is its ``index`` field, else its order in the pool), and ``reset(split, index, seed)`` selects the task,
@@ -69,6 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from envsched.envs.base import Environment, EnvironmentUnavailable, StepResult
+from envsched.errors import EnvSchedError, InvalidValueError, check_int, is_int
 from envsched.pool.pool import TaskPool
 
 try:
@@ -162,8 +165,9 @@ def reasoning_gym_entry(task: Mapping[str, Any], seed: int | None = None) -> tup
     if not isinstance(desc, Mapping) or not isinstance(desc.get("dataset"), str):
         raise ValueError(f"task {task.get('id')!r} has no initial_state.reasoning_gym.dataset")
     base = desc.get("seed", 0)
-    if isinstance(base, bool) or not isinstance(base, int):
-        raise ValueError(f"task {task.get('id')!r}: initial_state.reasoning_gym.seed must be an integer")
+    if not is_int(base, numpy=False):
+        raise InvalidValueError(f"task {task.get('id')!r}: initial_state.reasoning_gym.seed must be an integer",
+                                name="initial_state.reasoning_gym.seed", value=base)
     data_seed = base + (seed or 0) * _EPISODE_SEED_STRIDE
     dataset = reasoning_gym.create_dataset(desc["dataset"], seed=data_seed, size=1, **dict(desc.get("config") or {}))
     return dataset, dataset[0]
@@ -230,7 +234,7 @@ class AnswerEnvironment(Environment):
         return self._reward if self._done else None
 
 
-class TaskRequestError(Exception):
+class TaskRequestError(EnvSchedError):
     """A client mistake: answered with ``status`` (4xx) and the short ``message`` (which never quotes
     the request). Over the WebSocket it arrives as an ``EXECUTION_ERROR`` with the same message."""
 
@@ -241,7 +245,7 @@ class TaskRequestError(Exception):
 
 
 def _int_arg(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value, numpy=False):
         raise TaskRequestError(400, f"{name} must be an integer")
     return value
 
@@ -456,8 +460,7 @@ def harden_app(app: Any, *, max_body_bytes: int = MAX_BODY_BYTES, idle_timeout_s
     from pydantic import ValidationError
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1:
-        raise ValueError(f"max_body_bytes must be a positive integer, got {max_body_bytes!r}")
+    max_body_bytes = check_int(max_body_bytes, "max_body_bytes", low=1)
     idle_timeout_s = check_seconds("idle_timeout_s", idle_timeout_s)
     body_timeout_s = check_seconds("body_timeout_s", body_timeout_s)
     log = logging.getLogger("envsched.openenv_server")
@@ -578,8 +581,7 @@ def chain_sum_pool(per_tier: Mapping[str, int] | None = None, tiers: int = 5) ->
     per_tier = dict(per_tier or {"train": 2000, "test": 100})
     tasks = []
     for split, n in per_tier.items():
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"per_tier[{split!r}] must be a positive integer, got {n!r}")
+        n = check_int(n, f"per_tier[{split!r}]", low=1)
         offset = SPLIT_SEED_OFFSET.get(split, 750_000_000)
         for index in range(n * tiers):
             tier = index // n

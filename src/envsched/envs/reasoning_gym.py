@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from envsched.envs.base import Environment, EnvironmentUnavailable, StepResult
+from envsched.errors import check_int
 
 __all__ = [
     "BENCHMARK_DATASETS",
@@ -286,9 +287,7 @@ def build_reasoning_gym_pool(datasets: Iterable[str] | str | None = None, *,
     counts: dict[str, int] = {}
     for name in names:
         n = tasks_per_dataset.get(name, 0) if isinstance(tasks_per_dataset, Mapping) else tasks_per_dataset
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise ValueError(f"tasks_per_dataset for {name!r} must be a non-negative integer, got {n!r}")
-        counts[name] = n
+        counts[name] = check_int(n, f"tasks_per_dataset for {name!r}", low=0)
     if isinstance(tasks_per_dataset, Mapping) and (extra := set(tasks_per_dataset) - set(names)):
         raise ValueError(f"tasks_per_dataset names datasets not being built: {sorted(extra)}")
     version = rg_version()

@@ -14,19 +14,19 @@ envsched scores these without evaluating anything:
 
 - ``bitwise_arithmetic`` in process: the reference answer is ``hex(eval(problem))``, so the answer is compared
   with ``int(reference, 0)`` exactly as reasoning-gym's ``verify_solution`` compares it with ``eval(problem)``.
-- the ten others in a **bounded worker process** (:class:`_ScorerWorker`: forked, its address space capped
-  at ``ENVSCHED_SCORER_MEMORY_MB`` MiB above its start size, killed after ``ENVSCHED_SCORER_TIMEOUT_S``
-  seconds) that runs the dataset's own ``score_answer`` with the module's ``eval`` replaced by
-  :func:`literal_eval_compat` (``ast.literal_eval`` after a length and nesting check: Python literals
-  only) and ``parse_expr`` replaced by :func:`safe_parse_expr`, a strict tokenizer and recursive-descent
-  parser that builds the same SymPy expression as ``parse_expr``'s standard transformations for the
-  grammar of numbers, ``+ - * / **``, parentheses, calls of an allow-list of functions, and plain names
-  (local names, an allow-list of constants, other names as ``Symbol``/``Function`` as ``auto_symbol``
-  does), with no attributes, strings, subscripts, keywords, dunders or non-ASCII text. Nothing is
-  ``eval``-ed: the expression is built with SymPy's operators from the parsed tree. So every answer a
-  dataset accepted as a literal or an expression of that grammar scores as it did; an answer that only
-  scored through evaluation (``[1]*3``, ``range(4)``, ``S(1)/2``) now scores as a malformed answer. An
-  answer over its time or memory budget scores 0.0 and the worker is replaced.
+- the ten others in a **bounded worker process** (:class:`_ScorerWorker`: forked, its address space capped at
+  ``ENVSCHED_SCORER_MEMORY_MB`` MiB above its start size, killed after ``ENVSCHED_SCORER_TIMEOUT_S`` seconds)
+  that runs the dataset's own ``score_answer`` with the module's ``eval`` replaced by
+  :func:`literal_eval_compat` (``ast.literal_eval`` after a length and nesting check: Python literals only)
+  and ``parse_expr`` replaced by :func:`safe_parse_expr` (in :mod:`envsched.envs.safe_expr`), a strict
+  tokenizer and recursive-descent parser that builds the same SymPy expression as ``parse_expr``'s standard
+  transformations for the grammar of numbers, ``+ - * / **``, parentheses, calls of an allow-list of
+  functions, and plain names (local names, an allow-list of constants, other names as ``Symbol``/``Function``
+  as ``auto_symbol`` does), with no attributes, strings, subscripts, keywords, dunders or non-ASCII text.
+  Nothing is ``eval``-ed: the expression is built with SymPy's operators from the parsed tree. So every answer
+  a dataset accepted as a literal or an expression of that grammar scores as it did; an answer that only
+  scored through evaluation (``[1]*3``, ``range(4)``, ``S(1)/2``) now scores as a malformed answer. An answer
+  over its time or memory budget scores 0.0 and the worker is replaced.
 
 Every other audited dataset parses its answer (``int``, ``float``, ``json.loads``, regular expressions,
 string comparison) and is scored in process by its own ``score_answer`` under a **guard**: an audit hook
@@ -51,12 +51,10 @@ import ast
 import contextlib
 import dataclasses
 import decimal
-import fractions
 import functools
 import json
 import os
 import pickle
-import re
 import resource
 import sys
 import threading
@@ -67,6 +65,8 @@ from typing import Any, ClassVar
 
 from envsched.envs._settings import env_number
 from envsched.envs._worker_pool import PooledWorker, limit_address_space
+from envsched.envs.safe_expr import MAX_EXPR_CHARS, _names, safe_parse_expr
+from envsched.errors import EnvSchedError
 
 __all__ = [
     "ALLOW_EVALUATING_ENV",
@@ -104,13 +104,6 @@ MAX_ANSWER_CHARS = 1_000_000
 #: Longest text :func:`literal_eval_compat` parses, and its deepest bracket nesting.
 MAX_LITERAL_CHARS = 400_000
 MAX_LITERAL_DEPTH = 64
-#: Longest text :func:`safe_parse_expr` parses, most tokens, deepest nesting, longest number literal.
-MAX_EXPR_CHARS = 50_000
-MAX_EXPR_TOKENS = 20_000
-MAX_EXPR_DEPTH = 64
-MAX_NUMBER_DIGITS = 1_000
-#: A power of two constants may have at most this many bits (``9**9**9`` is refused before SymPy sees it).
-MAX_CONSTANT_BITS = 100_000
 
 AUDITED_RG_VERSION = "0.1.25"
 
@@ -154,11 +147,11 @@ AUDITED_DATASETS: frozenset[str] = frozenset((
 ))
 
 
-class UnsafeScorerError(ValueError):
+class UnsafeScorerError(EnvSchedError, ValueError):
     """A dataset has no safe scorer and the operator has not accepted evaluating scorers."""
 
 
-class EvaluationBlocked(RuntimeError):
+class EvaluationBlocked(EnvSchedError, RuntimeError):
     """The guard stopped a scorer from running code, starting a process or writing a file."""
 
 
@@ -301,248 +294,6 @@ def literal_eval_compat(source: Any, globals: Any = None, locals: Any = None) ->
     if _max_depth(source) > MAX_LITERAL_DEPTH:
         raise ValueError(f"a literal nested more than {MAX_LITERAL_DEPTH} levels deep")
     return ast.literal_eval(source)
-
-
-# ---------------------------------------------------------------------------------------------- expressions
-_TOKEN = re.compile(r"[ \t]*(?:(?P<num>[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?"
-                    r"|[0-9]+[eE][+-]?[0-9]+|[0-9]+)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<op>\*\*|[-+*/(),]))")
-_FUNCTIONS = (
-    "sin", "cos", "tan", "cot", "sec", "csc", "asin", "acos", "atan", "acot", "asec", "acsc", "atan2", "sinh",
-    "cosh", "tanh", "coth", "sech", "csch", "asinh", "acosh", "atanh", "acoth", "exp", "log", "ln", "sqrt",
-    "cbrt", "Abs", "abs", "sign", "floor", "ceiling", "erf", "Min", "Max", "min", "max",
-)
-_CONSTANTS = ("pi", "E", "I", "oo")
-_MAX_NAME = 32
-
-
-@functools.cache
-def _names() -> tuple[dict[str, Any], frozenset[str]]:
-    """(allowed name -> SymPy object, names ``parse_expr`` would resolve to something else: refused)."""
-    import builtins
-    import keyword
-
-    import sympy
-
-    allowed: dict[str, Any] = {n: getattr(sympy, n) for n in _FUNCTIONS if hasattr(sympy, n)}
-    allowed.update({"abs": sympy.Abs, "min": sympy.Min, "max": sympy.Max, "ln": sympy.log})
-    allowed.update({n: getattr(sympy, n) for n in _CONSTANTS})
-    reserved = set(getattr(sympy, "__all__", dir(sympy))) | set(dir(builtins)) | set(keyword.kwlist)
-    reserved |= set(getattr(keyword, "softkwlist", ()))
-    return allowed, frozenset(reserved - set(allowed))
-
-
-def _tokens(text: str) -> list[tuple[str, str]]:
-    if not text.isascii():
-        raise ValueError("an expression is ASCII text")
-    if len(text) > MAX_EXPR_CHARS:
-        raise ValueError(f"an expression of {len(text)} characters, more than {MAX_EXPR_CHARS}")
-    out: list[tuple[str, str]] = []
-    pos, end = 0, len(text)
-    while pos < end:
-        m = _TOKEN.match(text, pos)
-        if m is None or m.end() == pos:
-            if text[pos:].strip(" \t") == "":
-                break
-            raise ValueError(f"unexpected character {text[pos]!r} at {pos}")
-        kind = m.lastgroup
-        assert kind is not None
-        out.append((kind, m.group(kind)))
-        if len(out) > MAX_EXPR_TOKENS:
-            raise ValueError(f"more than {MAX_EXPR_TOKENS} tokens")
-        pos = m.end()
-    return out
-
-
-class _Parser:
-    """Recursive descent over Python's grammar for this subset (``-x**2`` is ``-(x**2)``, ``**`` is right
-    associative and takes a signed operand, ``*``/``/`` and ``+``/``-`` are left associative)."""
-
-    def __init__(self, tokens: list[tuple[str, str]]) -> None:
-        self.toks = tokens
-        self.i = 0
-        self.depth = 0
-
-    def peek(self) -> tuple[str, str] | None:
-        return self.toks[self.i] if self.i < len(self.toks) else None
-
-    def take(self, value: str | None = None) -> tuple[str, str]:
-        tok = self.peek()
-        if tok is None or (value is not None and tok != ("op", value)):
-            raise ValueError(f"expected {value or 'more'} at token {self.i}")
-        self.i += 1
-        return tok
-
-    def nest(self) -> None:
-        self.depth += 1
-        if self.depth > MAX_EXPR_DEPTH:
-            raise ValueError(f"an expression nested more than {MAX_EXPR_DEPTH} levels deep")
-
-    def parse(self) -> tuple[Any, ...]:
-        if not self.toks:
-            raise ValueError("an empty expression")
-        node = self.sum()
-        if self.peek() is not None:
-            raise ValueError(f"unexpected {self.peek()[1]!r} at token {self.i}")
-        return node
-
-    def sum(self) -> tuple[Any, ...]:
-        node = self.term()
-        while (tok := self.peek()) in (("op", "+"), ("op", "-")):
-            self.i += 1
-            node = ("bin", tok[1], node, self.term())
-        return node
-
-    def term(self) -> tuple[Any, ...]:
-        node = self.factor()
-        while (tok := self.peek()) in (("op", "*"), ("op", "/")):
-            self.i += 1
-            node = ("bin", tok[1], node, self.factor())
-        return node
-
-    def factor(self) -> tuple[Any, ...]:
-        tok = self.peek()
-        if tok in (("op", "+"), ("op", "-")):
-            self.i += 1
-            self.nest()
-            node = ("neg" if tok[1] == "-" else "pos", self.factor())
-            self.depth -= 1
-            return node
-        return self.power()
-
-    def power(self) -> tuple[Any, ...]:
-        node = self.primary()
-        if self.peek() == ("op", "**"):
-            self.i += 1
-            self.nest()
-            node = ("bin", "**", node, self.factor())
-            self.depth -= 1
-        return node
-
-    def primary(self) -> tuple[Any, ...]:
-        kind, value = self.take()
-        if kind == "num":
-            return ("num", value)
-        if kind == "name":
-            if self.peek() == ("op", "("):
-                self.i += 1
-                self.nest()
-                args = [self.sum()]
-                while self.peek() == ("op", ","):
-                    self.i += 1
-                    if self.peek() == ("op", ")"):
-                        break
-                    args.append(self.sum())
-                self.take(")")
-                self.depth -= 1
-                return ("call", value, args)
-            return ("name", value)
-        if value == "(":
-            self.nest()
-            node = self.sum()
-            self.take(")")
-            self.depth -= 1
-            return node
-        raise ValueError(f"unexpected {value!r} at token {self.i - 1}")
-
-
-def _bits(v: fractions.Fraction) -> int:
-    return v.numerator.bit_length() + v.denominator.bit_length()
-
-
-def _constant(node: tuple[Any, ...]) -> fractions.Fraction | None:
-    """The exact value of a constant (name-free) subtree, or ``None`` if it has names, floats or calls;
-    ``ValueError`` if a power of constants would exceed :data:`MAX_CONSTANT_BITS` bits."""
-    kind = node[0]
-    if kind == "num":
-        text = node[1]
-        return fractions.Fraction(int(text)) if text.isdigit() else None
-    if kind in ("neg", "pos"):
-        v = _constant(node[1])
-        return None if v is None else (-v if kind == "neg" else v)
-    if kind != "bin":
-        return None
-    a, b = _constant(node[2]), _constant(node[3])
-    if a is None or b is None:
-        return None
-    op = node[1]
-    if op == "**":
-        if b.denominator != 1:
-            return None  # a root: SymPy keeps it symbolic
-        if abs(a) not in (0, 1) and _bits(a) * abs(b.numerator) > MAX_CONSTANT_BITS:
-            raise ValueError(f"a power of constants over {MAX_CONSTANT_BITS} bits")
-        if a == 0 and b < 0:
-            return None
-        return a ** int(b)
-    if op == "/":
-        return None if b == 0 else a / b
-    return a + b if op == "+" else a - b if op == "-" else a * b
-
-
-def safe_parse_expr(s: str, local_dict: Mapping[str, Any] | None = None, transformations: Any = None,
-                    global_dict: Any = None, evaluate: bool = True) -> Any:
-    """What a scorer's ``sympy.parse_expr(s, local_dict=...)`` becomes: the same SymPy expression for the
-    grammar in the module doc, built without ``eval``; ``ValueError`` for anything else.
-
-    Numbers become ``Integer``/``Float`` as ``auto_number`` makes them (``Float`` from the literal's text);
-    a name is ``local_dict``'s value, an allowed function or constant, or else a new ``Symbol`` (a
-    ``Function`` before ``(``) as ``auto_symbol`` makes it; a name that ``parse_expr`` would resolve to
-    another SymPy or Python object (``S``, ``N``, ``Symbol``, ``eval``, keywords) is refused."""
-    import sympy
-
-    if transformations is not None or global_dict is not None or not evaluate:
-        raise ValueError("safe_parse_expr takes only the text and local names")
-    if not isinstance(s, str):
-        raise ValueError(f"only text is parsed, not {type(s).__name__}")
-    text = s.strip()
-    tree = _Parser(_tokens(text)).parse()
-    allowed, reserved = _names()
-    local = dict(local_dict or {})
-
-    def name(value: str, called: bool) -> Any:
-        if len(value) > _MAX_NAME or value.startswith("_") or "__" in value:
-            raise ValueError(f"the name {value[:40]!r} is not allowed")
-        if value in local:
-            return local[value]
-        if value in allowed:
-            return allowed[value]
-        if value in reserved:
-            raise ValueError(f"the name {value!r} is not allowed")
-        return sympy.Function(value) if called else sympy.Symbol(value)
-
-    def build(node: tuple[Any, ...]) -> Any:
-        kind = node[0]
-        if kind == "num":
-            text_ = node[1]
-            digits = sum(ch.isdigit() for ch in text_)
-            if digits > MAX_NUMBER_DIGITS:
-                raise ValueError(f"a number of {digits} digits, more than {MAX_NUMBER_DIGITS}")
-            if "." in text_ or "e" in text_ or "E" in text_:
-                return sympy.Float(text_)
-            if len(text_) > 1 and text_[0] == "0" and text_.strip("0"):
-                raise ValueError("leading zeros in an integer")
-            return sympy.Integer(int(text_))
-        if kind == "name":
-            return name(node[1], called=False)
-        if kind == "call":
-            fn = name(node[1], called=True)
-            if not (node[1] in allowed or isinstance(fn, sympy.core.function.FunctionClass)):
-                raise ValueError(f"{node[1]!r} cannot be called")
-            return fn(*[build(a) for a in node[2]])
-        if kind == "neg":
-            return -build(node[1])
-        if kind == "pos":
-            return +build(node[1])
-        op, left, right = node[1], build(node[2]), build(node[3])
-        if op == "**":
-            _constant(node)  # refuse a constant power too large to compute
-            return left ** right
-        if op == "*":
-            return left * right
-        if op == "/":
-            return left / right
-        return left + right if op == "+" else left - right
-
-    return build(tree)
 
 
 # ---------------------------------------------------------------------------------------------- the worker

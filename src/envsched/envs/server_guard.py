@@ -34,6 +34,7 @@ import threading
 from typing import Any
 
 from envsched.envs._settings import env_number
+from envsched.errors import check_int, check_number, is_int
 
 __all__ = [
     "DEFAULT_HEADER_TIMEOUT_S",
@@ -88,9 +89,7 @@ def env_seconds(name: str, default: float) -> float:
 
 def check_seconds(name: str, value: Any) -> float:
     """``value`` as a float in (0, 86400] seconds, else ``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 86_400:
-        raise ValueError(f"{name} must be a number of seconds in (0, 86400], got {value!r}")
-    return float(value)
+    return check_number(value, name, low=0, high=86_400, low_open=True)
 
 
 # ---------------------------------------------------------------------------- error frames
@@ -147,7 +146,7 @@ def field_errors(errors: Any) -> list[dict[str, Any]]:
     out = []
     for e in errors if isinstance(errors, list) else []:
         if isinstance(e, dict):
-            loc = [x if isinstance(x, int) and not isinstance(x, bool) else (x if x in known else "?")
+            loc = [x if is_int(x, numpy=False) else (x if x in known else "?")
                    for x in (e.get("loc") or [])][:8]
             out.append({"loc": loc, "type": str(e.get("type", "invalid"))[:40]})
     return out[:10]
@@ -222,8 +221,7 @@ class WebSocketGuard:
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.app = app
         self.idle_timeout_s = check_seconds("idle_timeout_s", idle_timeout_s)
-        if isinstance(max_message_bytes, bool) or not isinstance(max_message_bytes, int) or max_message_bytes < 1:
-            raise ValueError(f"max_message_bytes must be a positive integer, got {max_message_bytes!r}")
+        max_message_bytes = check_int(max_message_bytes, "max_message_bytes", low=1)
         self.max_message_bytes = max_message_bytes
         self._warned_unguarded = False
 

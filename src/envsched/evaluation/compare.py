@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from envsched.errors import is_number
 from envsched.evaluation.harness import EvalResult, read_result_json
 
 __all__ = ["COMPARED_METRICS", "EvalComparison", "as_eval_result", "compare_eval_results"]
@@ -71,7 +72,7 @@ def _from_scores(scores: Mapping[str, Any]) -> EvalResult:
 
 
 def _num(x: Any) -> float:
-    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else math.nan
+    return float(x) if is_number(x, numpy=False) else math.nan
 
 
 def compare_eval_results(before: Any, after: Any) -> EvalComparison:

@@ -14,6 +14,7 @@ import socket
 import urllib.parse
 
 from envsched.envs.base import InfrastructureError
+from envsched.errors import check_int
 
 __all__ = ["CircuitBreaker", "EndpointUnreachable", "EvaluationStopped", "check_endpoint"]
 
@@ -69,9 +70,8 @@ class CircuitBreaker:
     the count). ``threshold=None`` never trips."""
 
     def __init__(self, threshold: int | None = 5) -> None:
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int)
-                                      or threshold < 1):
-            raise ValueError(f"the circuit breaker's threshold must be a positive integer or None, got {threshold!r}")
+        if threshold is not None:
+            threshold = check_int(threshold, "the circuit breaker's threshold (or None)", low=1)
         self.threshold = threshold
         self.consecutive = 0
         self.last_error = ""

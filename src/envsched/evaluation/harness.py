@@ -33,6 +33,7 @@ from typing import Any
 
 from envsched.envs.base import Environment, InfrastructureError
 from envsched.envs.openenv import InvalidActionError
+from envsched.errors import check_int, check_number, is_number
 from envsched.evaluation.guards import CircuitBreaker, EvaluationStopped, check_endpoint
 from envsched.evaluation.metrics import report, reproducibility_check
 from envsched.evaluation.policy import ActionAdapter, AnswerAdapter, Policy, PolicyError
@@ -64,6 +65,14 @@ class EpisodeSettings:
     max_retries: int = 3
     backoff_s: float = 1.0
     backoff_max_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "max_turns", check_int(self.max_turns, "max_turns", low=1))
+        object.__setattr__(self, "max_retries", check_int(self.max_retries, "max_retries", low=0))
+        check_number(self.success_threshold, "success_threshold", finite=False)
+        check_number(self.episode_timeout_s, "episode_timeout_s", low=0, low_open=True, finite=False)
+        check_number(self.backoff_s, "backoff_s", low=0, finite=False)
+        check_number(self.backoff_max_s, "backoff_max_s", low=0, finite=False)
 
 
 # ---------------------------------------------------------------------------- one episode
@@ -191,7 +200,7 @@ def _record(task: Mapping[str, Any], seed: int | None, sample: int, outcome: str
     diff = task.get("difficulty")
     return EpisodeRecord(task_id=str(task.get("id")), seed=seed, sample=sample, outcome=outcome, reward=reward,
                          env=task.get("env"), group=task.get("group"),
-                         difficulty=diff if isinstance(diff, int | float) and not isinstance(diff, bool) else None,
+                         difficulty=diff if is_number(diff, numpy=False) else None,
                          split=task.get("split"), index=task.get("index"), attempts=attempts,
                          started_at=started, duration_s=(time.time() - started) if started else 0.0, **kw)
 
@@ -314,19 +323,20 @@ class EvalHarness:
             raise TypeError("env_factory must be a callable returning a fresh Environment")
         if not hasattr(policy, "complete"):
             raise TypeError(f"policy must have complete(messages, timeout_s=...), got {type(policy).__name__}")
-        for name, value, low in (("samples_per_task", samples_per_task, 1), ("max_turns", max_turns, 1),
-                                 ("concurrency", concurrency, 1), ("max_retries", max_retries, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
-        if num_episodes is not None and (isinstance(num_episodes, bool) or not isinstance(num_episodes, int)
-                                         or num_episodes < 1):
-            raise ValueError(f"num_episodes must be a positive integer or None, got {num_episodes!r}")
+        samples_per_task = check_int(samples_per_task, "samples_per_task", low=1)
+        max_turns = check_int(max_turns, "max_turns", low=1)
+        concurrency = check_int(concurrency, "concurrency", low=1)
+        max_retries = check_int(max_retries, "max_retries", low=0)
+        if limit is not None:
+            limit = check_int(limit, "limit (or None)", low=1)
+        if num_episodes is not None:
+            num_episodes = check_int(num_episodes, "num_episodes (or None)", low=1)
         if not isinstance(split, str) or not split:
             raise ValueError(f"split must be a non-empty string, got {split!r}")
-        if not episode_timeout_s > 0 or not backoff_s >= 0 or not backoff_max_s >= 0:
-            raise ValueError("episode_timeout_s must be > 0 and the backoffs >= 0")
+        check_number(success_threshold, "success_threshold", finite=False)
+        check_number(episode_timeout_s, "episode_timeout_s", low=0, low_open=True, finite=False)
+        check_number(backoff_s, "backoff_s", low=0, finite=False)
+        check_number(backoff_max_s, "backoff_max_s", low=0, finite=False)
         if samples_per_task > 1 and getattr(policy, "temperature", None) == 0:
             raise ValueError("samples_per_task > 1 needs a policy temperature > 0 (otherwise every sample of a "
                              "task is the same completion)")

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from envsched.errors import check_int, check_number
 from envsched.evaluation.records import OUTCOMES, EpisodeRecord
 
 __all__ = ["binomial_se", "breakdown", "mean_and_se", "pass_at_k", "per_task", "report", "reproducibility_check",
@@ -41,9 +42,7 @@ __all__ = ["binomial_se", "breakdown", "mean_and_se", "pass_at_k", "per_task", "
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k of one problem: ``1 - C(n - c, k) / C(n, k)`` (``n`` samples, ``c`` correct)."""
-    for name, v in (("n", n), ("c", c), ("k", k)):
-        if isinstance(v, bool) or not isinstance(v, int | np.integer):
-            raise ValueError(f"{name} must be an integer, got {v!r}")
+    n, c, k = check_int(n, "n"), check_int(c, "c"), check_int(k, "k")
     if not 0 <= c <= n:
         raise ValueError(f"need 0 <= c <= n, got n={n}, c={c}")
     if not 1 <= k <= n:
@@ -63,13 +62,10 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
 
     Unlike ``p +- z * se`` it is never of zero width for ``0 < n``: with 0 successes in 10 trials it is
     about ``(0, 0.28)``. ``(nan, nan)`` when ``n`` is 0."""
-    for name, v in (("successes", successes), ("n", n)):
-        if isinstance(v, bool) or not isinstance(v, int | np.integer):
-            raise ValueError(f"{name} must be an integer, got {v!r}")
+    successes, n = check_int(successes, "successes"), check_int(n, "n")
     if not 0 <= successes <= n:
         raise ValueError(f"need 0 <= successes <= n, got successes={successes}, n={n}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    check_number(confidence, "confidence", low=0, high=1, low_open=True, high_open=True)
     if n == 0:
         return math.nan, math.nan
     from scipy.stats import binomtest

@@ -28,7 +28,6 @@ the endpoint's token counts.
 from __future__ import annotations
 
 import json
-import math
 import re
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -38,6 +37,7 @@ from typing import Any
 
 from envsched.envs.base import InfrastructureError
 from envsched.envs.openenv import TaskAPIClient, http_base_url, selection_kwargs, with_port
+from envsched.errors import InvalidValueError, check_int, check_number, is_int, is_number
 from envsched.evaluation.harness import _json_safe
 from envsched.evaluation.metrics import report, reproducibility_check
 from envsched.evaluation.policy import AnswerAdapter, ChatCompletionsPolicy, Policy, PolicyError
@@ -435,30 +435,28 @@ class EnvEvalHarness(OpenEnvEvalHarness):
         if unknown:
             raise ValueError(f"unknown eval_parameters {unknown}; known: {sorted(EVAL_PARAMETERS)}")
         p = {**EVAL_PARAMETERS, **given}
-        for key, low in (("samples_per_task", 1), ("max_turns", 1), ("max_tokens", 1)):
-            v = p[key]
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ValueError(f"eval_parameters[{key!r}] must be an integer >= {low}, got {v!r}")
-        if p["limit"] is not None and (isinstance(p["limit"], bool) or not isinstance(p["limit"], int)
-                                       or p["limit"] < 1):
-            raise ValueError(f"eval_parameters['limit'] must be a positive integer or None, got {p['limit']!r}")
+        for key in ("samples_per_task", "max_turns", "max_tokens"):
+            p[key] = check_int(p[key], f"eval_parameters[{key!r}]", low=1)
+        if p["limit"] is not None:
+            p["limit"] = check_int(p["limit"], "eval_parameters['limit'] (or None)", low=1)
         seeds = p["seeds"]
         if (not isinstance(seeds, list | tuple) or not seeds or len(set(seeds)) != len(seeds)
-                or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds)):
-            raise ValueError(f"eval_parameters['seeds'] must be a non-empty list of distinct integers >= 0, "
-                             f"got {seeds!r}")
+                or any(not is_int(s, numpy=False) or s < 0 for s in seeds)):
+            raise InvalidValueError(f"eval_parameters['seeds'] must be a non-empty list of distinct integers >= 0, "
+                                    f"got {seeds!r}", name="eval_parameters['seeds']", value=seeds)
         p["seeds"] = list(seeds)
         if not isinstance(p["split"], str) or not p["split"]:
             raise ValueError(f"eval_parameters['split'] must be a non-empty string, got {p['split']!r}")
         t = p["temperature"]
-        if isinstance(t, bool) or not isinstance(t, int | float) or not t >= 0:
-            raise ValueError(f"eval_parameters['temperature'] must be a number >= 0, got {t!r}")
+        check_number(t, "eval_parameters['temperature']", low=0, finite=False)
         if p["samples_per_task"] > 1 and t == 0:
             raise ValueError("eval_parameters['temperature'] must be > 0 when samples_per_task > 1 "
                              "(otherwise every sample of a task is the same completion)")
         thr = p["success_threshold"]
-        if isinstance(thr, bool) or not isinstance(thr, int | float) or not math.isfinite(thr):
-            raise ValueError(f"eval_parameters['success_threshold'] must be a finite number, got {thr!r}")
+        check_number(thr, "eval_parameters['success_threshold']")
+        for key in ("temperature", "success_threshold"):  # a numpy scalar is recorded as the float it is
+            if not isinstance(p[key], int | float):
+                p[key] = float(p[key])
         return p
 
     def _model_step(self, p: Mapping[str, Any]) -> Callable[..., ModelStepResult]:
@@ -598,7 +596,7 @@ def _record(item: Mapping[str, Any], sample: int, written: Mapping[str, Any] | N
     common = {"task_id": str(item.get("id")), "seed": item.get("seed"), "sample": sample,
               "env": item.get("env"), "group": item.get("group"), "split": item.get("split"),
               "index": item.get("index"),
-              "difficulty": diff if isinstance(diff, int | float) and not isinstance(diff, bool) else None}
+              "difficulty": diff if is_number(diff, numpy=False) else None}
     if written is not None:
         reward = float(written["reward"])
         metrics = written.get("metrics") or {}

@@ -27,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 
 from envsched.envs.base import InfrastructureError, StepResult
+from envsched.errors import EnvSchedError, check_int, check_number, is_int
 from envsched.llm_http import (
     MAX_JSON_DEPTH,
     MAX_RESPONSE_BYTES,
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 
-class PolicyError(Exception):
+class PolicyError(EnvSchedError):
     """The policy answered, but its answer is unusable (malformed response or action)."""
 
 
@@ -119,15 +120,11 @@ class ChatCompletionsPolicy:
                  max_json_depth: int = MAX_JSON_DEPTH) -> None:
         if not isinstance(model, str) or not model:
             raise ValueError(f"model must be a non-empty string, got {model!r}")
-        if not temperature >= 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature!r}")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
-        if not timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
-        for name, cap in (("max_response_bytes", max_response_bytes), ("max_json_depth", max_json_depth)):
-            if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
-                raise ValueError(f"{name} must be a positive integer, got {cap!r}")
+        check_number(temperature, "temperature", low=0, finite=False)
+        max_tokens = check_int(max_tokens, "max_tokens", low=1)
+        check_number(timeout_s, "timeout_s", low=0, low_open=True, finite=False)
+        max_response_bytes = check_int(max_response_bytes, "max_response_bytes", low=1)
+        max_json_depth = check_int(max_json_depth, "max_json_depth", low=1)
         self.max_response_bytes = max_response_bytes
         self.max_json_depth = max_json_depth
         self.url = chat_completions_url(endpoint)
@@ -202,7 +199,7 @@ def parse_chat_response(raw: bytes | str, latency_s: float = 0.0, *, url: str = 
 
 
 def _count(value: Any) -> int | None:
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    return int(value) if is_int(value, numpy=False) and value >= 0 else None
 
 
 # ---------------------------------------------------------------------------- adapters

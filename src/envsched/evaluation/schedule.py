@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from envsched.errors import check_int
 from envsched.evaluation.guards import EndpointUnreachable, EvaluationStopped
 from envsched.evaluation.harness import EvalHarness
 
@@ -61,10 +62,8 @@ class EvalSchedule:
                                 f"EvalHarness the config is None (it holds its own), got {type(config).__name__}")
         else:
             raise TypeError(f"harness must be an EnvEvalHarness or an EvalHarness, got {type(harness).__name__}")
-        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
-            raise ValueError(f"every_n_steps must be a positive integer, got {every_n_steps!r}")
-        if isinstance(history_size, bool) or not isinstance(history_size, int) or history_size < 0:
-            raise ValueError(f"history_size must be an integer >= 0 (evaluations kept), got {history_size!r}")
+        every_n_steps = check_int(every_n_steps, "every_n_steps", low=1)
+        history_size = check_int(history_size, "history_size (evaluations kept)", low=0)
         if on_result is not None and not callable(on_result):
             raise TypeError("on_result must be callable as on_result(step, result)")
         self.harness = harness
@@ -85,8 +84,7 @@ class EvalSchedule:
 
     def due(self, step: int) -> bool:
         """Whether :meth:`maybe_run` would evaluate at ``step``."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"step must be a non-negative integer, got {step!r}")
+        step = check_int(step, "step", low=0)
         if self._last_step is not None and step <= self._last_step:
             return False
         return step % self.every_n_steps == 0

@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from envsched.errors import check_int
 from envsched.integrations._rewards import RewardScale
 from envsched.pool.spec import task_key
 from envsched.samplers.base import TaskSampler
@@ -110,8 +111,7 @@ class PrimeRLTaskSampler:
         for m in ("sample", "update", "state_dict", "load_state_dict"):
             if not callable(getattr(inner, m, None)):
                 raise TypeError(f"inner must be an envsched TaskSampler; {type(inner).__name__} has no {m}()")
-        if isinstance(draw_batch, bool) or not isinstance(draw_batch, int) or draw_batch < 1:
-            raise ValueError(f"draw_batch must be a positive integer, got {draw_batch!r}")
+        draw_batch = check_int(draw_batch, "draw_batch", low=1)
         self.inner = inner
         self.reward_scale = RewardScale.for_sampler(inner, reward_range)
         self.draw_batch = draw_batch

@@ -74,6 +74,7 @@ from torch.utils.data import Sampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
+from envsched.errors import check_int
 from envsched.integrations._checkpoint import SAMPLER_STATE_FILE, read_state_file, write_state_file
 from envsched.integrations._rewards import RewardScale
 from envsched.pool.spec import task_key
@@ -188,10 +189,10 @@ class TaskRepeatSampler(Sampler[int]):
     def __init__(self, task_sampler: TaskSampler, row_of: Callable[[Any], int], *, mini_repeat_count: int,
                  batch_size: int, repeat_count: int = 1, chunks_per_epoch: int = 1,
                  on_draw: Callable[[list[int]], None] | None = None) -> None:
-        for name, v in (("mini_repeat_count", mini_repeat_count), ("batch_size", batch_size),
-                        ("repeat_count", repeat_count), ("chunks_per_epoch", chunks_per_epoch)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        mini_repeat_count = check_int(mini_repeat_count, "mini_repeat_count", low=1)
+        batch_size = check_int(batch_size, "batch_size", low=1)
+        repeat_count = check_int(repeat_count, "repeat_count", low=1)
+        chunks_per_epoch = check_int(chunks_per_epoch, "chunks_per_epoch", low=1)
         self.task_sampler = task_sampler
         self.row_of = row_of
         self.mini_repeat_count = mini_repeat_count
@@ -261,8 +262,7 @@ class EnvSchedGRPOMixin:
                  sampler_reward_funcs: Sequence[str] | None = None, chunks_per_epoch: int | None = None,
                  reward_range: Sequence[float] | None = None, log_size: int = DEFAULT_LOG_SIZE,
                  **kwargs: Any) -> None:
-        if isinstance(log_size, bool) or not isinstance(log_size, int) or log_size < 0:
-            raise ValueError(f"log_size must be an integer >= 0 (entries each log keeps), got {log_size!r}")
+        log_size = check_int(log_size, "log_size (entries each log keeps)", low=0)
         mro = type(self).__mro__
         check_trl_hooks(mro[mro.index(EnvSchedGRPOMixin) + 1])
         for m in ("sample", "update", "state_dict", "load_state_dict"):

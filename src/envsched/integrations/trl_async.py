@@ -1,3 +1,4 @@
+# Over 700 lines: the trainer subclass, the worker swap and the task feed patch one TRL module's internals together.
 """TRL integration, asynchronous: train with ``AsyncGRPOTrainer`` on tasks drawn from any envsched :class:`TaskSampler`.
 
 Targets TRL 1.16.0 (``trl.experimental.async_grpo``, transformers 5.24.0). In that trainer, rollouts run ahead of
@@ -59,7 +60,9 @@ Usage::
     trainer.train()
 
 Reward functions receive the ``task_id`` column (and every column ``task_to_row`` adds). With an
-``environment_factory``, ``reset(**row)`` receives the drawn task's row.
+``environment_factory``, ``reset(**row)`` receives the drawn task's row. With ``harness_session_factory=``, TRL's
+OpenEnv harness worker runs multi-turn OpenEnv episodes instead, each session created with the drawn task spec
+(:mod:`envsched.integrations.openenv_harness`).
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ from trl.experimental.async_grpo.async_grpo_trainer import AsyncGRPOTrainer, Rol
 from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, _AsyncRolloutLoop
 from trl.experimental.async_grpo.packing import TREE_ATTENTION
 
+from envsched.errors import check_int, is_number
 from envsched.integrations._checkpoint import SAMPLER_STATE_FILE, read_state_file, write_state_file
 from envsched.integrations._rewards import RewardScale
 from envsched.integrations.trl import DEFAULT_LOG_SIZE, SUPPORTED_VERSIONS, default_task_to_row, hook_problem
@@ -239,6 +243,7 @@ class EnvSchedRolloutLoop(_AsyncRolloutLoop):
     def __init__(self, *, envsched_channel: tuple[Any, bytes], **kwargs: Any) -> None:
         address, authkey = envsched_channel
         self._es_conn = Client(address, authkey=authkey)
+        self._es_tasks: dict[int, Any] = {}  # group id -> drawn task spec (sent on the harness path only)
         super().__init__(**kwargs)
 
     def _repeat_iterator(self) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -255,7 +260,9 @@ class EnvSchedRolloutLoop(_AsyncRolloutLoop):
             rate[1] += 1
             if reply[0] != "ok":
                 raise RuntimeError(f"envsched: drawing a task failed in the trainer: {reply[1]}")
-            _, group_id, row = reply
+            group_id, row = reply[1], reply[2]
+            if len(reply) > 3:  # the harness path: the drawn task spec, for the session factory
+                self._es_tasks[group_id] = reply[3]
             for _ in range(self.num_generations):
                 yield group_id, row
 
@@ -418,7 +425,7 @@ class _TaskFeed:
             m = getattr(self.sampler, "metrics", None)
             if callable(m):
                 for name, value in m().items():
-                    if isinstance(value, int | float) and not isinstance(value, bool):
+                    if is_number(value, numpy=False):
                         out[name] = float(value)
             out.update({k: float(v) for k, v in self.counts.items()})
             out["groups_unresolved"] = float(len(self.unresolved))
@@ -483,23 +490,45 @@ class EnvSchedAsyncGRPOTrainer(AsyncGRPOTrainer):
             integration draws). The rollout child takes them one at a time as slots free up; 1 draws each task
             as late as possible (with the freshest feedback), larger batches let a sampler compose a batch.
         cpu_attention: register :func:`torch_tree_attention` (default: when CUDA is not available).
+        harness_session_factory: run multi-turn OpenEnv episodes with TRL's OpenEnv harness
+            (``trl.experimental.async_grpo.openenv_harness``) instead of TRL's own turn loop: a picklable callable
+            returning an OpenEnv ``ResourceSessionFactory`` (e.g. ``functools.partial(OpenEnvTaskSessionFactory,
+            url)``, :mod:`envsched.integrations.openenv_harness`); each rollout's session is created with the task
+            spec the sampler drew for its group. ``harness_adapter`` (e.g. ``MCPHarnessAdapter()``: TRL samples each
+            turn), ``rollout_reward_fn`` and ``lossless_capture`` are passed to TRL's harness loop as they are.
     """
 
     def __init__(self, model: str, reward_funcs: Any = None, args: Any = None, *, task_sampler: TaskSampler,
                  tasks: Sequence[Any] | None = None, task_to_row: Callable[[Any], dict[str, Any]] | None = None,
                  reward_range: Sequence[float] | None = None, zero_signal_filter: bool = False,
                  log_size: int = DEFAULT_LOG_SIZE, draw_batch: int | None = None,
-                 cpu_attention: bool | None = None, **kwargs: Any) -> None:
+                 cpu_attention: bool | None = None, harness_session_factory: Callable[..., Any] | None = None,
+                 harness_adapter: Any = None, rollout_reward_fn: Callable[[Any], float | None] | None = None,
+                 lossless_capture: bool = True, **kwargs: Any) -> None:
         check_async_trl_hooks()
-        if isinstance(log_size, bool) or not isinstance(log_size, int) or log_size < 0:
-            raise ValueError(f"log_size must be an integer >= 0, got {log_size!r}")
+        harness: dict[str, Any] | None = None
+        if harness_session_factory is not None:
+            from envsched.integrations.openenv_harness import check_harness_hooks
+
+            check_harness_hooks()
+            if not callable(harness_session_factory):
+                raise TypeError("harness_session_factory must be a callable returning an OpenEnv "
+                                "ResourceSessionFactory (e.g. functools.partial(OpenEnvTaskSessionFactory, url))")
+            if kwargs.get("environment_factory") is not None or kwargs.get("tools"):
+                raise ValueError("harness_session_factory: the OpenEnv sessions own the environment and its tools; "
+                                 "do not pass environment_factory= or tools=")
+            harness = {"harness_session_factory": harness_session_factory, "harness_adapter": harness_adapter,
+                       "rollout_reward_fn": rollout_reward_fn, "lossless_capture": bool(lossless_capture)}
+        elif harness_adapter is not None or rollout_reward_fn is not None:
+            raise ValueError("harness_adapter= and rollout_reward_fn= belong to the OpenEnv harness: pass "
+                             "harness_session_factory= too")
+        log_size = check_int(log_size, "log_size", low=0)
         if args is None or int(getattr(args, "max_steps", -1)) <= 0:
             raise ValueError("args.max_steps must be set (> 0): tasks are drawn from the sampler, there are no epochs")
         if draw_batch is None:
             draw_batch = max(1, args.per_device_train_batch_size * args.gradient_accumulation_steps
                              // args.num_generations)
-        if isinstance(draw_batch, bool) or not isinstance(draw_batch, int) or draw_batch < 1:
-            raise ValueError(f"draw_batch must be a positive integer (tasks per sample() call), got {draw_batch!r}")
+        draw_batch = check_int(draw_batch, "draw_batch", low=1)  # tasks per sample() call
         for m in ("sample", "update", "discard", "state_dict", "load_state_dict"):
             if not callable(getattr(task_sampler, m, None)):
                 raise TypeError(f"task_sampler must implement RFC 013's TaskSampler; "
@@ -507,8 +536,9 @@ class EnvSchedAsyncGRPOTrainer(AsyncGRPOTrainer):
         if "train_dataset" in kwargs:
             raise ValueError("train_dataset is built from the tasks: pass tasks= / task_to_row= instead")
         if kwargs.get("rollout_worker") is not None:
-            raise ValueError("rollout_worker: the trainer builds TRL's default worker and swaps in the draw loop; "
-                             "a custom worker (the OpenEnv HarnessRolloutWorker included) is not supported yet")
+            raise ValueError("rollout_worker: the trainer builds TRL's worker and swaps in the draw loop; for "
+                             "TRL's OpenEnv HarnessRolloutWorker pass harness_session_factory= (and harness_adapter=, "
+                             "rollout_reward_fn=) instead")
         if tasks is None:
             tasks = getattr(task_sampler, "tasks", None)
             if tasks is None:
@@ -541,6 +571,7 @@ class EnvSchedAsyncGRPOTrainer(AsyncGRPOTrainer):
         if cpu_attention:
             use_torch_tree_attention()
         self._es_thread: threading.Thread | None = None
+        self._es_send_task = harness is not None
         self._es_stop = threading.Event()
         self._es_channel = None
         if self.accelerator.num_processes != 1:
@@ -550,7 +581,14 @@ class EnvSchedAsyncGRPOTrainer(AsyncGRPOTrainer):
             if type(self.rollout_worker) is not AsyncRolloutWorker:
                 raise ValueError(f"rollout_worker {type(self.rollout_worker).__name__}: only TRL's default "
                                  "AsyncRolloutWorker can draw from the sampler")
-            self.rollout_worker.__class__ = EnvSchedRolloutWorker  # same state; adds the draw loop and drain
+            # same state; adds the draw loop and drain (and, with the harness, HarnessRolloutWorker's loop)
+            if harness is None:
+                self.rollout_worker.__class__ = EnvSchedRolloutWorker
+            else:
+                from envsched.integrations.openenv_harness import EnvSchedHarnessRolloutWorker
+
+                self.rollout_worker.__class__ = EnvSchedHarnessRolloutWorker
+                self.rollout_worker._loop_kwargs.update(harness)
             self.rollout_worker._loop_kwargs["envsched_channel"] = (self._es_channel.address,
                                                                     self._es_channel._authkey)
             self.rollout_queue = FeedbackQueue(self.rollout_worker.rollout_buffer, self._es_feed,
@@ -616,6 +654,8 @@ class EnvSchedAsyncGRPOTrainer(AsyncGRPOTrainer):
                     try:
                         gid, row = self._es_feed.draw()
                         reply: tuple[Any, ...] = ("ok", gid, row)
+                        if self._es_send_task:  # the OpenEnv harness: the session factory gets the task spec
+                            reply += (self._es_feed.tasks[row["task_id"]],)
                     except Exception as e:
                         logger.exception("envsched: drawing a task failed")
                         reply = ("error", f"{type(e).__name__}: {e}")

@@ -44,6 +44,7 @@ from typing import Any
 import torch
 from torch.utils.data import Sampler
 
+from envsched.errors import check_int
 from envsched.integrations._checkpoint import SAMPLER_STATE_FILE, read_state_file, write_state_file
 from envsched.integrations._rewards import RewardScale
 from envsched.pool.pool import TaskPool
@@ -294,9 +295,7 @@ class EnvSchedVerlSampler(_Base):
                              f"e.g. {missing[:3]}")
         if batch_size is None:
             batch_size = _cfg_get(data_config, "gen_batch_size") or _cfg_get(data_config, "train_batch_size") or 1
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        self.batch_size = batch_size
+        self.batch_size = check_int(batch_size, "batch_size", low=1)
         self._queue: deque[int] = deque()
         # drawn groups whose feedback has not come: task key -> count (at most one entry per task)
         self._unreported: dict[str, int] = {}

@@ -1,3 +1,4 @@
+# Over 700 lines: every hyperparameter with its docstring, its check and its sub-configuration view, in one place.
 """Configuration of the EnvSched method: every hyperparameter, with a descriptive name and the paper's default.
 
 The paper (EnvSched, arXiv 2610.37609; the summary in ``shared/seeds``) names its hyperparameters with
@@ -130,6 +131,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from envsched.errors import InvalidValueError, is_int, is_number
+
 __all__ = [
     "ABSTRACT_VIEWS",
     "ADAPTIVE_TUNING_SPACE",
@@ -141,8 +144,16 @@ __all__ = [
     "INFORMATIVENESS_FIELDS",
     "KNOB_READERS",
     "PAPER_PRESET",
+    "SCHEDULER_GROUPS",
     "SCHEDULER_MODES",
+    "SCHEDULER_TOP_FIELDS",
+    "AdaptiveConfig",
+    "CapsConfig",
+    "CoverageConfig",
+    "ExplanationConfig",
+    "ExploitationConfig",
     "GraphConfig",
+    "HistoryConfig",
     "SchedulerConfig",
 ]
 
@@ -199,6 +210,29 @@ GRAPH_INT_BOUNDS: dict[str, int] = {
     "ann_ef_search": 4_096, "ann_oversample": 64, "ann_threads": 256, "recall_sample": 100_000, "workers": 64,
     "parallel_min_tasks": 1_000_000_000, "seed": 2**63 - 1,
 }
+
+
+class _Problems:
+    """The problems of one config, raised together as one :class:`~envsched.errors.InvalidValueError` that names
+    the first offending field (``name`` and ``value``) and lists them all in its message."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.messages: list[str] = []
+        self.first: str | None = None
+
+    def add(self, name: str, message: str) -> None:
+        self.messages.append(message)
+        if self.first is None:
+            self.first = name
+
+    def __bool__(self) -> bool:
+        return bool(self.messages)
+
+    def raise_if_any(self, config: Any) -> None:
+        if self.messages:
+            raise InvalidValueError(f"invalid {self.kind}: " + "; ".join(self.messages), name=self.first or "",
+                                    value=getattr(config, self.first or "", None))
 
 
 @dataclass(frozen=True)
@@ -274,53 +308,55 @@ class GraphConfig:
     llm_cache_dir: str | None = None
 
     def __post_init__(self) -> None:
-        problems = []
+        problems = _Problems("GraphConfig")
         for name, high in GRAPH_INT_BOUNDS.items():
             value = getattr(self, name)
             if value is None and name == "max_features_per_view":
                 continue
-            if isinstance(value, bool) or not isinstance(value, int):
-                problems.append(f"{name} must be an integer, got {type(value).__name__}")
+            if not is_int(value):
+                problems.add(name, f"{name} must be an integer, got {type(value).__name__}")
             elif value > high:
-                problems.append(f"{name} must be <= {high:,}, got {value:,}")
+                problems.add(name, f"{name} must be <= {high:,}, got {value:,}")
+            else:
+                object.__setattr__(self, name, int(value))  # a numpy integer is stored as an int (JSON)
         for name in ("min_bandwidth", "min_similarity"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                problems.append(f"{name} must be a finite number, got {value!r}")
-        if problems:  # wrong types or sizes: stop before comparisons that would fail on them
-            raise ValueError("invalid GraphConfig: " + "; ".join(problems))
+            if not is_number(value) or not math.isfinite(value):
+                problems.add(name, f"{name} must be a finite number, got {value!r}")
+        problems.raise_if_any(self)  # wrong types or sizes: stop before comparisons that would fail on them
         if self.k_within < 1:
-            problems.append(f"k_within must be >= 1, got {self.k_within}")
+            problems.add("k_within", f"k_within must be >= 1, got {self.k_within}")
         if self.k_cross < 1:
-            problems.append(f"k_cross must be >= 1, got {self.k_cross}")
+            problems.add("k_cross", f"k_cross must be >= 1, got {self.k_cross}")
         for name, weights, views in (("view_weights", self.view_weights, FULL_VIEWS),
                                      ("abstract_view_weights", self.abstract_view_weights, ABSTRACT_VIEWS)):
             unknown = set(weights) - set(views)
             if unknown:
-                problems.append(f"{name} has unknown view(s) {sorted(unknown)}; known: {list(views)}")
+                problems.add(name, f"{name} has unknown view(s) {sorted(unknown)}; known: {list(views)}")
             bad = {k: v for k, v in weights.items() if not (isinstance(v, int | float) and v >= 0)}
             if bad:
-                problems.append(f"{name} must be non-negative numbers, got {bad}")
+                problems.add(name, f"{name} must be non-negative numbers, got {bad}")
             if not any(float(v) > 0 for v in weights.values() if isinstance(v, int | float)):
-                problems.append(f"{name} needs at least one positive weight")
+                problems.add(name, f"{name} needs at least one positive weight")
         if self.abstraction not in ("static", "llm"):
-            problems.append(f"abstraction must be 'static' or 'llm', got {self.abstraction!r}")
+            problems.add("abstraction", f"abstraction must be 'static' or 'llm', got {self.abstraction!r}")
         if self.abstraction == "llm" and not (self.llm_endpoint and self.llm_model):
-            problems.append("abstraction='llm' needs llm_endpoint and llm_model")
+            problems.add("abstraction", "abstraction='llm' needs llm_endpoint and llm_model")
         if self.ann_backend not in ("hnswlib", "pynndescent"):
-            problems.append(f"ann_backend must be 'hnswlib' or 'pynndescent', got {self.ann_backend!r}")
+            problems.add("ann_backend", f"ann_backend must be 'hnswlib' or 'pynndescent', got {self.ann_backend!r}")
         if self.bandwidth_rank < 0:
-            problems.append(f"bandwidth_rank must be >= 0, got {self.bandwidth_rank}")
+            problems.add("bandwidth_rank", f"bandwidth_rank must be >= 0, got {self.bandwidth_rank}")
         if not self.min_bandwidth > 0:
-            problems.append(f"min_bandwidth must be > 0, got {self.min_bandwidth}")
+            problems.add("min_bandwidth", f"min_bandwidth must be > 0, got {self.min_bandwidth}")
         for name in ("exact_max_nodes", "exact_block_rows", "ann_dense_dim", "ann_m", "ann_ef_construction",
                      "ann_ef_search", "ann_oversample", "min_df", "initial_context_max_chars"):
             if getattr(self, name) < 1:
-                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.recall_sample < 0 or self.ann_threads < 0 or self.workers < 0 or self.parallel_min_tasks < 0:
-            problems.append("recall_sample, ann_threads, workers and parallel_min_tasks must be >= 0")
-        if problems:
-            raise ValueError("invalid GraphConfig: " + "; ".join(problems))
+                problems.add(name, f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("recall_sample", "ann_threads", "workers", "parallel_min_tasks"):
+            if getattr(self, name) < 0:
+                problems.add(name, "recall_sample, ann_threads, workers and parallel_min_tasks must be >= 0")
+                break
+        problems.raise_if_any(self)
 
     def full_weight(self, view: str) -> float:
         return float(self.view_weights.get(view, 0.0))
@@ -421,6 +457,96 @@ ADAPTIVE_TUNING_SPACE: dict[str, tuple[float, float] | list[Any]] = {
 
 
 @dataclass(frozen=True)
+class CapsConfig:
+    """What bounds concentration (the paper's, both presets): the caps ``C1`` / ``C3`` / ``C_task``, cold start's
+    per-environment cap, the batch-similarity penalty and exposure discounting. See :class:`SchedulerConfig` for
+    each field."""
+
+    max_per_env_coverage: int = 4
+    env_quota_per_batch: int = 11
+    max_consecutive_selections: int = 2
+    similarity_penalty: float = 0.2
+    exposure_power: float = 0.1
+    cold_start_max_per_env: int = 2
+
+
+@dataclass(frozen=True)
+class CoverageConfig:
+    """The coverage phase (the paper's): its share of a batch and cold start's novelty mix."""
+
+    coverage_share: float = 0.5
+    cold_start_within_novelty_weight: float = 0.5
+
+
+@dataclass(frozen=True)
+class ExploitationConfig:
+    """The paper's prediction pipeline that decides exploitation (and, in the paper, coverage's task order): the
+    relations used, their fusion with each task's history, the calibration, the recent-decline term, and the
+    filters that take tasks out of exploitation."""
+
+    within_fusion_weight: float = 0.5
+    prior_strength: float = 0.5
+    reconstruction_weight: float = 0.5
+    decline_penalty: float = 0.25
+    progress_min_transitions: int = 3
+    progress_residual_threshold: float = 0.0
+    reference_min_fraction: float = 0.5
+    variance_clip: tuple[float, float] = (0.0, 0.25)
+    mean_clip: tuple[float, float] = (0.0, 1.0)
+    dispersion_clip: tuple[float, float] = (0.0, 1.0)
+    identifier_min_reward: float = 1.0
+    use_within_edges: bool = True
+    use_cross_edges: bool = True
+    use_progress_filter: bool = True
+    use_identifier_filter: bool = True
+
+
+@dataclass(frozen=True)
+class HistoryConfig:
+    """The rollout history: the two half-lives, the scored rollouts a group needs, and the bounded history."""
+
+    long_half_life: float = 8.0
+    short_half_life: float = 2.0
+    min_scored_rollouts: int = 2
+    history_tolerance: float = 1e-9
+
+
+@dataclass(frozen=True)
+class ExplanationConfig:
+    """What the explanation records hold (never read by a batch)."""
+
+    explain_max_neighbors: int | None = None
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    """The default's own rules (ours; :data:`PAPER_PRESET` switches each off): the online coverage share, the UCB
+    coverage, the signal-probability exploitation score and the caps on declining tasks only."""
+
+    adaptive_share: bool = True
+    yield_half_life: float = 8.0
+    coverage_share_floor: float = 0.0625
+    adaptive_coverage: bool = True
+    ucb_quantile: float = 0.9
+    env_size_power: float = 0.5
+    exploitation_score: str = "signal_probability"
+    exploitation_rule: str = "mean"
+    signal_prior_ess: float = 4.0
+    caps_on_decline_only: bool = True
+
+
+#: The sub-configurations of :class:`SchedulerConfig`, by the name of the property that returns each. Every field
+#: of ``SchedulerConfig`` except :data:`SCHEDULER_TOP_FIELDS` belongs to exactly one of them.
+SCHEDULER_GROUPS: dict[str, type] = {
+    "caps": CapsConfig, "coverage": CoverageConfig, "exploitation": ExploitationConfig, "history": HistoryConfig,
+    "explanations": ExplanationConfig, "adaptive": AdaptiveConfig,
+}
+
+#: The fields of :class:`SchedulerConfig` that belong to no sub-configuration: the batch, the group size, the mode.
+SCHEDULER_TOP_FIELDS: tuple[str, ...] = ("batch_size", "rollouts_per_task", "mode")
+
+
+@dataclass(frozen=True)
 class SchedulerConfig:
     """Every hyperparameter of the EnvSched scheduler (sections 2.3, 2.4, B, B.1, C), with the paper's
     defaults where the paper gives one. The symbol table in this module's docstring maps each paper
@@ -428,6 +554,14 @@ class SchedulerConfig:
 
     ``SchedulerConfig()`` is the **adaptive** mode (the default of :class:`EnvSchedSampler`): the paper's
     mechanisms plus the adaptive rules below. ``SchedulerConfig.paper()`` is the faithful paper preset.
+
+    Sub-configurations: the fields fall into frozen groups (:data:`SCHEDULER_GROUPS`), each readable as one
+    value: :attr:`caps` (:class:`CapsConfig`), :attr:`coverage`, :attr:`exploitation` (the prediction pipeline
+    and the filters), :attr:`history`, :attr:`explanations` and :attr:`adaptive` (the default's own rules), plus
+    the top-level ``batch_size``, ``rollouts_per_task`` and ``mode``; :meth:`from_parts` builds a config from
+    them. The fields themselves stay flat (``SchedulerConfig(decline_penalty=0.5)``, ``config.long_half_life``,
+    :meth:`to_dict` / :meth:`from_dict` and every stored state use the flat names), and validation is of the
+    whole config, since several rules span groups (the share against the batch, the unread knobs).
 
     No inert knob: a field that the configuration's switches leave unread (:meth:`unread_fields`,
     :data:`KNOB_READERS`) must keep its default; any other value is refused with a ``ValueError`` naming the
@@ -553,53 +687,108 @@ class SchedulerConfig:
             then grow with the run).
     """
 
+    # flat fields, in the order to_dict writes them; each default is its sub-configuration's (SCHEDULER_GROUPS)
     batch_size: int = 64
-    coverage_share: float = 0.5
+    coverage_share: float = CoverageConfig.coverage_share
     rollouts_per_task: int = 8
-    max_per_env_coverage: int = 4
-    env_quota_per_batch: int = 11
-    max_consecutive_selections: int = 2
-    long_half_life: float = 8.0
-    short_half_life: float = 2.0
-    within_fusion_weight: float = 0.5
-    prior_strength: float = 0.5
-    reconstruction_weight: float = 0.5
-    decline_penalty: float = 0.25
-    similarity_penalty: float = 0.2
-    exposure_power: float = 0.1
-    progress_min_transitions: int = 3
-    progress_residual_threshold: float = 0.0
-    min_scored_rollouts: int = 2
-    reference_min_fraction: float = 0.5
-    variance_clip: tuple[float, float] = (0.0, 0.25)
-    mean_clip: tuple[float, float] = (0.0, 1.0)
-    dispersion_clip: tuple[float, float] = (0.0, 1.0)
-    cold_start_max_per_env: int = 2
-    cold_start_within_novelty_weight: float = 0.5
-    identifier_min_reward: float = 1.0
+    max_per_env_coverage: int = CapsConfig.max_per_env_coverage
+    env_quota_per_batch: int = CapsConfig.env_quota_per_batch
+    max_consecutive_selections: int = CapsConfig.max_consecutive_selections
+    long_half_life: float = HistoryConfig.long_half_life
+    short_half_life: float = HistoryConfig.short_half_life
+    within_fusion_weight: float = ExploitationConfig.within_fusion_weight
+    prior_strength: float = ExploitationConfig.prior_strength
+    reconstruction_weight: float = ExploitationConfig.reconstruction_weight
+    decline_penalty: float = ExploitationConfig.decline_penalty
+    similarity_penalty: float = CapsConfig.similarity_penalty
+    exposure_power: float = CapsConfig.exposure_power
+    progress_min_transitions: int = ExploitationConfig.progress_min_transitions
+    progress_residual_threshold: float = ExploitationConfig.progress_residual_threshold
+    min_scored_rollouts: int = HistoryConfig.min_scored_rollouts
+    reference_min_fraction: float = ExploitationConfig.reference_min_fraction
+    variance_clip: tuple[float, float] = ExploitationConfig.variance_clip
+    mean_clip: tuple[float, float] = ExploitationConfig.mean_clip
+    dispersion_clip: tuple[float, float] = ExploitationConfig.dispersion_clip
+    cold_start_max_per_env: int = CapsConfig.cold_start_max_per_env
+    cold_start_within_novelty_weight: float = CoverageConfig.cold_start_within_novelty_weight
+    identifier_min_reward: float = ExploitationConfig.identifier_min_reward
     mode: str = "full"
-    use_within_edges: bool = True
-    use_cross_edges: bool = True
-    use_progress_filter: bool = True
-    use_identifier_filter: bool = True
-    explain_max_neighbors: int | None = None
-    adaptive_share: bool = True
-    yield_half_life: float = 8.0
-    coverage_share_floor: float = 0.0625
-    adaptive_coverage: bool = True
-    ucb_quantile: float = 0.9
-    env_size_power: float = 0.5
-    exploitation_score: str = "signal_probability"
-    exploitation_rule: str = "mean"
-    signal_prior_ess: float = 4.0
-    caps_on_decline_only: bool = True
-    history_tolerance: float = 1e-9
+    use_within_edges: bool = ExploitationConfig.use_within_edges
+    use_cross_edges: bool = ExploitationConfig.use_cross_edges
+    use_progress_filter: bool = ExploitationConfig.use_progress_filter
+    use_identifier_filter: bool = ExploitationConfig.use_identifier_filter
+    explain_max_neighbors: int | None = ExplanationConfig.explain_max_neighbors
+    adaptive_share: bool = AdaptiveConfig.adaptive_share
+    yield_half_life: float = AdaptiveConfig.yield_half_life
+    coverage_share_floor: float = AdaptiveConfig.coverage_share_floor
+    adaptive_coverage: bool = AdaptiveConfig.adaptive_coverage
+    ucb_quantile: float = AdaptiveConfig.ucb_quantile
+    env_size_power: float = AdaptiveConfig.env_size_power
+    exploitation_score: str = AdaptiveConfig.exploitation_score
+    exploitation_rule: str = AdaptiveConfig.exploitation_rule
+    signal_prior_ess: float = AdaptiveConfig.signal_prior_ess
+    caps_on_decline_only: bool = AdaptiveConfig.caps_on_decline_only
+    history_tolerance: float = HistoryConfig.history_tolerance
 
     @classmethod
     def paper(cls, **overrides: Any) -> SchedulerConfig:
         """The faithful paper preset (:data:`PAPER_PRESET`: every adaptive rule off, the 50/50 split);
         ``overrides`` are other fields (``batch_size``, ``mode``, ablation switches...)."""
         return cls(**{**PAPER_PRESET, **overrides})
+
+    @classmethod
+    def from_parts(cls, *, caps: CapsConfig | None = None, coverage: CoverageConfig | None = None,
+                   exploitation: ExploitationConfig | None = None, history: HistoryConfig | None = None,
+                   explanations: ExplanationConfig | None = None, adaptive: AdaptiveConfig | None = None,
+                   **fields: Any) -> SchedulerConfig:
+        """A config from sub-configurations (a missing one: its defaults) and flat ``fields`` (the top-level
+        ones, or any field, which then overrides its sub-configuration's value). Validated as a whole."""
+        parts = {"caps": caps, "coverage": coverage, "exploitation": exploitation, "history": history,
+                 "explanations": explanations, "adaptive": adaptive}
+        flat: dict[str, Any] = {}
+        for name, part in parts.items():
+            group = SCHEDULER_GROUPS[name]
+            if part is None:
+                continue
+            if not isinstance(part, group):
+                raise InvalidValueError(f"{name} must be a {group.__name__}, got {type(part).__name__}", name=name,
+                                        value=part)
+            flat.update({f.name: getattr(part, f.name) for f in dataclasses.fields(group)})
+        return cls(**{**flat, **fields})
+
+    def _part(self, name: str) -> Any:
+        group = SCHEDULER_GROUPS[name]
+        return group(**{f.name: getattr(self, f.name) for f in dataclasses.fields(group)})
+
+    @property
+    def caps(self) -> CapsConfig:
+        """The concentration bounds (:class:`CapsConfig`), a frozen copy of this config's values."""
+        return self._part("caps")
+
+    @property
+    def coverage(self) -> CoverageConfig:
+        """The coverage phase's fields (:class:`CoverageConfig`)."""
+        return self._part("coverage")
+
+    @property
+    def exploitation(self) -> ExploitationConfig:
+        """The prediction pipeline's and the filters' fields (:class:`ExploitationConfig`)."""
+        return self._part("exploitation")
+
+    @property
+    def history(self) -> HistoryConfig:
+        """The rollout history's fields (:class:`HistoryConfig`)."""
+        return self._part("history")
+
+    @property
+    def explanations(self) -> ExplanationConfig:
+        """The explanation records' fields (:class:`ExplanationConfig`)."""
+        return self._part("explanations")
+
+    @property
+    def adaptive(self) -> AdaptiveConfig:
+        """The default's own rules (:class:`AdaptiveConfig`)."""
+        return self._part("adaptive")
 
     @property
     def is_paper(self) -> bool:
@@ -625,24 +814,25 @@ class SchedulerConfig:
         return {name: KNOB_READERS[name] for name, is_read in read.items() if not is_read}
 
     def __post_init__(self) -> None:
-        problems = []
-
-        def _is_number(x: Any) -> bool:
-            return isinstance(x, int | float) and not isinstance(x, bool)
+        problems = _Problems("SchedulerConfig")
 
         def _int(name: str, low: int) -> None:
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                problems.append(f"{name} must be an integer >= {low}, got {v!r}")
+            if not is_int(v) or v < low:
+                problems.add(name, f"{name} must be an integer >= {low}, got {v!r}")
+            elif not isinstance(v, int):
+                object.__setattr__(self, name, int(v))  # a numpy integer is stored as an int (JSON)
 
         def _num(name: str, low: float, high: float, *, open_low: bool = False) -> None:
             v = getattr(self, name)
-            ok = isinstance(v, int | float) and not isinstance(v, bool) and v == v
+            ok = is_number(v) and v == v
             if ok:
                 ok = (v > low if open_low else v >= low) and v <= high
             if not ok:
                 lo = "(" if open_low else "["
-                problems.append(f"{name} must be a number in {lo}{low}, {high}], got {v!r}")
+                problems.add(name, f"{name} must be a number in {lo}{low}, {high}], got {v!r}")
+            elif not isinstance(v, int | float):
+                object.__setattr__(self, name, v.item())  # a numpy number is stored as a Python one (JSON)
 
         for name in ("batch_size", "max_per_env_coverage", "env_quota_per_batch",
                      "max_consecutive_selections", "rollouts_per_task", "cold_start_max_per_env",
@@ -652,27 +842,28 @@ class SchedulerConfig:
         _num("coverage_share", 0.0, 1.0)
         k = round(self.coverage_share * self.batch_size) if not problems else 0
         if not problems and self.mode == "full" and k >= self.batch_size:
-            problems.append(f"coverage_share={self.coverage_share} leaves no exploitation slot in a batch of "
-                            f"batch_size={self.batch_size} (round(share * B) = {k}); use a share below "
-                            "1 - 0.5 / batch_size, or mode='coverage_only'")
+            problems.add("coverage_share", f"coverage_share={self.coverage_share} leaves no exploitation slot in a "
+                         f"batch of batch_size={self.batch_size} (round(share * B) = {k}); use a share below "
+                         "1 - 0.5 / batch_size, or mode='coverage_only'")
         inf = float("inf")
         _num("coverage_share_floor", 0.0, 1.0)
         _num("yield_half_life", 0.0, inf, open_low=True)
         _num("ucb_quantile", 0.5, 1.0)
         if self.ucb_quantile == 1.0:
-            problems.append("ucb_quantile must be < 1 (the 1-quantile of a Beta posterior is 1 for every task)")
+            problems.add("ucb_quantile", "ucb_quantile must be < 1 (the 1-quantile of a Beta posterior is 1 for "
+                         "every task)")
         _num("env_size_power", 0.0, 4.0)
         _num("signal_prior_ess", 0.0, inf, open_low=True)
         _num("history_tolerance", 0.0, 0.5)
         for name in ("adaptive_share", "adaptive_coverage", "caps_on_decline_only", "use_within_edges",
                      "use_cross_edges", "use_progress_filter", "use_identifier_filter"):
             if not isinstance(getattr(self, name), bool):
-                problems.append(f"{name} must be True or False, got {getattr(self, name)!r}")
+                problems.add(name, f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.exploitation_score not in EXPLOITATION_SCORES:
-            problems.append(f"exploitation_score must be one of {list(EXPLOITATION_SCORES)}, "
+            problems.add("exploitation_score", f"exploitation_score must be one of {list(EXPLOITATION_SCORES)}, "
                             f"got {self.exploitation_score!r}")
         if self.exploitation_rule not in EXPLOITATION_RULES:
-            problems.append(f"exploitation_rule must be one of {list(EXPLOITATION_RULES)}, "
+            problems.add("exploitation_rule", f"exploitation_rule must be one of {list(EXPLOITATION_RULES)}, "
                             f"got {self.exploitation_rule!r}")
         _num("long_half_life", 0.0, inf, open_low=True)
         _num("short_half_life", 0.0, inf, open_low=True)
@@ -685,22 +876,21 @@ class SchedulerConfig:
         _num("progress_residual_threshold", -inf, inf)
         for name, hi in (("variance_clip", 0.25), ("mean_clip", 1.0), ("dispersion_clip", 1.0)):
             v = getattr(self, name)
-            if not (isinstance(v, tuple | list) and len(v) == 2 and all(_is_number(x) for x in v)
+            if not (isinstance(v, tuple | list) and len(v) == 2 and all(is_number(x) for x in v)
                     and 0.0 <= v[0] <= v[1] <= hi):
-                problems.append(f"{name} must be (low, high) with 0 <= low <= high <= {hi}, got {v!r}")
+                problems.add(name, f"{name} must be (low, high) with 0 <= low <= high <= {hi}, got {v!r}")
         if self.mode not in SCHEDULER_MODES:
-            problems.append(f"mode must be one of {list(SCHEDULER_MODES)}, got {self.mode!r}")
+            problems.add("mode", f"mode must be one of {list(SCHEDULER_MODES)}, got {self.mode!r}")
         if self.explain_max_neighbors is not None:
             _int("explain_max_neighbors", 0)
-        if problems:
-            raise ValueError("invalid SchedulerConfig: " + "; ".join(problems))
+        problems.raise_if_any(self)
         for name in ("variance_clip", "mean_clip", "dispersion_clip"):
             object.__setattr__(self, name, (float(getattr(self, name)[0]), float(getattr(self, name)[1])))
-        inert = [f"{name}={getattr(self, name)!r} changes no batch here: it is read only by {reader}; leave it at "
-                 f"its default {_DEFAULTS[name]!r}" for name, reader in self.unread_fields().items()
-                 if getattr(self, name) != _DEFAULTS[name]]
-        if inert:
-            raise ValueError("invalid SchedulerConfig: " + "; ".join(inert))
+        for name, reader in self.unread_fields().items():
+            if getattr(self, name) != _DEFAULTS[name]:
+                problems.add(name, f"{name}={getattr(self, name)!r} changes no batch here: it is read only by "
+                                   f"{reader}; leave it at its default {_DEFAULTS[name]!r}")
+        problems.raise_if_any(self)
 
     @property
     def history_horizon(self) -> int | None:

@@ -50,6 +50,7 @@ from envsched.method.graph.dual_graph import DualRelationGraph
 from envsched.method.history.prediction import Prediction
 from envsched.method.history.statistics import History
 from envsched.method.scheduling.batch import Pick
+from envsched.method.scheduling.policy import PolicyTrace
 
 __all__ = ["EXPLAIN_FORMAT", "build_records", "filter_snapshot", "iter_run_file", "read_run_file", "write_records"]
 
@@ -175,9 +176,10 @@ def build_records(step: int, picks: list[Pick], *, graph: DualRelationGraph,
                   snapshot: dict[int, tuple[int, float, bool, int]], prediction: Prediction | None,
                   config: SchedulerConfig, task_ids: list[str], envs: list[str], env_codes: np.ndarray,
                   identifier_flags: dict[int, str],
-                  adaptive: tuple[dict[str, float], dict[int, dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
+                  trace: PolicyTrace | None = None) -> list[dict[str, Any]]:
     """One record per pick (see the module docstring); ``snapshot`` from :func:`filter_snapshot`;
-    ``adaptive``: the adaptive mode's batch-level values and per-position values of the picks."""
+    ``trace``: the scheduling policy's trace of the batch (its ``adaptive`` part; ``None``: cold start)."""
+    adaptive = trace.explain([p.pos for p in picks]) if trace is not None else None
     out = []
     c1, c3 = config.caps_for(len(picks)) if picks else (config.max_per_env_coverage, config.env_quota_per_batch)
     per_pick: list[dict[str, Any]] = [{} for _ in picks]

@@ -1,7 +1,8 @@
 """``EnvSchedSampler``: the EnvSched scheduler as an RFC 013 ``TaskSampler``.
 
 Each ``sample(n)`` runs the paper's rollout-history loop (2.1): predict every task's informativeness from
-the rollout history propagated over the dual-relation graph (:mod:`~envsched.method.history.prediction`), then
+the rollout history propagated over the dual-relation graph (:mod:`~envsched.method.history.prediction`), let the
+preset's scheduling policy turn it into the batch's inputs (:mod:`~envsched.method.scheduling.policy`), then
 build the batch by coverage and exploitation (:mod:`~envsched.method.scheduling.batch`), and record why each
 task was chosen (:mod:`~envsched.method.explain`). ``update`` adds one group's statistics to the history
 (:mod:`~envsched.method.history.statistics`).
@@ -18,19 +19,19 @@ import math
 import os
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from envsched.errors import check_number
 from envsched.method.config import SchedulerConfig
 from envsched.method.explain import build_records, filter_snapshot, write_records
 from envsched.method.graph.dual_graph import DualRelationGraph
-from envsched.method.history import signal
 from envsched.method.history.prediction import Prediction, predict, relation_operators
 from envsched.method.history.statistics import PHASES, History
 from envsched.method.scheduling.batch import (
-    AdaptiveInputs,
     Pick,
     SchedulingContext,
     SimilarityIndex,
@@ -38,11 +39,24 @@ from envsched.method.scheduling.batch import (
     representative_scores,
 )
 from envsched.method.scheduling.identifier_filter import IdentifierFilter, IdentifierVerdict, Trajectory
+from envsched.method.scheduling.policy import TRACE_SUMMARY_KEYS, PolicyTrace, SchedulingPolicy, make_policy
 from envsched.pool.pool import TaskPool
 from envsched.samplers import _validate as _check
 from envsched.samplers.base import BaseSampler, GroupResult
 
 __all__ = ["EnvSchedSampler", "make_envsched_paper_sampler", "make_envsched_sampler"]
+
+
+@dataclass(frozen=True, eq=False)
+class _PendingExplanation:
+    """What the last batch's explanation records are built from, on demand (:meth:`EnvSchedSampler.explanations`)."""
+
+    step: int
+    picks: list[Pick]
+    prediction: Prediction | None
+    snapshot: dict[int, tuple[int, float, bool, int]]  # filter_snapshot of the picks
+    flags: dict[int, str]  # identifier flags at the time
+    trace: PolicyTrace | None  # the policy's trace (None: cold start, no policy ran)
 
 
 class EnvSchedSampler(BaseSampler):
@@ -94,14 +108,13 @@ class EnvSchedSampler(BaseSampler):
         self._flags: dict[int, str] = {}
         self._last_picks: list[Pick] = []
         self._last_records: list[dict[str, Any]] | None = []
-        self._pending_explain: tuple | None = None
+        self._pending_explain: _PendingExplanation | None = None
         self._last_prediction: Prediction | None = None
         self._batch_totals = {"batches": 0, "envs": 0, "tools": 0}
         self._last_tools = 0
-        self._last_adaptive: dict[str, float] = {}
-        self._last_posterior: tuple[np.ndarray, np.ndarray] | None = None
-        sizes = np.bincount(self.env_codes, minlength=len(self.envs)).astype(float)
-        self._env_size_weight = np.power(sizes / sizes.mean(), self.config.env_size_power)
+        #: the preset's scheduling policy (:mod:`envsched.method.scheduling.policy`)
+        self.policy: SchedulingPolicy = make_policy(self.config, self.env_codes, len(self.envs))
+        self._last_trace = PolicyTrace()  # of the last batch a policy ran for (metrics and state)
 
     # ------------------------------------------------------------------ construction helpers
     def _build_graph(self, tasks: Any) -> DualRelationGraph:
@@ -178,18 +191,20 @@ class EnvSchedSampler(BaseSampler):
         return n
 
     def _select(self, n: int) -> list[int]:
-        cap = self.config.coverage_slots_for(n)  # refuses an n that leaves no exploitation slot (no state changed)
+        self.config.coverage_slots_for(n)  # refuses an n that leaves no exploitation slot (no state changed)
         tiebreak = self._rng.random(len(self.tasks))
         env_tiebreak = self._rng.random(len(self.envs))
         prediction = predict(self._history, self.graph, self.config, self._operators)
         flagged = np.zeros(len(self.tasks), dtype=bool)
         if self._flags:
             flagged[list(self._flags)] = True
-        adaptive = self._adaptive_inputs(n, cap, prediction, tiebreak) if prediction is not None else None
+        inputs, trace = None, None
+        if prediction is not None:  # cold start (no scored history yet) has its own rules
+            inputs, trace = self.policy.inputs(n, self._history, prediction, tiebreak, self._rng)
         ctx = SchedulingContext(graph=self.graph, history=self._history, prediction=prediction, config=self.config,
                                 env_codes=self.env_codes, num_envs=len(self.envs), tiebreak=tiebreak,
                                 env_tiebreak=env_tiebreak, identifier_flagged=flagged, centrality=self._centrality,
-                                similarity=self._similarity, adaptive=adaptive)
+                                similarity=self._similarity, inputs=inputs)
         picks = build_batch(ctx, n)
         if len(picks) != n:  # cannot happen for n <= N (fill ignores every cap); guard the invariant
             raise RuntimeError(f"EnvSched built {len(picks)} picks for a batch of {n}")
@@ -203,8 +218,10 @@ class EnvSchedSampler(BaseSampler):
         self._last_picks = picks
         self._last_prediction = prediction
         # explanation records are built on demand (explanations()) or every step with a run file
-        self._pending_explain = (step, picks, prediction, filter_snapshot(self._history, positions),
-                                 dict(self._flags), (adaptive, dict(self._last_adaptive), self._last_posterior))
+        if trace is not None:
+            self._last_trace = trace
+        self._pending_explain = _PendingExplanation(step, picks, prediction, filter_snapshot(self._history, positions),
+                                                    dict(self._flags), trace)
         self._last_records = None
         self._last_tools = n_tools
         self._batch_totals["batches"] += 1
@@ -221,89 +238,13 @@ class EnvSchedSampler(BaseSampler):
         return positions
 
     def _select_checkpoint(self) -> Any:
-        # the fields _select (and _adaptive_inputs) set before the batch is recorded; all are replaced, not edited
-        return (self._last_posterior, self._last_adaptive, self._last_picks, self._last_prediction,
-                self._pending_explain, self._last_records, self._last_tools, dict(self._batch_totals))
+        # the fields _select sets before the batch is recorded; all are replaced, not edited
+        return (self._last_trace, self._last_picks, self._last_prediction, self._pending_explain, self._last_records,
+                self._last_tools, dict(self._batch_totals))
 
     def _select_rollback(self, checkpoint: Any) -> None:
-        (self._last_posterior, self._last_adaptive, self._last_picks, self._last_prediction,
-         self._pending_explain, self._last_records, self._last_tools, self._batch_totals) = checkpoint
-
-    def _adaptive_inputs(self, n: int, cap: int, prediction: Prediction,
-                         tiebreak: np.ndarray) -> AdaptiveInputs | None:
-        """The adaptive rules' inputs for a batch of ``n`` (``None`` with every adaptive rule off: the paper).
-
-        Scores get ``1e-12 * tiebreak`` added: tasks with the same posterior (every unobserved task of an
-        environment without history) would otherwise tie exactly, and an exact tie at the shortlist's edge
-        forces exploitation to rescan the whole pool for every pick (the tie goes to the same draw either way).
-        """
-        c = self.config
-        h = self._history
-        if c.is_paper:
-            return None
-        ad = AdaptiveInputs()
-        info: dict[str, float] = {}
-        need_posterior = c.exploitation_score == "signal_probability" or c.adaptive_coverage
-        self._last_posterior = None
-        env_counts = h.env_selection_counts()
-        if need_posterior:
-            alpha, beta = signal.signal_posterior(h, prediction.long.prior[:, 0], c.signal_prior_ess, c.long_half_life)
-            g = c.rollouts_per_task
-            self._last_posterior = (alpha, beta)
-        mixed = None
-        if need_posterior and (c.adaptive_coverage or c.exploitation_rule == "mean"):
-            mixed = signal.mixed_probability(alpha, beta, g)  # ~1.3 ms at 2,550 tasks: computed once
-        if c.exploitation_score == "signal_probability":
-            if c.exploitation_rule == "mean":
-                score = mixed
-            elif c.exploitation_rule == "thompson":
-                score = signal.group_signal(self._rng.beta(alpha, beta), g)
-            else:
-                score = signal.optimistic_signal(alpha, beta, g, c.ucb_quantile)
-            ad.exploitation_score = score + 1e-12 * tiebreak
-        if c.adaptive_coverage:
-            # optimistic signal probability; the predictive mean breaks the ties of wide posteriors
-            ad.coverage_score = (signal.optimistic_signal(alpha, beta, g, c.ucb_quantile)
-                                 + 1e-3 * mixed + 1e-12 * tiebreak)
-            s_e, k_e = signal.env_signal(h, c.long_half_life)
-            ucb = signal.beta_quantile(1.0 + s_e, 1.0 + k_e - s_e, c.ucb_quantile)
-            never = env_counts == 0
-            ad.env_priority = np.where(never, np.inf, ucb * self._env_size_weight)
-        if c.caps_on_decline_only:
-            ad.caps_active = signal.declining(h, c.long_half_life, c.short_half_life)
-        if c.adaptive_share and c.mode == "full":
-            y = signal.phase_yields(h, c.yield_half_life)
-            y_cov = (1.0 + y["coverage"][0]) / (2.0 + y["coverage"][1])
-            y_exp = (1.0 + y["exploitation"][0]) / (2.0 + y["exploitation"][1])
-            share = min(max(y_cov / (y_cov + y_exp), c.coverage_share_floor), c.coverage_share)  # cap wins
-            k = round(share * n)
-            never_selected = int((env_counts == 0).sum())
-            ad.coverage_slots = min(cap, max(k, never_selected))
-            info = {"share": share, "coverage_yield": y_cov, "exploitation_yield": y_exp}
-        self._last_adaptive = {**info, "coverage_slots": float(ad.coverage_slots if ad.coverage_slots is not None
-                                                                else cap)}
-        return ad
-
-    @staticmethod
-    def _adaptive_explain(ad: AdaptiveInputs | None, ad_info: dict[str, float],
-                          posterior: tuple[np.ndarray, np.ndarray] | None,
-                          positions: list[int]) -> tuple[dict[str, float], dict[int, dict[str, Any]]] | None:
-        """The adaptive values of one batch for its explanation records (small: the picks only)."""
-        if ad is None:
-            return None
-        alpha, beta = posterior if posterior is not None else (None, None)
-
-        def val(arr: np.ndarray | None, p: int) -> Any:
-            if arr is None:
-                return None
-            v = arr[p]
-            return bool(v) if arr.dtype == bool else float(v)
-
-        per_pos = {p: {"signal_alpha": val(alpha, p), "signal_beta": val(beta, p),
-                       "exploitation_score": val(ad.exploitation_score, p),
-                       "coverage_score": val(ad.coverage_score, p), "caps_active": val(ad.caps_active, p)}
-                   for p in positions}
-        return ad_info, per_pos
+        (self._last_trace, self._last_picks, self._last_prediction, self._pending_explain, self._last_records,
+         self._last_tools, self._batch_totals) = checkpoint
 
     def _observe(self, group: GroupResult) -> None:
         low, high = self.reward_range
@@ -330,8 +271,7 @@ class EnvSchedSampler(BaseSampler):
         if self.identifier_filter is None:
             raise ValueError("this sampler has no identifier_filter: pass one to the constructor")
         r = trajectory.reward
-        if isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r):
-            raise ValueError(f"trajectory.reward must be a finite number, got {r!r}")
+        check_number(r, "trajectory.reward")
         low, high = self.reward_range
         if (trajectory.reward - low) / (high - low) < self.config.identifier_min_reward - 1e-9:
             return None
@@ -369,12 +309,11 @@ class EnvSchedSampler(BaseSampler):
             if self._pending_explain is None:
                 self._last_records = []
             else:
-                step, picks, prediction, snapshot, flags, (ad, ad_info, posterior) = self._pending_explain
-                adaptive = self._adaptive_explain(ad, ad_info, posterior, [p.pos for p in picks])
-                self._last_records = build_records(step, picks, graph=self.graph, snapshot=snapshot,
-                                                   prediction=prediction, config=self.config, task_ids=self._keys,
-                                                   envs=self.envs, env_codes=self.env_codes, identifier_flags=flags,
-                                                   adaptive=adaptive)
+                pe = self._pending_explain
+                self._last_records = build_records(pe.step, pe.picks, graph=self.graph, snapshot=pe.snapshot,
+                                                   prediction=pe.prediction, config=self.config, task_ids=self._keys,
+                                                   envs=self.envs, env_codes=self.env_codes,
+                                                   identifier_flags=pe.flags, trace=pe.trace)
         return self._last_records
 
     def explanations(self, task: Any | None = None) -> list[dict[str, Any]]:
@@ -417,8 +356,7 @@ class EnvSchedSampler(BaseSampler):
             m[f"last_batch_{ph}"] = float(phases.count(ph))
         m["progress_filtered"] = float(h.progress_filtered().sum())
         m["identifier_flagged"] = float(len(self._flags))
-        for k in ("share", "coverage_yield", "exploitation_yield"):
-            m[f"adaptive_{k}"] = float(self._last_adaptive.get(k, math.nan))
+        m.update(self._last_trace.metrics())
         ref = h.global_reference()
         for j, name in enumerate(("mean", "variance", "dispersion")):
             m[f"global_reference_{name}"] = float(ref[j]) if ref is not None else math.nan
@@ -433,7 +371,7 @@ class EnvSchedSampler(BaseSampler):
             "batch_totals": dict(self._batch_totals),
             "last_tools": self._last_tools,
             "last_phases": [p.phase for p in self._last_picks],
-            "last_adaptive": dict(self._last_adaptive),
+            "last_adaptive": self._last_trace.summary(),
         }
 
     def _load_extra_state(self, extra: dict[str, Any]) -> None:
@@ -475,8 +413,7 @@ class EnvSchedSampler(BaseSampler):
         phases = [_check.choice(p, f"last_phases[{i}]", PHASES[:4])
                   for i, p in enumerate(_check.sequence(extra.get("last_phases", []), "last_phases", max_length=n))]
         raw_adaptive = _check.mapping(extra.get("last_adaptive", {}), "last_adaptive")
-        unknown = sorted(map(str, set(raw_adaptive) - {"share", "coverage_yield", "exploitation_yield",
-                                                       "coverage_slots"}))
+        unknown = sorted(map(str, set(raw_adaptive) - set(TRACE_SUMMARY_KEYS)))
         if unknown:
             raise _check.StateError("last_adaptive", f"has unknown keys {unknown[:5]}")
         last_adaptive = {k: (float(_check.whole(v, f"last_adaptive.{k}", high=n)) if k == "coverage_slots"
@@ -486,7 +423,7 @@ class EnvSchedSampler(BaseSampler):
         self._flags = flags
         self._batch_totals = totals
         self._last_tools = last_tools
-        self._last_adaptive = last_adaptive
+        self._last_trace = PolicyTrace.from_summary(last_adaptive)
         self._last_picks = [Pick(pos=-1, phase=p, rank=i + 1, score=math.nan, base_score=math.nan,
                                  max_similarity=math.nan) for i, p in enumerate(phases)]
         self._last_records = []

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from envsched.errors import EnvSchedError, InvalidValueError, is_int, is_number
 from envsched.pool.spec import OPTIONAL_STATIC_FIELDS, TaskSpecError, normalized_id, validate_task_spec
 
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "DEFAULT_MAX_JSON_BYTES", "DEFAULT_MAX_LINE_BYTES", "TaskPool"]
@@ -48,14 +49,15 @@ def _limit(name: str, value: int | None) -> int:
             value = int(raw.replace("_", ""))
         except ValueError:
             raise ValueError(f"{_LIMIT_ENV[name]}={raw[:40]!r} is not a whole number of bytes") from None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive whole number of bytes, got {value!r}")
+    if not is_int(value, numpy=False) or value < 1:
+        raise InvalidValueError(f"{name} must be a positive whole number of bytes, got {value!r}", name=name,
+                                value=value)
     return value
 
 
 def _reward_range(rr: Any, source: str) -> tuple[float, float]:
     if (isinstance(rr, str | bytes | Mapping) or not isinstance(rr, Sequence) or len(rr) != 2
-            or not all(isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool) for x in rr)
+            or not all(map(is_number, rr))
             or not (np.isfinite(float(rr[0])) and np.isfinite(float(rr[1])) and float(rr[0]) < float(rr[1]))):
         raise TaskSpecError(f"reward_range must be two finite numbers [low, high] with low < high, got {rr!r:.200}",
                             source=source, field="reward_range")
@@ -103,7 +105,7 @@ def _open_regular(path: Path) -> Any:
     return os.fdopen(fd, "rb")
 
 
-class _DuplicateKey(ValueError):
+class _DuplicateKey(EnvSchedError, ValueError):
     pass
 
 

@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
+from envsched.errors import EnvSchedError, is_int, is_number
+
 __all__ = [
     "MAX_ID_CHARS",
     "MAX_NESTING",
@@ -139,7 +141,7 @@ def _first_problem(obj: Any) -> tuple[str, str] | None:
     return None
 
 
-class TaskSpecError(ValueError):
+class TaskSpecError(EnvSchedError, ValueError):
     """A task spec (or a file of them) is malformed.
 
     ``source`` names the file (or ``"<iterable>"``), ``line`` the 1-based line of a JSONL file (or the
@@ -193,12 +195,11 @@ def validate_task_spec(obj: Any, *, source: str | None = None, line: int | None 
                    key, source, line)
     if "index" in spec and spec["index"] is not None:
         value = spec["index"]
-        _check(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+        _check(is_int(value, numpy=False) and value >= 0,
                f"must be a non-negative integer, got {value!r}", "index", source, line)
     if "difficulty" in spec and spec["difficulty"] is not None:
         value = spec["difficulty"]
-        _check(isinstance(value, int | float) and not isinstance(value, bool) and value == value
-               and abs(value) != float("inf"),
+        _check(is_number(value, numpy=False) and (isinstance(value, int) or math.isfinite(value)),
                f"must be a finite number, got {value!r}", "difficulty", source, line)
     if "tools" in spec and spec["tools"] is not None:
         tools = spec["tools"]

@@ -2,11 +2,13 @@
 
 from envsched.samplers.base import BaseSampler, GroupResult, TaskSampler
 from envsched.samplers.simple import CurriculumSampler, SequentialSampler, UniformSampler
+from envsched.samplers.wrappers import SamplerWrapper
 
 __all__ = [
     "BaseSampler",
     "CurriculumSampler",
     "GroupResult",
+    "SamplerWrapper",
     "SequentialSampler",
     "TaskSampler",
     "UniformSampler",

@@ -16,19 +16,24 @@ Numbers are checked with plain Python over the lists a JSON state holds (``numpy
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+
+from envsched.errors import EnvSchedError, interval_text, is_int, is_number
 
 __all__ = [
     "MAX_COUNT",
     "StateError",
     "bool_array",
+    "bool_grid",
     "choice",
     "finite",
     "float_array",
+    "float_grid",
     "int_array",
+    "int_grid",
     "mapping",
     "rng_from_state",
     "sequence",
@@ -39,11 +44,8 @@ __all__ = [
 #: Largest value a counter may hold in a loaded state (integers above it lose precision as floats).
 MAX_COUNT = 2**53
 
-_INT_TYPES = (int, np.integer)
-_NUM_TYPES = (int, float, np.integer, np.floating)
 
-
-class StateError(ValueError):
+class StateError(EnvSchedError, ValueError):
     """A saved state refused by a loader.
 
     Attributes:
@@ -66,12 +68,6 @@ def _show(value: Any) -> str:
     """``repr`` of an offending value, cut short (a hostile state may hold a huge one)."""
     text_ = repr(value)
     return text_ if len(text_) <= 60 else text_[:57] + "..."
-
-
-def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
-    lo = "(" if low_open or low is None else "["
-    hi = ")" if high_open or high is None else "]"
-    return f"{lo}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi}"
 
 
 def _in_range(v: float, low: float | None, high: float | None, low_open: bool, high_open: bool) -> bool:
@@ -104,9 +100,8 @@ def sequence(value: Any, field: str, *, length: int | None = None, max_length: i
 def whole(value: Any, field: str, *, low: int = 0, high: int = MAX_COUNT) -> int:
     """An integer in ``[low, high]``. A float with an integral value is accepted (JSON writers may emit
     ``3.0``); bools, NaN, infinities and other types are not."""
-    ok = isinstance(value, _INT_TYPES) or (isinstance(value, float | np.floating) and math.isfinite(value)
-                                           and float(value).is_integer())
-    if isinstance(value, bool | np.bool_) or not ok or not low <= value <= high:
+    ok = is_int(value) or (is_number(value) and math.isfinite(value) and float(value).is_integer())
+    if not ok or not low <= value <= high:
         raise StateError(field, f"must be a whole number in [{low}, {high}], got {_show(value)}")
     return int(value)
 
@@ -114,7 +109,7 @@ def whole(value: Any, field: str, *, low: int = 0, high: int = MAX_COUNT) -> int
 def finite(value: Any, field: str, *, low: float | None = None, high: float | None = None,
            low_open: bool = False, high_open: bool = False) -> float:
     """A finite number in the interval (closed unless ``low_open`` / ``high_open``; ``None``: unbounded)."""
-    ok = isinstance(value, _NUM_TYPES) and not isinstance(value, bool | np.bool_)
+    ok = is_number(value)
     if ok:
         try:
             v = float(value)
@@ -123,7 +118,7 @@ def finite(value: Any, field: str, *, low: float | None = None, high: float | No
         else:
             ok = math.isfinite(v) and _in_range(v, low, high, low_open, high_open)
     if not ok:
-        raise StateError(field, f"must be a finite number in {_interval(low, high, low_open, high_open)}, "
+        raise StateError(field, f"must be a finite number in {interval_text(low, high, low_open, high_open)}, "
                                 f"got {_show(value)}")
     return v
 
@@ -156,17 +151,21 @@ def float_array(value: Any, field: str, *, length: int | None = None, max_length
     """A list of finite numbers in the interval as a float64 array. ``allow_nan``: a boolean mask of the
     entries that may (and then must) be NaN -- e.g. the statistics of a group without a scored reward."""
     items = _elements(value, field, length, max_length)
+    return _floats(items, _flat_names(field), low, high, low_open, high_open, allow_nan)
+
+
+def _floats(items: list[Any], at: Callable[[int], str], low: float | None, high: float | None, low_open: bool,
+            high_open: bool, allow_nan: np.ndarray | None = None) -> np.ndarray:
     kinds = set(map(type, items))
-    if not kinds <= {float, int} and not all(isinstance(x, _NUM_TYPES) and not isinstance(x, bool | np.bool_)
-                                             for x in items):
-        i = next(i for i, x in enumerate(items) if not isinstance(x, _NUM_TYPES) or isinstance(x, bool | np.bool_))
-        raise StateError(f"{field}[{i}]", f"must be a finite number in {_interval(low, high, low_open, high_open)}, "
-                                          f"got {_show(items[i])}")
+    if not kinds <= {float, int} and not all(is_number(x) for x in items):
+        i = next(i for i, x in enumerate(items) if not is_number(x))
+        raise StateError(at(i), f"must be a finite number in {interval_text(low, high, low_open, high_open)}, "
+                                f"got {_show(items[i])}")
     try:
         arr = np.asarray(items, dtype=np.float64)
     except OverflowError:  # an int beyond the float range
         i = next(i for i, x in enumerate(items) if isinstance(x, int) and abs(x) > 2**1023)
-        raise StateError(f"{field}[{i}]", f"must be a finite number, got {_show(items[i])}") from None
+        raise StateError(at(i), f"must be a finite number, got {_show(items[i])}") from None
     ok = np.isfinite(arr)
     if low is not None:
         ok &= (arr > low) if low_open else (arr >= low)
@@ -178,8 +177,8 @@ def float_array(value: Any, field: str, *, length: int | None = None, max_length
     if not ok.all():
         i = int(np.flatnonzero(~ok)[0])
         want = "NaN" if allow_nan is not None and allow_nan[i] else \
-            f"a finite number in {_interval(low, high, low_open, high_open)}"
-        raise StateError(f"{field}[{i}]", f"must be {want}, got {_show(items[i])}")
+            f"a finite number in {interval_text(low, high, low_open, high_open)}"
+        raise StateError(at(i), f"must be {want}, got {_show(items[i])}")
     return arr
 
 
@@ -187,23 +186,80 @@ def int_array(value: Any, field: str, *, length: int | None = None, max_length: 
               low: int = 0, high: int = MAX_COUNT, dtype: Any = np.int64) -> np.ndarray:
     """A list of integers in ``[low, high]`` as an array of ``dtype`` (no floats, bools or ``None``)."""
     items = _elements(value, field, length, max_length)
+    return _ints(items, _flat_names(field), low, high, dtype)
+
+
+def _ints(items: list[Any], at: Callable[[int], str], low: int, high: int, dtype: Any) -> np.ndarray:
     if set(map(type, items)) - {int}:
         for i, x in enumerate(items):
-            if not isinstance(x, _INT_TYPES) or isinstance(x, bool | np.bool_):
-                raise StateError(f"{field}[{i}]", f"must be a whole number in [{low}, {high}], got {_show(x)}")
+            if not is_int(x):
+                raise StateError(at(i), f"must be a whole number in [{low}, {high}], got {_show(x)}")
     for i, x in enumerate(items) if items and not low <= min(items) <= max(items) <= high else ():
         if not low <= x <= high:
-            raise StateError(f"{field}[{i}]", f"must be a whole number in [{low}, {high}], got {_show(x)}")
+            raise StateError(at(i), f"must be a whole number in [{low}, {high}], got {_show(x)}")
     return np.asarray(items, dtype=dtype).reshape(len(items))
 
 
 def bool_array(value: Any, field: str, *, length: int | None = None) -> np.ndarray:
     """A list of ``true``/``false`` as a bool array (``0``/``1`` and other types are refused)."""
     items = _elements(value, field, length, None)
+    return _bools(items, _flat_names(field))
+
+
+def _bools(items: list[Any], at: Callable[[int], str]) -> np.ndarray:
     if set(map(type, items)) - {bool}:
         i = next(i for i, x in enumerate(items) if not isinstance(x, bool | np.bool_))
-        raise StateError(f"{field}[{i}]", f"must be true or false, got {_show(items[i])}")
+        raise StateError(at(i), f"must be true or false, got {_show(items[i])}")
     return np.asarray(items, dtype=bool).reshape(len(items))
+
+
+def _flat_names(field: str) -> Callable[[int], str]:
+    return lambda i: f"{field}[{i}]"
+
+
+def _grid(value: Any, field: str, shape: tuple[int, ...]) -> tuple[list[Any], Callable[[int], str]]:
+    """The entries of a nested list of exactly ``shape`` (every level a list of the right length), flattened
+    in row-major order, and the dotted name of the entry at a flat position (``alpha[2][0][1]``)."""
+    if not shape:
+        raise ValueError("a grid has at least one dimension")
+    flat: list[Any] = []
+    level = [(value, field)]
+    for depth, size in enumerate(shape):
+        last = depth == len(shape) - 1
+        nxt = []
+        for rows, name in level:
+            got = _elements(rows, name, size, None) if last else sequence(rows, name, length=size)
+            if last:
+                flat.extend(got)
+            else:
+                nxt.extend((row, f"{name}[{i}]") for i, row in enumerate(got))
+        level = nxt
+
+    def at(i: int) -> str:
+        return field + "".join(f"[{int(j)}]" for j in np.unravel_index(i, shape))
+
+    return flat, at
+
+
+def float_grid(value: Any, field: str, shape: tuple[int, ...], *, low: float | None = None,
+               high: float | None = None) -> np.ndarray:
+    """A nested list of finite numbers in ``[low, high]`` (each bound optional) of exactly ``shape``, as a
+    float64 array of that shape (:func:`float_array` for more than one dimension)."""
+    items, at = _grid(value, field, shape)
+    return _floats(items, at, low, high, False, False).reshape(shape)
+
+
+def int_grid(value: Any, field: str, shape: tuple[int, ...], *, low: int = 0, high: int = MAX_COUNT,
+             dtype: Any = np.int64) -> np.ndarray:
+    """A nested list of integers in ``[low, high]`` of exactly ``shape``, as an array of ``dtype``."""
+    items, at = _grid(value, field, shape)
+    return _ints(items, at, low, high, dtype).reshape(shape)
+
+
+def bool_grid(value: Any, field: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A nested list of ``true``/``false`` of exactly ``shape``, as a bool array of that shape."""
+    items, at = _grid(value, field, shape)
+    return _bools(items, at).reshape(shape)
 
 
 _RNG_KEYS = ("bit_generator", "state", "has_uint32", "uinteger")

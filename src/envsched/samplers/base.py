@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import inspect
+import json
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -30,11 +31,13 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
+from envsched.errors import is_int, is_number
 from envsched.pool.pool import TaskPool
 from envsched.pool.spec import task_key
 from envsched.samplers import _validate as _check
 
-__all__ = ["MAX_BATCH", "STATE_FORMAT", "BaseSampler", "GroupResult", "TaskSampler"]
+__all__ = ["MAX_BATCH", "STATE_FORMAT", "BaseSampler", "GroupResult", "TaskSampler", "canonical_param",
+           "rebuildable", "tasks_fingerprint"]
 
 STATE_FORMAT = "envsched.sampler/1"
 #: Largest value an integer counter may hold in a loaded state (and largest ``n`` of one ``sample`` call
@@ -99,6 +102,47 @@ class GroupResult:
         return float(np.var(self.scored)) if self.scored.size else math.nan
 
 
+def tasks_fingerprint(tasks: Sequence[Any], reward_range: tuple[float, float]) -> str:
+    """SHA-256 of the task specs and the reward range; equals :meth:`TaskPool.fingerprint` for the same pool."""
+    if isinstance(tasks, TaskPool) and tuple(tasks.reward_range) == tuple(reward_range):
+        return tasks.fingerprint()
+    h = hashlib.sha256()
+    h.update(json.dumps([float(reward_range[0]), float(reward_range[1])]).encode())
+    for s in tasks:
+        h.update(json.dumps(s, sort_keys=True, separators=(",", ":"), default=str).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def canonical_param(value: Any) -> Any:
+    """A JSON form of a constructor argument; objects that JSON cannot hold become ``{"__object__": type}``."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int) or (hasattr(value, "dtype") and getattr(value, "ndim", None) == 0
+                                  and str(value.dtype).startswith(("int", "uint"))):
+        return int(value)
+    if isinstance(value, float) or (hasattr(value, "dtype") and getattr(value, "ndim", None) == 0):
+        f = float(value)
+        return f if math.isfinite(f) else {"__float__": repr(f)}
+    if isinstance(value, list | tuple):
+        return [canonical_param(v) for v in value]
+    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
+        return {k: canonical_param(v) for k, v in sorted(value.items())}
+    if hasattr(value, "tolist") and hasattr(value, "shape"):
+        return canonical_param(value.tolist())
+    t = type(value)
+    return {"__object__": f"{t.__module__}.{t.__qualname__}"}
+
+
+def rebuildable(value: Any) -> bool:
+    """Whether a :func:`canonical_param` form holds only plain data (no object, no non-finite float)."""
+    if isinstance(value, dict):
+        return "__object__" not in value and "__float__" not in value and all(rebuildable(v) for v in value.values())
+    if isinstance(value, list):
+        return all(rebuildable(v) for v in value)
+    return True
+
+
 class BaseSampler(ABC):
     """Shared semantics of every envsched sampler.
 
@@ -139,7 +183,7 @@ class BaseSampler(ABC):
         if not (math.isfinite(low) and math.isfinite(high) and low < high):
             raise ValueError(f"reward_range must be two finite numbers with low < high, got {(low, high)!r}")
         self.reward_range: tuple[float, float] = (float(low), float(high))
-        if seed is not None and (not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0):
+        if seed is not None and not (is_int(seed) and seed >= 0):
             raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
         self.seed = seed
         self.require_dispatch = require_dispatch
@@ -160,6 +204,29 @@ class BaseSampler(ABC):
                 continue
             params[name] = getattr(self, name)
         return params
+
+    def to_record(self) -> dict[str, Any]:
+        """The sampler's construction record, as a history store keeps it: its class (``"module:qualname"``),
+        :meth:`get_params` as plain JSON (``params_rebuildable``: whether JSON holds all of it), the task
+        list's fingerprint and size and the reward range. :meth:`from_record` builds the sampler back."""
+        cls = type(self)
+        canon = {k: canonical_param(v) for k, v in sorted(self.get_params().items())}
+        return {
+            "sampler_class": f"{cls.__module__}:{cls.__qualname__}",
+            "sampler_params": canon,
+            "params_rebuildable": rebuildable(canon),
+            "pool_fingerprint": tasks_fingerprint(self.tasks, tuple(self.reward_range)),
+            "num_tasks": len(self.tasks),
+            "reward_range": [float(x) for x in self.reward_range],
+        }
+
+    @classmethod
+    def from_record(cls, tasks: TaskPool | Sequence[Any], record: Mapping[str, Any], **resources: Any) -> BaseSampler:
+        """A sampler over ``tasks`` constructed as :meth:`to_record`'s ``record`` says (its state is the initial
+        one). ``resources`` are what a record never chooses -- files, graphs, process counts -- given by the
+        caller; a sampler that needs none ignores them. A subclass whose constructor takes more than plain
+        parameters overrides this (or its registry record names a ``restore`` hook)."""
+        return cls(tasks, **dict(record["sampler_params"]))
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
@@ -251,7 +318,7 @@ class BaseSampler(ABC):
     def check_sample_size(self, n: Any) -> int:
         """``n`` as an int if :meth:`sample` would accept it, else the ``ValueError`` it would raise; draws
         nothing (a wrapper checks every part of a batch before drawing any)."""
-        if not isinstance(n, int | np.integer) or isinstance(n, bool):
+        if not is_int(n):
             raise ValueError(f"n must be a positive integer, got {n!r}")
         n = int(n)
         if n <= 0:
@@ -496,7 +563,7 @@ class BaseSampler(ABC):
                 if r is None:
                     clean.append(None)
                     continue
-                if isinstance(r, bool) or not isinstance(r, int | float | np.integer | np.floating):
+                if not is_number(r):
                     raise ValueError(f"rewards[{i}] for task {key!r} must be a number or None, got {r!r}")
                 r = float(r)
                 if not math.isfinite(r):
@@ -515,7 +582,7 @@ class BaseSampler(ABC):
                                  "give one cost per rollout")
             vals = []
             for i, c in enumerate(costs):
-                if c is None or isinstance(c, bool) or not isinstance(c, int | float | np.integer | np.floating):
+                if not is_number(c):
                     raise ValueError(f"costs[{i}] for task {key!r} must be a number, got {c!r}")
                 c = float(c)
                 if not math.isfinite(c) or c < 0:

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from envsched.errors import InvalidValueError, check_int, check_number, is_number
 from envsched.pool.pool import TaskPool
 from envsched.samplers import _validate as _check
 from envsched.samplers.base import BaseSampler, GroupResult
@@ -59,8 +60,7 @@ class DynamicSamplingSampler(UniformSampler):
     def __init__(self, tasks: TaskPool | Sequence[Any], seed: int | None = 0, *, max_gen_rounds: int = 10,
                  reward_range: tuple[float, float] | None = None, require_dispatch: bool = True) -> None:
         super().__init__(tasks, seed=seed, reward_range=reward_range, require_dispatch=require_dispatch)
-        if isinstance(max_gen_rounds, bool) or not isinstance(max_gen_rounds, int) or max_gen_rounds < 1:
-            raise ValueError(f"max_gen_rounds must be a positive integer, got {max_gen_rounds!r}")
+        max_gen_rounds = check_int(max_gen_rounds, "max_gen_rounds", low=1)
         self.max_gen_rounds = max_gen_rounds
 
     @staticmethod
@@ -90,14 +90,12 @@ class MoPPSSampler(BaseSampler):
                  forgetting: float = 0.5, target: float = 0.5, prior: tuple[float, float] = (1.0, 1.0),
                  reward_range: tuple[float, float] | None = None, require_dispatch: bool = True) -> None:
         super().__init__(tasks, seed=seed, reward_range=reward_range, require_dispatch=require_dispatch)
-        if not candidate_ratio >= 1.0:
-            raise ValueError(f"candidate_ratio must be >= 1, got {candidate_ratio!r}")
-        if not 0.0 <= forgetting <= 1.0:
-            raise ValueError(f"forgetting must be in [0, 1], got {forgetting!r}")
-        if not 0.0 <= target <= 1.0:
-            raise ValueError(f"target must be in [0, 1], got {target!r}")
-        if len(prior) != 2 or min(prior) <= 0:
-            raise ValueError(f"prior must be two positive numbers (alpha0, beta0), got {prior!r}")
+        check_number(candidate_ratio, "candidate_ratio", low=1, finite=False)
+        check_number(forgetting, "forgetting", low=0, high=1)
+        check_number(target, "target", low=0, high=1)
+        if not isinstance(prior, Sequence) or len(prior) != 2 or not all(is_number(p) and p > 0 for p in prior):
+            raise InvalidValueError(f"prior must be two positive numbers (alpha0, beta0), got {prior!r}", name="prior",
+                                    value=prior)
         self.candidate_ratio = float(candidate_ratio)
         self.forgetting = float(forgetting)
         self.target = float(target)
@@ -167,16 +165,19 @@ class GRESOSampler(BaseSampler):
                  max_gen_rounds: int = 10, reward_range: tuple[float, float] | None = None,
                  require_dispatch: bool = True) -> None:
         super().__init__(tasks, seed=seed, reward_range=reward_range, require_dispatch=require_dispatch)
-        if not 0.0 < floor <= 1.0:
-            raise ValueError(f"floor must be in (0, 1], got {floor!r}")
-        if not 0.0 < target_zero_variance < 1.0:
-            raise ValueError(f"target_zero_variance must be in (0, 1), got {target_zero_variance!r}")
+        check_number(floor, "floor", low=0, high=1, low_open=True)
+        check_number(target_zero_variance, "target_zero_variance", low=0, high=1, low_open=True, high_open=True)
+        check_number(initial_rate, "initial_rate")
+        check_number(rate_step, "rate_step")
+        check_number(easy_threshold, "easy_threshold")
+        if not isinstance(rate_bounds, Sequence) or len(rate_bounds) != 2 or not all(map(is_number, rate_bounds)):
+            raise InvalidValueError(f"rate_bounds must be two numbers (low, high), got {rate_bounds!r}",
+                                    name="rate_bounds", value=rate_bounds)
         lo, hi = rate_bounds
         if not 0.0 < lo <= initial_rate <= hi <= 1.0:
             raise ValueError(f"need 0 < rate_bounds[0] <= initial_rate <= rate_bounds[1] <= 1, got "
                              f"{initial_rate!r}, {rate_bounds!r}")
-        if isinstance(max_gen_rounds, bool) or not isinstance(max_gen_rounds, int) or max_gen_rounds < 1:
-            raise ValueError(f"max_gen_rounds must be a positive integer, got {max_gen_rounds!r}")
+        max_gen_rounds = check_int(max_gen_rounds, "max_gen_rounds", low=1)
         self.floor = float(floor)
         self.target_zero_variance = float(target_zero_variance)
         self.initial_rate = float(initial_rate)
@@ -285,12 +286,9 @@ class PLRSampler(BaseSampler):
                  staleness_coef: float = 0.1, score_ema: float = 1.0,
                  reward_range: tuple[float, float] | None = None, require_dispatch: bool = True) -> None:
         super().__init__(tasks, seed=seed, reward_range=reward_range, require_dispatch=require_dispatch)
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature!r}")
-        if not 0.0 <= staleness_coef <= 1.0:
-            raise ValueError(f"staleness_coef must be in [0, 1], got {staleness_coef!r}")
-        if not 0.0 < score_ema <= 1.0:
-            raise ValueError(f"score_ema must be in (0, 1], got {score_ema!r}")
+        check_number(temperature, "temperature", low=0, low_open=True, finite=False)
+        check_number(staleness_coef, "staleness_coef", low=0, high=1)
+        check_number(score_ema, "score_ema", low=0, high=1, low_open=True)
         self.temperature = float(temperature)
         self.staleness_coef = float(staleness_coef)
         self.score_ema = float(score_ema)

@@ -55,14 +55,14 @@ Deviations (ours):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
+from envsched.errors import check_number, is_number
 from envsched.pool.pool import TaskPool
-from envsched.samplers import _strict
+from envsched.samplers import _validate as _check
 from envsched.samplers.base import BaseSampler, GroupResult
 
 __all__ = ["NAMED_TRANSITION_PRIORS", "STATES", "DPSSampler"]
@@ -87,14 +87,13 @@ def _transition_prior_matrix(prior: Any) -> np.ndarray:
             raise ValueError(f"transition_prior must be a positive number, one of {sorted(NAMED_TRANSITION_PRIORS)} "
                              f"or a 3x3 matrix, got {prior!r}")
         return np.asarray(NAMED_TRANSITION_PRIORS[prior], dtype=float)
-    if isinstance(prior, int | float | np.integer | np.floating) and not isinstance(prior, bool):
-        if not (math.isfinite(prior) and prior > 0):
-            raise ValueError(f"transition_prior must be a finite number > 0, got {prior!r}")
+    if is_number(prior):
+        check_number(prior, "transition_prior", low=0, low_open=True)
         return np.full((_N_STATES, _N_STATES), float(prior))
     try:
-        m = _strict.float_array(prior if isinstance(prior, list | tuple) else None, "transition_prior", "DPSSampler",
-                                (_N_STATES, _N_STATES), low=0.0)
-    except ValueError:
+        m = _check.float_grid(prior if isinstance(prior, list | tuple) else None, "transition_prior",
+                              (_N_STATES, _N_STATES), low=0.0)
+    except _check.StateError:
         raise ValueError("transition_prior must be a positive number, a name "
                          f"({', '.join(sorted(NAMED_TRANSITION_PRIORS))}) or a 3x3 matrix of finite counts >= 0 "
                          f"with every column summing to more than 0, got {prior!r:.80}") from None
@@ -130,17 +129,9 @@ class DPSSampler(BaseSampler):
                  initial_belief: str = "uniform", entropy_weight: float = 0.0,
                  reward_range: tuple[float, float] | None = None, require_dispatch: bool = True) -> None:
         super().__init__(tasks, seed=seed, reward_range=reward_range, require_dispatch=require_dispatch)
-        for name, value in (("candidate_ratio", candidate_ratio), ("transition_decay", transition_decay),
-                            ("entropy_weight", entropy_weight)):
-            if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating) \
-                    or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
-        if candidate_ratio < 1.0:
-            raise ValueError(f"candidate_ratio must be >= 1, got {candidate_ratio!r}")
-        if not 0.0 <= transition_decay <= 1.0:
-            raise ValueError(f"transition_decay must be in [0, 1], got {transition_decay!r}")
-        if entropy_weight < 0:
-            raise ValueError(f"entropy_weight must be >= 0, got {entropy_weight!r}")
+        check_number(candidate_ratio, "candidate_ratio", low=1)
+        check_number(transition_decay, "transition_decay", low=0, high=1)
+        check_number(entropy_weight, "entropy_weight", low=0)
         if initial_belief not in _INITIAL_BELIEFS:
             raise ValueError(f"initial_belief must be one of {sorted(_INITIAL_BELIEFS)}, got {initial_belief!r}")
         self._alpha0 = _transition_prior_matrix(transition_prior)
@@ -252,42 +243,42 @@ class DPSSampler(BaseSampler):
                 "order": self._order.tolist(), "cursor": self._cursor, "last_scores": self._last_scores.tolist()}
 
     def _load_extra_state(self, extra: dict[str, Any]) -> None:
-        owner, n, k = "DPSSampler", len(self.tasks), _N_STATES
-        f = _strict.field
-        alpha = _strict.float_array(f(extra, "alpha", owner), "alpha", owner, (n, k, k), low=0.0,
-                                    high=float(self._alpha0.max()) + _strict.MAX_COUNT)
+        n, k = len(self.tasks), _N_STATES
+        _check.mapping(extra, "", keys=("alpha", "prior", "previous", "tracked", "observed_this_step",
+                                        "observations", "steps", "order", "cursor", "last_scores"))
+        alpha = _check.float_grid(extra["alpha"], "alpha", (n, k, k), low=0.0,
+                                  high=float(self._alpha0.max()) + _check.MAX_COUNT)
         if not (alpha.sum(axis=1) > 0).all():
-            raise ValueError("malformed DPSSampler state: 'alpha' has a column (from-state) summing to 0")
+            raise _check.StateError("alpha", "has a column (from-state) summing to 0")
         beliefs = []
         for name in ("prior", "previous"):
-            b = _strict.float_array(f(extra, name, owner), name, owner, (n, k), low=0.0, high=1.0)
+            b = _check.float_grid(extra[name], name, (n, k), low=0.0, high=1.0)
             if n and np.abs(b.sum(axis=1) - 1.0).max() > _SUM_TOLERANCE:
-                raise ValueError(f"malformed DPSSampler state: a belief in {name!r} does not sum to 1")
+                raise _check.StateError(name, "holds a belief that does not sum to 1")
             beliefs.append(b)
-        tracked = _strict.bool_array(f(extra, "tracked", owner), "tracked", owner, (n,))
-        observed = _strict.bool_array(f(extra, "observed_this_step", owner), "observed_this_step", owner, (n,))
+        tracked = _check.bool_array(extra["tracked"], "tracked", length=n)
+        observed = _check.bool_array(extra["observed_this_step"], "observed_this_step", length=n)
         if (observed & ~tracked).any():
-            raise ValueError("malformed DPSSampler state: a task observed this step is not tracked")
-        observations = _strict.int_array(f(extra, "observations", owner), "observations", owner, (n,))
-        steps = _strict.whole_number(f(extra, "steps", owner), "steps", owner)
-        order = _strict.int_array(f(extra, "order", owner), "order", owner, (n,), high=max(n - 1, 0))
+            raise _check.StateError("observed_this_step", "marks a task that is not tracked")
+        observations = _check.int_array(extra["observations"], "observations", length=n)
+        steps = _check.whole(extra["steps"], "steps")
+        order = _check.int_array(extra["order"], "order", length=n, high=max(n - 1, 0))
         if not np.array_equal(np.sort(order), np.arange(n)):
-            raise ValueError("malformed DPSSampler state: 'order' is not a permutation of the tasks")
-        cursor = _strict.whole_number(f(extra, "cursor", owner), "cursor", owner, high=n)
+            raise _check.StateError("order", "is not a permutation of the tasks")
+        cursor = _check.whole(extra["cursor"], "cursor", high=n)
         # the partial-solving probabilities of the last batch's picks: one per task of the last batch
         n_scores = len(getattr(self, "_incoming_last_batch", []))
-        raw_scores = f(extra, "last_scores", owner)
+        raw_scores = extra["last_scores"]
         if isinstance(raw_scores, list) and len(raw_scores) != n_scores:
-            raise ValueError(f"malformed DPSSampler state: 'last_scores' has {len(raw_scores)} entries but "
-                             f"last_batch has {n_scores} tasks (one score per pick of the last batch)")
-        scores = _strict.float_array(raw_scores, "last_scores", owner, (n_scores,), low=0.0,
-                                     high=1.0)
+            raise _check.StateError("last_scores", f"has {len(raw_scores)} entries but last_batch has {n_scores} "
+                                                   "tasks (one score per pick of the last batch)")
+        scores = _check.float_array(raw_scores, "last_scores", length=n_scores, low=0.0, high=1.0)
         # each observation adds a joint posterior of total mass 1 to a task's counts and decay pulls them toward
         # the prior, so no count exceeds the prior's largest entry plus the task's observations
         bound = float(self._alpha0.max()) + observations[:, None, None] + 1e-6
         if (alpha > bound).any():
-            raise ValueError("malformed DPSSampler state: 'alpha' holds counts larger than the prior plus the "
-                             "task's observations can reach")
+            raise _check.StateError("alpha", "holds counts larger than the prior plus the task's observations "
+                                             "can reach")
         self.alpha, (self.prior, self.previous) = alpha, beliefs
         self.tracked, self.observed_this_step, self.observations = tracked, observed, observations
         self.steps, self._order, self._cursor, self._last_scores = steps, order, cursor, scores

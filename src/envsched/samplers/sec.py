@@ -48,15 +48,15 @@ Deviations (ours):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 from scipy.special import softmax
 
+from envsched.errors import check_bool, check_number
 from envsched.pool.pool import TaskPool
-from envsched.samplers import _strict
+from envsched.samplers import _validate as _check
 from envsched.samplers.base import BaseSampler, GroupResult
 
 __all__ = ["GRPO_EPSILON", "SECSampler", "grpo_advantages"]
@@ -96,18 +96,11 @@ class SECSampler(BaseSampler):
                  temperature: float = 1.0, category: str = "env", zero_fill_unplayed: bool = False,
                  reward_range: tuple[float, float] | None = None, require_dispatch: bool = True) -> None:
         super().__init__(tasks, seed=seed, reward_range=reward_range, require_dispatch=require_dispatch)
-        for name, value in (("learning_rate", learning_rate), ("temperature", temperature)):
-            if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating) \
-                    or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
-        if not 0.0 < learning_rate <= 1.0:
-            raise ValueError(f"learning_rate must be in (0, 1], got {learning_rate!r}")
-        if not temperature >= MIN_TEMPERATURE:
-            raise ValueError(f"temperature must be >= {MIN_TEMPERATURE}, got {temperature!r}")
+        check_number(learning_rate, "learning_rate", low=0, high=1, low_open=True)
+        check_number(temperature, "temperature", low=MIN_TEMPERATURE)
         if not isinstance(category, str) or not category:
             raise ValueError(f"category must be the name of a task field, got {category!r}")
-        if not isinstance(zero_fill_unplayed, bool):
-            raise ValueError(f"zero_fill_unplayed must be a bool, got {zero_fill_unplayed!r}")
+        check_bool(zero_fill_unplayed, "zero_fill_unplayed")
         self.learning_rate = float(learning_rate)
         self.temperature = float(temperature)
         self.category = category
@@ -209,18 +202,17 @@ class SECSampler(BaseSampler):
                 "pending_count": self._pending_count.tolist(), "used": self._used.tolist(), "steps": self.steps}
 
     def _load_extra_state(self, extra: dict[str, Any]) -> None:
-        owner, c, n = "SECSampler", len(self.categories), len(self.tasks)
-        f = _strict.field
-        if f(extra, "categories", owner) != self.categories:
-            raise ValueError(f"malformed SECSampler state: its categories are not this sampler's {c} categories "
-                             f"(field {self.category!r})")
-        q = _strict.float_array(f(extra, "q", owner), "q", owner, (c,), low=0.0, high=MAX_VALUE)
-        pending_sum = _strict.float_array(f(extra, "pending_sum", owner), "pending_sum", owner, (c,), low=0.0)
-        pending_count = _strict.int_array(f(extra, "pending_count", owner), "pending_count", owner, (c,))
+        c, n = len(self.categories), len(self.tasks)
+        _check.mapping(extra, "", keys=("categories", "q", "pending_sum", "pending_count", "used", "steps"))
+        if extra["categories"] != self.categories:
+            raise _check.StateError("categories", f"are not this sampler's {c} categories (field {self.category!r})")
+        q = _check.float_array(extra["q"], "q", length=c, low=0.0, high=MAX_VALUE)
+        pending_sum = _check.float_array(extra["pending_sum"], "pending_sum", length=c, low=0.0)
+        pending_count = _check.int_array(extra["pending_count"], "pending_count", length=c)
         if (pending_sum > MAX_VALUE * pending_count).any():
-            raise ValueError("malformed SECSampler state: 'pending_sum' exceeds what its rollouts can hold "
-                             f"(a mean |advantage| above {MAX_VALUE:g}, or a sum for a category without rollouts)")
-        used = _strict.bool_array(f(extra, "used", owner), "used", owner, (n,))
-        steps = _strict.whole_number(f(extra, "steps", owner), "steps", owner)
+            raise _check.StateError("pending_sum", "exceeds what its rollouts can hold (a mean |advantage| above "
+                                                   f"{MAX_VALUE:g}, or a sum for a category without rollouts)")
+        used = _check.bool_array(extra["used"], "used", length=n)
+        steps = _check.whole(extra["steps"], "steps")
         self.q, self._pending_sum, self._pending_count, self._used, self.steps = (
             q, pending_sum, pending_count, used, steps)

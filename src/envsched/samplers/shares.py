@@ -23,6 +23,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from envsched.errors import is_int, is_number
 from envsched.pool.pool import TaskPool
 from envsched.pool.spec import task_key
 from envsched.samplers import _validate as _check
@@ -48,7 +49,7 @@ def allocate_quotas(n: int, shares: Mapping[str, float], carry: Mapping[str, flo
     total = float(sum(shares.values()))
     carry = carry or {}
     for s, c in carry.items():
-        if isinstance(c, bool) or not isinstance(c, int | float) or not abs(c) <= _CARRY_BOUND:
+        if not is_number(c) or not abs(c) <= _CARRY_BOUND:
             raise ValueError(f"carry of source {s!r} must be a number in [-1, 1] (a rounding remainder), "
                              f"got {c!r:.40}")
     owed = {s: carry.get(s, 0.0) + n * (w / total) for s, w in shares.items()}
@@ -90,7 +91,7 @@ class SharesSampler:
             raise ValueError(f"shares and samplers must name the same sources; no share for {missing}, "
                              f"no sampler for {extra}")
         for s, w in shares.items():
-            if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
+            if not is_number(w) or not math.isfinite(w) or w < 0:
                 raise ValueError(f"share of source {s!r} must be a finite number >= 0, got {w!r}")
         if sum(shares.values()) <= 0:
             raise ValueError("shares must have a positive sum")
@@ -193,7 +194,7 @@ class SharesSampler:
 
     # ------------------------------------------------------------------ the protocol
     def _check_n(self, n: Any) -> int:
-        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        if not is_int(n) or n <= 0:
             raise ValueError(f"n must be a positive integer, got {n!r}")
         return int(n)
 

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from envsched.errors import InvalidValueError, check_int, check_number, is_int
 from envsched.pool.pool import TaskPool
 from envsched.samplers import _validate as _check
 from envsched.samplers.base import BaseSampler, GroupResult
@@ -36,8 +37,9 @@ class SequentialSampler(BaseSampler):
         super().__init__(tasks, seed=0, reward_range=reward_range, require_dispatch=require_dispatch)
         if seeds is not None:
             seeds = list(seeds)
-            if not seeds or any(isinstance(s, bool) or not isinstance(s, int | np.integer) for s in seeds):
-                raise ValueError(f"seeds must be a non-empty list of integers, got {seeds!r}")
+            if not seeds or not all(map(is_int, seeds)):
+                raise InvalidValueError(f"seeds must be a non-empty list of integers, got {seeds!r}", name="seeds",
+                                        value=seeds)
         self.seeds = seeds
         self.wrap = wrap
         self._cursor = 0
@@ -201,14 +203,12 @@ class CurriculumSampler(BaseSampler):
                  decay: float = 0.9, success_threshold: float = 1.0, epsilon: float = 0.05, seed: int | None = 0,
                  reward_range: tuple[float, float] | None = None, require_dispatch: bool = True) -> None:
         super().__init__(tasks, seed=seed, reward_range=reward_range, require_dispatch=require_dispatch)
-        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-            raise ValueError(f"group_size must be a positive integer, got {group_size!r}")
+        group_size = check_int(group_size, "group_size", low=1)
         if key not in ("difficulty", "group", "id"):
             raise ValueError(f"key must be 'difficulty', 'group' or 'id', got {key!r}")
-        if not 0.0 < decay <= 1.0:
-            raise ValueError(f"decay must be in (0, 1], got {decay!r}")
-        if not epsilon > 0:
-            raise ValueError(f"epsilon must be > 0 to keep every key reachable, got {epsilon!r}")
+        check_number(decay, "decay", low=0, high=1, low_open=True)
+        check_number(success_threshold, "success_threshold", finite=False)
+        check_number(epsilon, "epsilon", low=0, low_open=True, finite=False)
         self.group_size = group_size
         self.key = key
         self.decay = decay

@@ -1,3 +1,4 @@
+# Over 700 lines: one store on two backends whose schema, transactions and crafted-store checks must agree.
 """``HistoryStore``: an append-only log of a sampler's dispatches and updates, in SQLite or PostgreSQL.
 
 The store holds three tables (names prefixed by ``table_prefix``, default ``envsched``):
@@ -45,6 +46,9 @@ from typing import Any
 
 import numpy as np
 
+from envsched.errors import EnvSchedError, is_int, is_number
+from envsched.store.leases import OUTCOMES
+
 __all__ = [
     "STORE_FORMAT",
     "Event",
@@ -61,7 +65,7 @@ _PREFIX_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 _EVENT_KINDS = ("sample", "update", "discard")
 
 
-class StoreError(RuntimeError):
+class StoreError(EnvSchedError, RuntimeError):
     """Base class of the store's errors."""
 
 
@@ -140,14 +144,14 @@ def _loads(text: Any, what: str) -> Any:
 
 
 def _finite_number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+    return is_number(x) and math.isfinite(x)
 
 
 def _meta_problems(meta: Mapping[str, Any]) -> list[str]:
     """What is wrong with the optional metadata values (each a short phrase); empty when all is well."""
     out: list[str] = []
     gs = meta.get("group_size")
-    if gs is not None and (not isinstance(gs, int) or isinstance(gs, bool) or not 1 <= gs <= 1_000_000):
+    if gs is not None and not (is_int(gs) and 1 <= gs <= 1_000_000):
         out.append(f"'group_size' is {str(gs)[:40]!r} ({type(gs).__name__}), expected a positive integer or null")
     if meta["num_tasks"] < 0:
         out.append(f"'num_tasks' is {meta['num_tasks']}, expected a count >= 0")
@@ -169,7 +173,7 @@ def _meta_problems(meta: Mapping[str, Any]) -> list[str]:
             out.append(f"'graph' is a {type(graph).__name__}, expected an object")
         elif not (isinstance(graph.get("fingerprint"), str) and isinstance(graph.get("config", {}), dict)
                   and isinstance(graph.get("path"), str | type(None))
-                  and isinstance(graph.get("num_nodes"), int) and not isinstance(graph.get("num_nodes"), bool)):
+                  and is_int(graph.get("num_nodes"))):
             out.append("'graph' lacks a fingerprint, or its config, path or num_nodes has the wrong type")
     if "lease_table" in meta and not isinstance(meta["lease_table"], bool):
         out.append("'lease_table' is not true or false")
@@ -671,15 +675,14 @@ class HistoryStore:
         for key, kinds in (("store_id", str), ("sampler_class", str), ("sampler_params", dict),
                            ("pool_fingerprint", str), ("num_tasks", int)):
             value = meta[key]
-            if not isinstance(value, kinds) or isinstance(value, bool):
+            if not (is_int(value) if kinds is int else isinstance(value, kinds)):
                 raise StoreCorruptError(f"store {self.where}: metadata {key!r} is a {type(value).__name__}, "
                                         f"expected {kinds.__name__} (damaged or crafted store)")
         problems = _meta_problems(meta)
         if problems:
             raise StoreCorruptError(f"store {self.where}: metadata {problems[0]} (damaged or crafted store)")
         head = meta.get("head")
-        if head is not None and not (isinstance(head, dict) and isinstance(head.get("seq"), int)
-                                     and not isinstance(head.get("seq"), bool) and head["seq"] >= 0
+        if head is not None and not (isinstance(head, dict) and is_int(head.get("seq")) and head["seq"] >= 0
                                      and isinstance(head.get("digest"), str)):
             raise StoreCorruptError(f"store {self.where}: metadata 'head' is malformed (damaged store)")
 
@@ -885,7 +888,7 @@ class HistoryStore:
         if not leases:
             return
         ids = [lid for lid, _ in leases]
-        taken = self._existing_leases(tx, ids)
+        taken = self.existing_leases(tx, ids)
         if taken:
             raise ValueError(f"lease id {sorted(taken)[0]!r} was already issued in store {self.where}: lease "
                              "ids are never reused")
@@ -898,7 +901,8 @@ class HistoryStore:
                 values.append(f"(:l{j}, :k{j}, :s)")
             tx.execute(f"INSERT INTO {self.t_leases} (lease, key, issued_seq) VALUES " + ", ".join(values), params)
 
-    def _existing_leases(self, tx: _Tx, ids: list[str]) -> set[str]:
+    def existing_leases(self, tx: _Tx, ids: list[str]) -> set[str]:
+        """The ids among ``ids`` that this store already issued (lease ids are never reused)."""
         out: set[str] = set()
         for i in range(0, len(ids), 500):
             chunk = ids[i:i + 500]
@@ -920,7 +924,7 @@ class HistoryStore:
 
     def close_lease(self, tx: _Tx, lease: str, seq: int, outcome: str) -> None:
         """Mark an open lease consumed by event ``seq`` (``outcome``: update, discard or reclaim)."""
-        if outcome not in ("update", "discard", "reclaim"):
+        if outcome not in OUTCOMES:
             raise ValueError(f"unknown lease outcome {outcome!r}")
         tx.execute(f"UPDATE {self.t_leases} SET closed_seq = :s, outcome = :o WHERE lease = :l "
                    "AND closed_seq IS NULL", {"s": seq, "o": outcome, "l": lease})
@@ -942,7 +946,7 @@ class HistoryStore:
     def close_leases(self, tx: _Tx, rows: list[tuple[str, int, str]]) -> None:
         """:meth:`close_lease` for ``(lease, seq, outcome)`` rows, in a few statements."""
         for lid, _, outcome in rows:
-            if outcome not in ("update", "discard", "reclaim"):
+            if outcome not in OUTCOMES:
                 raise ValueError(f"unknown lease outcome {outcome!r} for lease {lid}")
         if len(rows) == 1:
             self.close_lease(tx, *rows[0])

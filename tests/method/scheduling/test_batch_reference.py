@@ -87,8 +87,8 @@ class _Ref:
         self.sim = _EagerSimilarity(index)
         self.c1, self.c3 = ctx.config.caps_for(n)
         self.blocked = ctx.history.consecutive_blocked()
-        if ctx.adaptive is not None and ctx.adaptive.caps_active is not None:
-            self.blocked &= ctx.adaptive.caps_active
+        if ctx.prediction is not None:
+            self.blocked &= ctx.inputs.caps_active
         self.env_cum = ctx.history.env_selection_counts()
         self.task_obs = ctx.history.task_observation_counts()
 
@@ -158,8 +158,8 @@ def _ref_cold_start(b: _Ref) -> None:
                    max_similarity=float(b.sim.max_sim[p]), novelty=top, relaxed=list(relaxed)))
 
 
-def _ref_coverage(b: _Ref, n_slots: int, info: np.ndarray) -> None:
-    ctx, env, ad = b.ctx, b.ctx.env_codes, b.ctx.adaptive
+def _ref_coverage(b: _Ref, n_slots: int) -> None:
+    ctx, env, inputs = b.ctx, b.ctx.env_codes, b.ctx.inputs
     target = len(b.picks) + n_slots
     ok = ~b.in_batch & ~b.blocked
     while len(b.picks) < target:
@@ -168,16 +168,11 @@ def _ref_coverage(b: _Ref, n_slots: int, info: np.ndarray) -> None:
         if not e_idx.size:
             return
         e_idx = e_idx[b.env_batch[e_idx] == b.env_batch[e_idx].min()]
-        if ad is None or ad.env_priority is None:
-            e_idx = e_idx[b.env_cum[e_idx] == b.env_cum[e_idx].min()]
-        else:
-            e_idx = e_idx[ad.env_priority[e_idx] == ad.env_priority[e_idx].max()]
+        e_idx = e_idx[inputs.env_order[e_idx] == inputs.env_order[e_idx].min()]
         cands = np.flatnonzero(ok & np.isin(env, e_idx))
-        if ad is None or ad.coverage_score is None:
+        if inputs.coverage_fewest_observed_first:
             cands = cands[b.task_obs[cands] == b.task_obs[cands].min()]
-            score = info
-        else:
-            score = ad.coverage_score
+        score = inputs.coverage_score
         p, s, ms = b.best(cands, score)
         b.add(Pick(pos=p, phase="coverage", rank=0, score=s, base_score=float(score[p]), max_similarity=ms,
                    tied_envs=int(e_idx.size)))
@@ -201,40 +196,37 @@ def _ref_exploitation(b: _Ref, n_slots: int, base: np.ndarray, exposure: np.ndar
                    exposure=float(exposure[p]), exposure_discount=float(discount[p])))
 
 
-def _ref_fill(b: _Ref, info: np.ndarray) -> None:
+def _ref_fill(b: _Ref, base: np.ndarray) -> None:
     ctx, cfg = b.ctx, b.ctx.config
     filtered = ctx.history.progress_filtered()
     while len(b.picks) < b.n:
-        p, s, ms = b.best(np.flatnonzero(~b.in_batch), info)
+        p, s, ms = b.best(np.flatnonzero(~b.in_batch), base)
         e = int(ctx.env_codes[p])
         relaxed = [name for name, hit in (
             ("max_consecutive_selections", b.blocked[p]), ("env_quota_per_batch", b.env_batch[e] >= b.c3),
             ("max_per_env_coverage", cfg.mode == "coverage_only" and b.env_cov[e] >= b.c1),
             ("progress_filter", cfg.use_progress_filter and filtered[p]),
             ("identifier_filter", cfg.use_identifier_filter and ctx.identifier_flagged[p])) if hit]
-        b.add(Pick(pos=p, phase="fill", rank=0, score=s, base_score=float(info[p]), max_similarity=ms,
+        b.add(Pick(pos=p, phase="fill", rank=0, score=s, base_score=float(base[p]), max_similarity=ms,
                    relaxed=relaxed))
 
 
 def reference_batch(ctx: SchedulingContext, n: int, index: SimilarityIndex) -> list[Pick]:
     b = _Ref(ctx, n, index)
-    cfg, ad = ctx.config, ctx.adaptive
+    cfg, inputs = ctx.config, ctx.inputs
     if ctx.prediction is None:
         _ref_cold_start(b)
         return b.picks
-    info = ctx.prediction.informativeness
-    n_cov = ad.coverage_slots if ad is not None and ad.coverage_slots is not None else cfg.coverage_slots_for(n)
-    if n_cov:
-        _ref_coverage(b, n_cov, info)
-    score = ad.exploitation_score if ad is not None and ad.exploitation_score is not None else info
+    if inputs.coverage_slots:
+        _ref_coverage(b, inputs.coverage_slots)
+    score = inputs.exploitation_score
     if n - len(b.picks) and cfg.mode != "coverage_only":
         exposure = ctx.history.exposure(cfg.long_half_life)
         discount = np.power(1.0 + exposure, -cfg.exposure_power)
-        if ad is not None and ad.caps_active is not None:
-            discount = np.where(ad.caps_active, discount, 1.0)
+        discount = np.where(inputs.caps_active, discount, 1.0)
         _ref_exploitation(b, n - len(b.picks), score * discount, exposure, discount)
     if len(b.picks) < n:
-        _ref_coverage(b, n - len(b.picks), info)
+        _ref_coverage(b, n - len(b.picks))
     if len(b.picks) < n:
         _ref_fill(b, score)
     return b.picks

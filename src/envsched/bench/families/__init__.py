@@ -35,6 +35,7 @@ from envsched.bench.families.base import Family, TemplateFamily
 from envsched.bench.families.lists import LIST_FAMILIES
 from envsched.bench.families.text import TEXT_FAMILIES
 from envsched.bench.families.warmup import WARMUP_FAMILIES
+from envsched.errors import EnvSchedError, is_int
 from envsched.pool.pool import TaskPool
 
 __all__ = ["DEFAULT_FAMILIES", "DEFAULT_FAMILIES_REF", "WARMUP_FAMILIES", "Family", "FamilyError", "FamilyPool",
@@ -48,7 +49,7 @@ _SPEC_KEYS = ("instruction", "tools", "difficulty", "verifier")
 _FORBIDDEN = ("id", "env")
 
 
-class FamilyError(ValueError):
+class FamilyError(EnvSchedError, ValueError):
     """A family (or the task it generated) breaks the contract; the message names the family and the rule."""
 
 
@@ -90,7 +91,7 @@ def validate_family(family: Any) -> None:
     if not callable(getattr(family, "generate", None)):
         raise FamilyError(f"family {name!r} has no generate(rng, tier) method")
     tiers = getattr(family, "tiers", 3)
-    if isinstance(tiers, bool) or not isinstance(tiers, int) or tiers < 1:
+    if not is_int(tiers) or tiers < 1:
         raise FamilyError(f"family {name!r}: `tiers` must be a positive int, got {tiers!r}")
 
 
@@ -154,7 +155,7 @@ def build_family_pool(families: str | Sequence[Any] = DEFAULT_FAMILIES_REF, *, p
     key = (families, per_tier, seed) if isinstance(families, str) else None
     if key is not None and key in _CACHE:
         return _CACHE[key]
-    if isinstance(per_tier, bool) or not isinstance(per_tier, int) or per_tier < 1:
+    if not is_int(per_tier) or per_tier < 1:
         raise FamilyError(f"per_tier must be a positive int, got {per_tier!r}")
     fams = load_families(families) if isinstance(families, str) else list(families)
     for f in fams:

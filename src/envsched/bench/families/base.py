@@ -8,6 +8,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from envsched.errors import InvalidValueError, is_int
+
 __all__ = ["Family", "TemplateFamily", "digits", "letters"]
 
 
@@ -40,8 +42,9 @@ class TemplateFamily:
     tiers: int = 3
 
     def generate(self, rng: np.random.Generator, tier: int) -> dict[str, Any]:
-        if isinstance(tier, bool) or not isinstance(tier, int | np.integer) or not 0 <= tier < self.tiers:
-            raise ValueError(f"family {self.name!r}: tier must be an int in [0, {self.tiers}), got {tier!r}")
+        if not is_int(tier) or not 0 <= tier < self.tiers:
+            raise InvalidValueError(f"family {self.name!r}: tier must be an int in [0, {self.tiers}), got {tier!r}",
+                                    name="tier", value=tier)
         prompt, answer = self.make(rng, int(tier))
         return {
             "instruction": self.instructions[int(rng.integers(len(self.instructions)))],

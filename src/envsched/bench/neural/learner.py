@@ -39,6 +39,7 @@ from envsched.bench.neural.grpo import (
     supervised_step,
 )
 from envsched.bench.neural.model import CharTokenizer, TinyTransformer
+from envsched.errors import InvalidValueError, check_int, is_number
 
 __all__ = ["NeuralConfig", "NeuralLearner"]
 
@@ -73,8 +74,9 @@ class NeuralConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, int | float):
-                raise ValueError(f"neural learner option {f.name} must be a number, got {v!r}")
+            if not is_number(v, numpy=False):
+                raise InvalidValueError(f"neural learner option {f.name} must be a number, got {v!r}", name=f.name,
+                                        value=v)
         ints = ("d_model", "n_layers", "n_heads", "max_len", "epochs", "max_new_tokens", "warmup_steps",
                 "warmup_batch", "eval_every", "train_eval_tasks", "threads")
         for k in ints:
@@ -202,8 +204,7 @@ class NeuralLearner:
         """``n`` sampled completions per task: rewards ``(B, n)``, costs ``(B, n)`` (generated tokens, EOS
         included) and one handle per group for :meth:`train`."""
         pos = self._positions(positions)
-        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-            raise ValueError(f"n must be a positive integer, got {n!r}")
+        n = check_int(n, "n", low=1)
         prompts = [self.fpool.prompts[i] for i in pos.tolist()]
         comp = generate(self.model, encode_prompts(prompts), self.config.max_new_tokens, generator=self._gen,
                         temperature=self.config.temperature, repeats=int(n))

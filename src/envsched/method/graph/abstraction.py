@@ -1,3 +1,4 @@
+# Over 700 lines: the static extractor (E.1) is its vocabulary tables and the one pass over a spec that reads them.
 """The abstract representation of a task (EnvSched appendix E.1) and its deterministic static extractor.
 
 Cross-environment similarity ``S_abs`` must not be driven by what is specific to one domain: tool names,

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from envsched.errors import EnvSchedError, InvalidValueError, is_int, is_number
 from envsched.method.graph.dual_graph import DualRelationGraph
 from envsched.method.graph.features import FeatureSpace
 from envsched.pool import TaskPool
@@ -93,7 +94,7 @@ MAX_DIRECTORY_BYTES = 16 * 2**20
 _TOL = 1e-3
 
 
-class GraphFileError(ValueError):
+class GraphFileError(EnvSchedError, ValueError):
     """A graph file cannot be used: not a graph file, another format version, built from another pool, or
     malformed. ``field`` names the offending array or header entry when there is one."""
 
@@ -155,9 +156,10 @@ def max_graph_bytes(max_bytes: int | None = None) -> int:
             max_bytes = int(raw.strip().replace("_", ""))
         except ValueError:
             raise ValueError(f"{MAX_BYTES_ENV}={raw[:40]!r} is not a whole number of bytes") from None
-    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-        raise ValueError(f"max_bytes must be a positive whole number of bytes, got {max_bytes!r}")
-    return max_bytes
+    if not is_int(max_bytes) or max_bytes < 1:
+        raise InvalidValueError(f"max_bytes must be a positive whole number of bytes, got {max_bytes!r}",
+                                name="max_bytes", value=max_bytes)
+    return int(max_bytes)
 
 
 def _zip_directory(fh: Any, size: int, path: Path) -> tuple[int, int]:
@@ -376,7 +378,7 @@ def _check_header_fields(header: Any, path: Path) -> None:
     if not isinstance(header, dict):
         raise _bad(path, "__header__", "the header is not a JSON object")
     n = header.get("num_nodes")
-    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_NODES:
+    if not is_int(n) or not 0 <= n <= MAX_NODES:
         raise _bad(path, "num_nodes", f"must be an integer in [0, {MAX_NODES}], got {str(n)[:40]}")
     for key in ("config", "report"):
         if header.get(key) is not None and not isinstance(header[key], dict):
@@ -389,8 +391,7 @@ def _check_header_fields(header: Any, path: Path) -> None:
             raise _bad(path, "feature_space", "must be a list of views")
         for i, m in enumerate(space):
             ok = (isinstance(m, dict) and m.get("kind") in ("full", "abstract") and isinstance(m.get("name"), str)
-                  and isinstance(m.get("fitted"), bool) and isinstance(m.get("weight"), int | float)
-                  and not isinstance(m.get("weight"), bool) and np.isfinite(m["weight"]))
+                  and isinstance(m.get("fitted"), bool) and is_number(m.get("weight")) and np.isfinite(m["weight"]))
             if not ok:
                 raise _bad(path, "feature_space", f"view {i} is malformed (needs kind full/abstract, a name, a "
                                                   "finite weight and a boolean 'fitted')")

@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
+from envsched.errors import EnvSchedError, InvalidValueError, is_int, is_number
 from envsched.llm_http import MAX_JSON_DEPTH, MAX_RESPONSE_BYTES, LLMResponseError, loads_bounded, post_bounded
 from envsched.method.graph.abstraction import (
     ABSTRACTION_SCHEMA,
@@ -77,11 +78,11 @@ Do not estimate difficulty, success rates, rewards or how an agent would behave;
 Answer with the JSON object only."""
 
 
-class _Retry(Exception):
+class _Retry(EnvSchedError):
     """A problem worth another attempt (carried to tenacity)."""
 
 
-class _HTTPStatus(Exception):
+class _HTTPStatus(EnvSchedError):
     """An HTTP error status from the endpoint (decided on by :meth:`LLMAbstractor._attempt`)."""
 
     def __init__(self, status_code: int, reason_phrase: str) -> None:
@@ -90,7 +91,7 @@ class _HTTPStatus(Exception):
         self.reason_phrase = reason_phrase
 
 
-class LLMAbstractionError(RuntimeError):
+class LLMAbstractionError(EnvSchedError, RuntimeError):
     """The LLM endpoint did not give a valid abstract representation after the allowed retries."""
 
 
@@ -165,11 +166,12 @@ class LLMAbstractor:
             raise ValueError("an llm model name is required")
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if not is_number(timeout) or not timeout > 0:
+            raise InvalidValueError(f"timeout must be a positive number of seconds, got {timeout!r}", name="timeout",
+                                    value=timeout)
         for name, cap in (("max_response_bytes", max_response_bytes), ("max_json_depth", max_json_depth)):
-            if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
-                raise ValueError(f"{name} must be a positive integer, got {cap!r}")
+            if not is_int(cap) or cap < 1:
+                raise InvalidValueError(f"{name} must be a positive integer, got {cap!r}", name=name, value=cap)
         self.max_response_bytes = max_response_bytes
         self.max_json_depth = max_json_depth
         try:

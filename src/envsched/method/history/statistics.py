@@ -1,3 +1,4 @@
+# Over 700 lines: History and the loaders of its own state_dict, which must agree field by field.
 """Stage 1 of EnvSched: what the scheduler remembers of its rollouts (paper B, B.1).
 
 Every scheduled group becomes one *observation*: the reward mean ``m``, the population variance ``v`` and

@@ -1,6 +1,7 @@
 """Stage 3 of EnvSched, batch scheduling: which pairs the next batch rolls out.
 
 - ``batch``: cold start, coverage and exploitation phases, caps, similarity penalty, filters;
+- ``policy``: the presets as scheduling policies (``PaperPolicy``, ``AdaptivePolicy``): the batch's inputs and trace;
 - ``identifier_filter``: the identifier filter over trajectories (and its BFCL multi-turn implementation).
 """
 
@@ -11,14 +12,28 @@ from envsched.method.scheduling.identifier_filter import (
     IdentifierVerdict,
     Trajectory,
 )
+from envsched.method.scheduling.policy import (
+    AdaptivePolicy,
+    BatchInputs,
+    PaperPolicy,
+    PolicyTrace,
+    SchedulingPolicy,
+    make_policy,
+)
 
 __all__ = [
+    "AdaptivePolicy",
+    "BatchInputs",
     "BfclIdentifierFilter",
     "IdentifierFilter",
     "IdentifierVerdict",
+    "PaperPolicy",
     "Pick",
+    "PolicyTrace",
     "SchedulingContext",
+    "SchedulingPolicy",
     "Trajectory",
     "build_batch",
+    "make_policy",
     "representative_scores",
 ]

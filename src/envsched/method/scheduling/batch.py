@@ -1,3 +1,4 @@
+# Over 700 lines: every phase of a batch (cold start, coverage, exploitation, fill) works on one _Batch state.
 """Stage 3 of EnvSched: turning predictions into a batch (2.4, C).
 
 A batch of ``n`` pairs is built pick by pick, in phases:
@@ -43,13 +44,15 @@ the same (the adaptive scores of a pool that is mostly unobserved), the exact ar
 candidate's similarity and a pick costs one whole row, as before. The choices are exactly those of the
 plain ``O(N B)`` rules (``tests/method/scheduling/test_batch_reference.py`` compares both).
 
-**Adaptive mode** (ours; :class:`AdaptiveInputs`, computed by the sampler from
-:mod:`envsched.method.history.signal`): the coverage slots come from the adaptive share; coverage orders
-environments by lower current-step coverage, then never-selected first, then an upper confidence bound on the
-environment's signal rate weighted by its size, and picks the task with the highest optimistic signal
-probability; exploitation ranks by the probability that a group has signal; the consecutive cap and the
-exposure discount apply only to tasks whose signal declines. Caps ``C1`` / ``C3`` are stated for
-``batch_size`` and scaled by ``n / batch_size`` (:meth:`SchedulerConfig.caps_for`), in both modes.
+**Policies.** After cold start, what the rules above rank by comes from the preset's scheduling policy
+(:mod:`envsched.method.scheduling.policy`) as one complete :class:`~envsched.method.scheduling.policy.BatchInputs`:
+the coverage slots, the environment order after the coverage level ("fewer cumulative selections" above), the
+coverage task score and whether fewest observations come first ("then informativeness" above), the exploitation
+score ("informativeness" above), and where the consecutive cap and the exposure discount apply. The paper's
+policy supplies the values described above; the default's (ours) the online share, the UCB environment order,
+the optimistic signal probability, the group-signal probability and the caps on declining tasks only. The
+builder applies the same rules to either. Caps ``C1`` / ``C3`` are stated for ``batch_size`` and scaled by
+``n / batch_size`` (:meth:`SchedulerConfig.caps_for`), in both presets.
 """
 
 from __future__ import annotations
@@ -64,8 +67,9 @@ from envsched.method.config import SchedulerConfig
 from envsched.method.graph.dual_graph import DualRelationGraph
 from envsched.method.history.prediction import Prediction
 from envsched.method.history.statistics import History
+from envsched.method.scheduling.policy import BatchInputs
 
-__all__ = ["AdaptiveInputs", "BatchSimilarity", "Pick", "SchedulingContext", "SimilarityIndex", "build_batch",
+__all__ = ["BatchSimilarity", "Pick", "SchedulingContext", "SimilarityIndex", "build_batch",
            "representative_scores"]
 
 
@@ -309,27 +313,6 @@ class Pick:
 
 
 @dataclass
-class AdaptiveInputs:
-    """What the adaptive rules add to a batch (``None`` fields: the paper's rule for that part).
-
-    Attributes:
-        coverage_slots: coverage slots of this batch (the adaptive share), else ``round(coverage_share * n)``.
-        env_priority: ``(E,)`` coverage order of environments after the current-step coverage level
-            (``inf`` for never-selected ones); replaces "fewer cumulative selections".
-        coverage_score: ``(N,)`` task score inside the chosen environment; replaces "fewer observations, then
-            informativeness".
-        exploitation_score: ``(N,)`` replaces informativeness in exploitation and fill.
-        caps_active: ``(N,)`` bool, where the consecutive cap and the exposure discount apply.
-    """
-
-    coverage_slots: int | None = None
-    env_priority: np.ndarray | None = None
-    coverage_score: np.ndarray | None = None
-    exploitation_score: np.ndarray | None = None
-    caps_active: np.ndarray | None = None
-
-
-@dataclass
 class SchedulingContext:
     """Everything one batch is built from."""
 
@@ -344,7 +327,7 @@ class SchedulingContext:
     identifier_flagged: np.ndarray  # (N,) bool
     centrality: np.ndarray  # (N,) representative scores for cold start
     similarity: SimilarityIndex  # static similarity structures of the graph
-    adaptive: AdaptiveInputs | None = None  # the adaptive mode's inputs (None: the paper's rules)
+    inputs: BatchInputs | None = None  # the policy's inputs; needed whenever there is a prediction
 
 
 def representative_scores(graph: DualRelationGraph) -> np.ndarray:
@@ -369,9 +352,8 @@ class _Batch:
         self.sim = BatchSimilarity(ctx.similarity)
         self.c1, self.c3 = ctx.config.caps_for(self.n)
         self.blocked = ctx.history.consecutive_blocked()
-        ad = ctx.adaptive
-        if ad is not None and ad.caps_active is not None:
-            self.blocked &= ad.caps_active
+        if ctx.prediction is not None:  # after cold start the policy says where the caps apply
+            self.blocked &= ctx.inputs.caps_active
         self.env_cum = ctx.history.env_selection_counts()
         self.task_obs = ctx.history.task_observation_counts()
 
@@ -628,9 +610,9 @@ def _cold_start(b: _Batch, n: int) -> None:
                    novelty=top, relaxed=list(relaxed)))
 
 
-def _coverage(b: _Batch, n_slots: int, info: np.ndarray) -> None:
-    """Coverage picks: the environment by (current-step coverage, then cumulative selections or the adaptive
-    priority), the task in it by (fewest observations, then penalised informativeness) or the adaptive score.
+def _coverage(b: _Batch, n_slots: int) -> None:
+    """Coverage picks: the environment by (current-step coverage, then the policy's environment order), the task
+    in it by (fewest observations if the policy says so, then) the policy's penalised coverage score.
 
     Environments not yet in the batch (coverage level 0) are sorted once by their order key; the tied group of
     environments is then a run of that order, and only environments already in the batch (at most ``n``) are
@@ -640,14 +622,10 @@ def _coverage(b: _Batch, n_slots: int, info: np.ndarray) -> None:
     target = len(b.picks) + n_slots
     ok = ~b.in_batch & ~b.blocked  # maintained per pick below
     avail = np.bincount(env[ok], minlength=ctx.num_envs)
-    ad = ctx.adaptive
-    # environment order after the coverage level, smallest first: fewer cumulative selections, or (adaptive)
-    # the higher priority
-    key = b.env_cum if ad is None or ad.env_priority is None else -ad.env_priority
-    if ad is not None and ad.coverage_score is not None:
-        score, obs = ad.coverage_score, None
-    else:
-        score, obs = info, b.task_obs
+    inputs = ctx.inputs
+    key = inputs.env_order  # environment order after the coverage level, smallest first
+    score = inputs.coverage_score
+    obs = b.task_obs if inputs.coverage_fewest_observed_first else None
     scorer = b.penalised(score)
     fresh = np.flatnonzero((b.env_batch == 0) & (avail > 0)) if min(b.c1, b.c3) > 0 else np.zeros(0, np.int64)
     fresh = fresh[np.argsort(key[fresh], kind="stable")]
@@ -729,14 +707,14 @@ def _exploitation(b: _Batch, n_slots: int, base: np.ndarray, exposure: np.ndarra
                    exposure=float(exposure[p]), exposure_discount=float(discount[p])))
 
 
-def _fill(b: _Batch, n: int, info: np.ndarray) -> None:
+def _fill(b: _Batch, n: int, base: np.ndarray) -> None:
     ctx, cfg = b.ctx, b.ctx.config
     filtered = ctx.history.progress_filtered()
 
     def valid(c: np.ndarray) -> np.ndarray:
         return ~b.in_batch[c]
 
-    scorer = b.penalised(info)
+    scorer = b.penalised(base)
     ranked = _Ranked(b, lambda: np.flatnonzero(~b.in_batch), lambda c: scorer[1](c)[0], None,
                      _shortlist(n - len(b.picks)))
     while len(b.picks) < n:
@@ -756,33 +734,32 @@ def _fill(b: _Batch, n: int, info: np.ndarray) -> None:
             relaxed.append("progress_filter")
         if cfg.use_identifier_filter and ctx.identifier_flagged[p]:
             relaxed.append("identifier_filter")
-        b.add(Pick(pos=p, phase="fill", rank=0, score=score, base_score=float(info[p]), max_similarity=ms,
+        b.add(Pick(pos=p, phase="fill", rank=0, score=score, base_score=float(base[p]), max_similarity=ms,
                    relaxed=relaxed))
 
 
 def build_batch(ctx: SchedulingContext, n: int) -> list[Pick]:
-    """Select ``n`` distinct tasks (``n`` <= N). Deterministic given the context (tiebreaks included)."""
+    """Select ``n`` distinct tasks (``n`` <= N). Deterministic given the context (tiebreaks included).
+    Cold start when there is no prediction; otherwise ``ctx.inputs`` (the policy's) is required."""
+    if ctx.prediction is not None and ctx.inputs is None:
+        raise ValueError("a SchedulingContext with a prediction needs the policy's inputs (ctx.inputs)")
     b = _Batch(ctx, n)
     cfg = ctx.config
     if ctx.prediction is None:
         _cold_start(b, n)
         return b.picks
-    info = ctx.prediction.informativeness
-    ad = ctx.adaptive
-    n_cov = ad.coverage_slots if ad is not None and ad.coverage_slots is not None else cfg.coverage_slots_for(n)
-    if n_cov:
-        _coverage(b, n_cov, info)
+    inputs = ctx.inputs
+    if inputs.coverage_slots:
+        _coverage(b, inputs.coverage_slots)
     n_exp = n - len(b.picks)
-    score = ad.exploitation_score if ad is not None and ad.exploitation_score is not None else info
+    score = inputs.exploitation_score
     if n_exp and cfg.mode != "coverage_only":
         exposure = ctx.history.exposure(cfg.long_half_life)
-        discount = np.power(1.0 + exposure, -cfg.exposure_power)
-        if ad is not None and ad.caps_active is not None:
-            discount = np.where(ad.caps_active, discount, 1.0)
+        discount = np.where(inputs.caps_active, np.power(1.0 + exposure, -cfg.exposure_power), 1.0)
         _exploitation(b, n_exp, score * discount, exposure, discount)
     if len(b.picks) < n:
         # exploitation ran out of candidates (filters, quotas): the rest goes to the coverage rules
-        _coverage(b, n - len(b.picks), info)
+        _coverage(b, n - len(b.picks))
     if len(b.picks) < n:
         _fill(b, n, score)
     return b.picks

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from envsched.envs.base import Trajectory  # defined with the environments that produce it; re-exported here
+from envsched.errors import is_int
 
 __all__ = [
     "BfclIdentifierFilter",
@@ -118,7 +119,7 @@ def call_identifiers(call: str) -> list[str]:
     for v in _literal_values(tree):
         if isinstance(v, str) and _is_identifier(v):
             out.append(v.strip())
-        elif isinstance(v, int) and not isinstance(v, bool) and len(str(abs(v))) >= 5:
+        elif is_int(v) and len(str(abs(v))) >= 5:
             out.append(str(v))
     return sorted(set(out))
 

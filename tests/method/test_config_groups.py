@@ -1,0 +1,82 @@
+"""SchedulerConfig's sub-configurations: every field in exactly one group (or top level), the groups' defaults
+are the config's, views are frozen values, ``from_parts`` builds the same config as the flat constructor, and
+the flat format of ``to_dict`` / ``from_dict`` (what stores hold) is unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from envsched.errors import InvalidValueError
+from envsched.method.config import (
+    PAPER_PRESET,
+    SCHEDULER_GROUPS,
+    SCHEDULER_TOP_FIELDS,
+    AdaptiveConfig,
+    CapsConfig,
+    ExploitationConfig,
+    HistoryConfig,
+    SchedulerConfig,
+)
+
+GOLDEN = Path(__file__).parent / "data" / "policy_golden.json"
+
+
+def test_every_field_is_in_exactly_one_group_or_top_level_with_the_same_default():
+    flat = [f.name for f in dataclasses.fields(SchedulerConfig)]
+    grouped = [f.name for g in SCHEDULER_GROUPS.values() for f in dataclasses.fields(g)]
+    assert len(flat) == 41 and sorted(grouped + list(SCHEDULER_TOP_FIELDS)) == sorted(flat)
+    assert len(set(grouped)) == len(grouped) and not set(grouped) & set(SCHEDULER_TOP_FIELDS)
+    default = SchedulerConfig()
+    for name, group in SCHEDULER_GROUPS.items():
+        assert getattr(default, name) == group()
+        assert dataclasses.is_dataclass(group) and group.__dataclass_params__.frozen
+
+
+def test_views_carry_the_configs_values_and_are_frozen():
+    c = SchedulerConfig.paper(max_per_env_coverage=3, long_half_life=6.0, decline_penalty=0.4)
+    assert c.caps.max_per_env_coverage == 3 and c.caps.env_quota_per_batch == 11
+    assert c.history == HistoryConfig(long_half_life=6.0)
+    assert c.exploitation.decline_penalty == 0.4
+    assert c.adaptive == AdaptiveConfig(**{k: v for k, v in PAPER_PRESET.items() if k != "coverage_share"})
+    assert c.coverage.coverage_share == 0.5
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.caps.max_per_env_coverage = 5  # type: ignore[misc]
+
+
+def test_from_parts_equals_the_flat_constructor():
+    parts = SchedulerConfig.from_parts(caps=CapsConfig(max_per_env_coverage=3, similarity_penalty=0.5),
+                                       history=HistoryConfig(long_half_life=6.0), batch_size=32)
+    assert parts == SchedulerConfig(max_per_env_coverage=3, similarity_penalty=0.5, long_half_life=6.0, batch_size=32)
+    # a flat field overrides its group's value; a missing group is its defaults
+    assert SchedulerConfig.from_parts(caps=CapsConfig(max_per_env_coverage=3), max_per_env_coverage=2) == \
+        SchedulerConfig(max_per_env_coverage=2)
+    paper = SchedulerConfig.paper()
+    assert SchedulerConfig.from_parts(adaptive=paper.adaptive) == paper
+    assert SchedulerConfig.from_parts(**{name: getattr(paper, name) for name in SCHEDULER_GROUPS},
+                                      **{k: getattr(paper, k) for k in SCHEDULER_TOP_FIELDS}) == paper
+
+
+def test_from_parts_validates_the_whole_config():
+    with pytest.raises(InvalidValueError, match="max_per_env_coverage must be an integer >= 1") as exc:
+        SchedulerConfig.from_parts(caps=CapsConfig(max_per_env_coverage=0))
+    assert exc.value.name == "max_per_env_coverage"
+    with pytest.raises(InvalidValueError, match=r"decline_penalty=0\.5 changes no batch here"):
+        SchedulerConfig.from_parts(exploitation=ExploitationConfig(decline_penalty=0.5))  # unread by the default
+    with pytest.raises(InvalidValueError, match="caps must be a CapsConfig, got HistoryConfig"):
+        SchedulerConfig.from_parts(caps=HistoryConfig())  # type: ignore[arg-type]
+
+
+def test_the_flat_format_is_unchanged_and_old_configs_load():
+    saved = json.loads(GOLDEN.read_text())["states"]
+    for name, config in (("adaptive", SchedulerConfig(rollouts_per_task=8)), ("paper", SchedulerConfig.paper())):
+        stored = saved[name]["state"]["extra"]["config"]  # written before the sub-configurations existed
+        assert config.to_dict() == stored
+        assert SchedulerConfig.from_dict(stored) == config
+    # a state from before the coverage share: the paper's rules with coverage_slots of batch_size
+    old = {k: v for k, v in SchedulerConfig.paper().to_dict().items() if k not in PAPER_PRESET}
+    old["coverage_slots"] = 16
+    assert SchedulerConfig.from_dict(old) == SchedulerConfig.paper(coverage_share=0.25)
