@@ -95,6 +95,7 @@ VALUES: dict[str, tuple[Any, Any]] = {
     "adaptive_coverage": (True, False), "ucb_quantile": (0.6, 0.99), "env_size_power": (0.0, 1.0),
     "exploitation_score": ("variance", "signal_probability"), "exploitation_rule": ("mean", "upper_quantile"),
     "signal_prior_ess": (1.0, 16.0), "caps_on_decline_only": (True, False), "history_tolerance": (0.0, 0.5),
+    "informativeness_weight": (0.0, 1.0), "use_calibration": (True, False),
 }
 #: Read by explanations only (which records list how many neighbours), never by a batch: checked separately.
 EXPLANATION_ONLY = {"explain_max_neighbors"}

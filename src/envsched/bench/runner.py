@@ -74,6 +74,9 @@ _DESCRIPTIONS = {
     "envsched-no-within": "EnvSched ablation: without within-environment edges",
     "envsched-no-cross": "EnvSched ablation: without cross-environment edges",
     "envsched-no-graph": "EnvSched ablation: no graph (each task's own history and the global reference only)",
+    "envsched-no-calibration": "EnvSched ablation: no calibration (the variance estimates' blend, no percentile "
+                               "ranks or quantile mapping)",
+    "envsched-no-decline": "EnvSched ablation: no recent-decline term (decline_penalty=0)",
     "envsched-variance-score": "EnvSched ablation: exploitation by the paper's calibrated variance prediction "
                                "instead of the signal probability",
     "envsched-fixed-share": "EnvSched ablation: the fixed coverage share instead of the online one",

@@ -17,6 +17,9 @@ ENVSCHED_VARIANTS: dict[str, dict[str, Any]] = {
     "envsched-no-cross": {"use_cross_edges": False},
     # no graph: each task's own history, the global reference where it has none (no propagated prior)
     "envsched-no-graph": {"use_within_edges": False, "use_cross_edges": False},
+    # the paper's calibration (percentile ranks and quantile mapping) and its recent-decline term
+    "envsched-no-calibration": {"use_calibration": False},
+    "envsched-no-decline": {"decline_penalty": 0.0},
     # the default with one of its own rules (docs/envsched-sampler.md) switched back to the paper's
     "envsched-variance-score": {"exploitation_score": "variance"},
     "envsched-fixed-share": {"adaptive_share": False},

@@ -103,6 +103,9 @@ exploitation score                     ``exploitation_score``                   
 how the posterior is turned into a     ``exploitation_rule`` (``"mean"`` /      ``"mean"``
 score                                  ``"thompson"`` / ``"upper_quantile"``)
 graph prior's weight in rollouts       ``signal_prior_ess``                     4.0
+weight of the paper's calibrated       ``informativeness_weight``               0.0
+informativeness in the exploitation
+score (rank fusion)
 task cap and exposure discount only    ``caps_on_decline_only``                 True
 for tasks whose signal declines
 =====================================  =======================================  ==========================
@@ -412,14 +415,15 @@ PAPER_PRESET: dict[str, Any] = {
 }
 
 #: Knobs read only by the calibrated informativeness of the paper's pipeline (fusion with the task's history,
-#: the reconstructed variance, the recent-decline term, the clips of ``v`` and ``d``). The default preset decides
-#: exploitation by the signal probability and coverage by its optimistic bound, so it reads none of them; they
-#: act with ``exploitation_score="variance"`` or ``adaptive_coverage=False`` (the paper preset).
+#: the reconstructed variance, the recent-decline term, the clips of ``v`` and ``d``). They act with
+#: ``exploitation_score="variance"``, ``adaptive_coverage=False`` (the paper preset) or, in the default's
+#: signal-probability score, ``informativeness_weight > 0`` (the rank fusion).
 INFORMATIVENESS_FIELDS: tuple[str, ...] = ("prior_strength", "reconstruction_weight", "decline_penalty",
-                                           "variance_clip", "dispersion_clip")
+                                           "use_calibration", "variance_clip", "dispersion_clip")
 
 _INFO_READER = ("the calibrated informativeness of the paper's pipeline, which decides batches only with "
-                "exploitation_score='variance' or adaptive_coverage=False (the paper preset, SchedulerConfig.paper())")
+                "exploitation_score='variance', adaptive_coverage=False (the paper preset, SchedulerConfig.paper()) "
+                "or informativeness_weight > 0")
 
 #: For each knob that some switch can make unread: the mechanism that reads it and how to turn it on
 #: (:meth:`SchedulerConfig.unread_fields`). Every other field is read by both presets.
@@ -434,6 +438,8 @@ KNOB_READERS: dict[str, str] = {
     "env_size_power": "adaptive coverage (adaptive_coverage=True, the default preset SchedulerConfig())",
     "exploitation_rule": "the signal-probability exploitation score (exploitation_score='signal_probability', "
                          "the default preset SchedulerConfig())",
+    "informativeness_weight": "the signal-probability exploitation score (exploitation_score='signal_probability', "
+                              "the default preset SchedulerConfig())",
     "signal_prior_ess": "the signal posterior (exploitation_score='signal_probability' or adaptive_coverage=True, "
                         "the default preset SchedulerConfig())",
 }
@@ -448,6 +454,7 @@ ADAPTIVE_TUNING_SPACE: dict[str, tuple[float, float] | list[Any]] = {
     "ucb_quantile": (0.6, 0.99),
     "env_size_power": (0.0, 1.0),
     "signal_prior_ess": (1.0, 16.0),
+    "informativeness_weight": (0.0, 1.0),
     "exploitation_rule": ["mean", "thompson", "upper_quantile"],
     "caps_on_decline_only": [True, False],
     "adaptive_share": [True, False],
@@ -498,6 +505,7 @@ class ExploitationConfig:
     use_cross_edges: bool = True
     use_progress_filter: bool = True
     use_identifier_filter: bool = True
+    use_calibration: bool = True
 
 
 @dataclass(frozen=True)
@@ -531,6 +539,7 @@ class AdaptiveConfig:
     exploitation_score: str = "signal_probability"
     exploitation_rule: str = "mean"
     signal_prior_ess: float = 4.0
+    informativeness_weight: float = 0.0
     caps_on_decline_only: bool = True
 
 
@@ -630,6 +639,9 @@ class SchedulerConfig:
         use_within_edges, use_cross_edges: ablations "without within-environment edges" / "without
             cross-environment edges" (3.4.1). With both off the prior is the global reference.
         use_progress_filter, use_identifier_filter: switch the two candidate filters off.
+        use_calibration: ablation "without calibration": each half-life's score is the blend
+            ``(1 - a) v + a d m (1 - m)`` of the two variance estimates themselves, without the percentile ranks
+            over all N pairs and the quantile mapping (B.1).
         explain_max_neighbors: neighbours listed per relation in an explanation record (``None``: all).
 
     Adaptive mode (ours; all off in :data:`PAPER_PRESET`):
@@ -674,6 +686,10 @@ class SchedulerConfig:
             tasks whose groups were mixed.
         signal_prior_ess: equivalent sample size of the graph prior, in rollouts (4.0 = ``prior_strength *
             rollouts_per_task`` at the defaults: the graph prior weighs half a group, as in the paper mode).
+        informativeness_weight: with ``exploitation_score="signal_probability"``, the weight ``w`` of the paper's
+            calibrated informativeness in the exploitation score, fused by rank: ``(1 - w) pct(signal score) +
+            w pct(informativeness)``, percentile ranks over all N pairs. 0 (the signal score alone) leaves the
+            paper's pipeline out of exploitation; 1 ranks exploitation by the paper's score alone.
         caps_on_decline_only: apply ``max_consecutive_selections`` and the exposure discount only to tasks
             whose signal declines (their short-half-life signal rate is below the long-half-life one); a
             task whose groups keep being mixed may be re-picked every batch. The paper applies both always.
@@ -716,6 +732,7 @@ class SchedulerConfig:
     use_cross_edges: bool = ExploitationConfig.use_cross_edges
     use_progress_filter: bool = ExploitationConfig.use_progress_filter
     use_identifier_filter: bool = ExploitationConfig.use_identifier_filter
+    use_calibration: bool = ExploitationConfig.use_calibration
     explain_max_neighbors: int | None = ExplanationConfig.explain_max_neighbors
     adaptive_share: bool = AdaptiveConfig.adaptive_share
     yield_half_life: float = AdaptiveConfig.yield_half_life
@@ -726,6 +743,7 @@ class SchedulerConfig:
     exploitation_score: str = AdaptiveConfig.exploitation_score
     exploitation_rule: str = AdaptiveConfig.exploitation_rule
     signal_prior_ess: float = AdaptiveConfig.signal_prior_ess
+    informativeness_weight: float = AdaptiveConfig.informativeness_weight
     caps_on_decline_only: bool = AdaptiveConfig.caps_on_decline_only
     history_tolerance: float = HistoryConfig.history_tolerance
 
@@ -798,8 +816,9 @@ class SchedulerConfig:
         """Fields that no batch reads under this configuration's switches, each with the mechanism that reads
         it and the switch that turns that mechanism on (:data:`KNOB_READERS`). Setting one of them to anything but
         its default is refused (``ValueError``): it would change nothing, silently."""
-        info = self.exploitation_score == "variance" or not self.adaptive_coverage
         signal = self.exploitation_score == "signal_probability"
+        info = (self.exploitation_score == "variance" or not self.adaptive_coverage
+                or (signal and self.informativeness_weight > 0))
         read = {
             **dict.fromkeys(INFORMATIVENESS_FIELDS, info),
             "short_half_life": info or self.caps_on_decline_only,
@@ -809,6 +828,7 @@ class SchedulerConfig:
             "env_size_power": self.adaptive_coverage,
             "exploitation_rule": signal,
             "signal_prior_ess": signal or self.adaptive_coverage,
+            "informativeness_weight": signal,
         }
         return {name: KNOB_READERS[name] for name, is_read in read.items() if not is_read}
 
@@ -853,9 +873,10 @@ class SchedulerConfig:
                          "every task)")
         _num("env_size_power", 0.0, 4.0)
         _num("signal_prior_ess", 0.0, inf, open_low=True)
+        _num("informativeness_weight", 0.0, 1.0)
         _num("history_tolerance", 0.0, 0.5)
         for name in ("adaptive_share", "adaptive_coverage", "caps_on_decline_only", "use_within_edges",
-                     "use_cross_edges", "use_progress_filter", "use_identifier_filter"):
+                     "use_cross_edges", "use_progress_filter", "use_identifier_filter", "use_calibration"):
             if not isinstance(getattr(self, name), bool):
                 problems.add(name, f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.exploitation_score not in EXPLOITATION_SCORES:
