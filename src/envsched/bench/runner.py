@@ -77,8 +77,8 @@ _DESCRIPTIONS = {
     "envsched-no-calibration": "EnvSched ablation: no calibration (the variance estimates' blend, no percentile "
                                "ranks or quantile mapping)",
     "envsched-no-decline": "EnvSched ablation: no recent-decline term (decline_penalty=0)",
-    "envsched-variance-score": "EnvSched ablation: exploitation by the paper's calibrated variance prediction "
-                               "instead of the signal probability",
+    "envsched-signal-score": "EnvSched variant: exploitation by the probability that a group has signal (Beta "
+                             "posterior; the default before 2026-12-04) instead of the paper's calibrated prediction",
     "envsched-fixed-share": "EnvSched ablation: the fixed coverage share instead of the online one",
     "envsched-paper-coverage": "EnvSched ablation: the paper's coverage ranking instead of the UCB one",
     "envsched-caps-always": "EnvSched ablation: concentration caps at every step, not only on decline",

@@ -21,7 +21,8 @@ ENVSCHED_VARIANTS: dict[str, dict[str, Any]] = {
     "envsched-no-calibration": {"use_calibration": False},
     "envsched-no-decline": {"decline_penalty": 0.0},
     # the default with one of its own rules (docs/envsched-sampler.md) switched back to the paper's
-    "envsched-variance-score": {"exploitation_score": "variance"},
+    # the former default's score: the probability that a group has signal, from the Beta posterior
+    "envsched-signal-score": {"exploitation_score": "signal_probability"},
     "envsched-fixed-share": {"adaptive_share": False},
     "envsched-paper-coverage": {"adaptive_coverage": False},
     "envsched-caps-always": {"caps_on_decline_only": False},

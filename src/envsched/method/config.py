@@ -103,9 +103,6 @@ exploitation score                     ``exploitation_score``                   
 how the posterior is turned into a     ``exploitation_rule`` (``"mean"`` /      ``"mean"``
 score                                  ``"thompson"`` / ``"upper_quantile"``)
 graph prior's weight in rollouts       ``signal_prior_ess``                     4.0
-weight of the paper's calibrated       ``informativeness_weight``               0.0
-informativeness in the exploitation
-score (rank fusion)
 task cap and exposure discount only    ``caps_on_decline_only``                 True
 for tasks whose signal declines
 =====================================  =======================================  ==========================
@@ -415,15 +412,13 @@ PAPER_PRESET: dict[str, Any] = {
 }
 
 #: Knobs read only by the calibrated informativeness of the paper's pipeline (fusion with the task's history,
-#: the reconstructed variance, the recent-decline term, the clips of ``v`` and ``d``). They act with
-#: ``exploitation_score="variance"``, ``adaptive_coverage=False`` (the paper preset) or, in the default's
-#: signal-probability score, ``informativeness_weight > 0`` (the rank fusion).
+#: the reconstructed variance, the recent-decline term, the calibration, the clips of ``v`` and ``d``). They act
+#: with ``exploitation_score="variance"`` (both presets) or ``adaptive_coverage=False`` (the paper preset).
 INFORMATIVENESS_FIELDS: tuple[str, ...] = ("prior_strength", "reconstruction_weight", "decline_penalty",
                                            "use_calibration", "variance_clip", "dispersion_clip")
 
 _INFO_READER = ("the calibrated informativeness of the paper's pipeline, which decides batches only with "
-                "exploitation_score='variance', adaptive_coverage=False (the paper preset, SchedulerConfig.paper()) "
-                "or informativeness_weight > 0")
+                "exploitation_score='variance' or adaptive_coverage=False")
 
 #: For each knob that some switch can make unread: the mechanism that reads it and how to turn it on
 #: (:meth:`SchedulerConfig.unread_fields`). Every other field is read by both presets.
@@ -436,12 +431,9 @@ KNOB_READERS: dict[str, str] = {
     "ucb_quantile": "adaptive coverage (adaptive_coverage=True, the default preset SchedulerConfig()) or "
                     "exploitation_rule='upper_quantile' with exploitation_score='signal_probability'",
     "env_size_power": "adaptive coverage (adaptive_coverage=True, the default preset SchedulerConfig())",
-    "exploitation_rule": "the signal-probability exploitation score (exploitation_score='signal_probability', "
-                         "the default preset SchedulerConfig())",
-    "informativeness_weight": "the signal-probability exploitation score (exploitation_score='signal_probability', "
-                              "the default preset SchedulerConfig())",
-    "signal_prior_ess": "the signal posterior (exploitation_score='signal_probability' or adaptive_coverage=True, "
-                        "the default preset SchedulerConfig())",
+    "exploitation_rule": "the signal-probability exploitation score (exploitation_score='signal_probability')",
+    "signal_prior_ess": "the signal posterior (adaptive_coverage=True, the default preset SchedulerConfig(), or "
+                        "exploitation_score='signal_probability')",
 }
 
 #: Search space of the adaptive mode's knobs for the symmetric tuning protocol: ``(low, high)`` for a number,
@@ -454,7 +446,6 @@ ADAPTIVE_TUNING_SPACE: dict[str, tuple[float, float] | list[Any]] = {
     "ucb_quantile": (0.6, 0.99),
     "env_size_power": (0.0, 1.0),
     "signal_prior_ess": (1.0, 16.0),
-    "informativeness_weight": (0.0, 1.0),
     "exploitation_rule": ["mean", "thompson", "upper_quantile"],
     "caps_on_decline_only": [True, False],
     "adaptive_share": [True, False],
@@ -536,10 +527,9 @@ class AdaptiveConfig:
     adaptive_coverage: bool = True
     ucb_quantile: float = 0.9
     env_size_power: float = 0.5
-    exploitation_score: str = "signal_probability"
+    exploitation_score: str = "variance"
     exploitation_rule: str = "mean"
     signal_prior_ess: float = 4.0
-    informativeness_weight: float = 0.0
     caps_on_decline_only: bool = True
 
 
@@ -686,10 +676,6 @@ class SchedulerConfig:
             tasks whose groups were mixed.
         signal_prior_ess: equivalent sample size of the graph prior, in rollouts (4.0 = ``prior_strength *
             rollouts_per_task`` at the defaults: the graph prior weighs half a group, as in the paper mode).
-        informativeness_weight: with ``exploitation_score="signal_probability"``, the weight ``w`` of the paper's
-            calibrated informativeness in the exploitation score, fused by rank: ``(1 - w) pct(signal score) +
-            w pct(informativeness)``, percentile ranks over all N pairs. 0 (the signal score alone) leaves the
-            paper's pipeline out of exploitation; 1 ranks exploitation by the paper's score alone.
         caps_on_decline_only: apply ``max_consecutive_selections`` and the exposure discount only to tasks
             whose signal declines (their short-half-life signal rate is below the long-half-life one); a
             task whose groups keep being mixed may be re-picked every batch. The paper applies both always.
@@ -743,7 +729,6 @@ class SchedulerConfig:
     exploitation_score: str = AdaptiveConfig.exploitation_score
     exploitation_rule: str = AdaptiveConfig.exploitation_rule
     signal_prior_ess: float = AdaptiveConfig.signal_prior_ess
-    informativeness_weight: float = AdaptiveConfig.informativeness_weight
     caps_on_decline_only: bool = AdaptiveConfig.caps_on_decline_only
     history_tolerance: float = HistoryConfig.history_tolerance
 
@@ -816,9 +801,8 @@ class SchedulerConfig:
         """Fields that no batch reads under this configuration's switches, each with the mechanism that reads
         it and the switch that turns that mechanism on (:data:`KNOB_READERS`). Setting one of them to anything but
         its default is refused (``ValueError``): it would change nothing, silently."""
+        info = self.exploitation_score == "variance" or not self.adaptive_coverage
         signal = self.exploitation_score == "signal_probability"
-        info = (self.exploitation_score == "variance" or not self.adaptive_coverage
-                or (signal and self.informativeness_weight > 0))
         read = {
             **dict.fromkeys(INFORMATIVENESS_FIELDS, info),
             "short_half_life": info or self.caps_on_decline_only,
@@ -828,7 +812,6 @@ class SchedulerConfig:
             "env_size_power": self.adaptive_coverage,
             "exploitation_rule": signal,
             "signal_prior_ess": signal or self.adaptive_coverage,
-            "informativeness_weight": signal,
         }
         return {name: KNOB_READERS[name] for name, is_read in read.items() if not is_read}
 
@@ -873,7 +856,6 @@ class SchedulerConfig:
                          "every task)")
         _num("env_size_power", 0.0, 4.0)
         _num("signal_prior_ess", 0.0, inf, open_low=True)
-        _num("informativeness_weight", 0.0, 1.0)
         _num("history_tolerance", 0.0, 0.5)
         for name in ("adaptive_share", "adaptive_coverage", "caps_on_decline_only", "use_within_edges",
                      "use_cross_edges", "use_progress_filter", "use_identifier_filter", "use_calibration"):

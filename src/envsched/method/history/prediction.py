@@ -263,8 +263,8 @@ class Prediction:
 
     @cached_property
     def q(self) -> np.ndarray:
-        """Percentile ranks of the priority (``informativeness``) over all N; explanations and the default's rank
-        fusion (``informativeness_weight > 0``) read them, so they are computed on first use."""
+        """Percentile ranks of the priority (``informativeness``) over all N; only explanations read them, so
+        they are computed on first use."""
         return percentile_ranks(self.informativeness, sort_order(self.informativeness, self.shared))
 
     @property

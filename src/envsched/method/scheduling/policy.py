@@ -31,7 +31,7 @@ import numpy as np
 
 from envsched.method.config import SchedulerConfig
 from envsched.method.history import signal
-from envsched.method.history.prediction import Prediction, percentile_ranks
+from envsched.method.history.prediction import Prediction
 from envsched.method.history.statistics import History
 
 __all__ = ["AdaptivePolicy", "BatchInputs", "PaperPolicy", "PolicyTrace", "SchedulingPolicy", "make_policy"]
@@ -198,9 +198,6 @@ class AdaptivePolicy:
                 score = signal.group_signal(rng.beta(alpha, beta), g)
             else:
                 score = signal.optimistic_signal(alpha, beta, g, c.ucb_quantile)
-            w = c.informativeness_weight
-            if w > 0:  # rank fusion with the paper's calibrated informativeness (percentile ranks over all N)
-                score = (1.0 - w) * percentile_ranks(score) + w * prediction.q
             exploitation = trace["exploitation_score"] = score + 1e-12 * tiebreak
         coverage, env_order = info, env_counts
         if c.adaptive_coverage:
