@@ -98,8 +98,9 @@ coverage env by UCB x size, task by    ``adaptive_coverage``                    
 the posterior's upper quantile
 quantile of both upper bounds          ``ucb_quantile``                         0.9
 env size weight                        ``env_size_power``                       0.5
-exploitation score                     ``exploitation_score``                   ``"signal_probability"``
-                                       (``"variance"`` = the paper's)
+exploitation score                     ``exploitation_score``                   ``"variance"`` (the paper's;
+                                       (``"signal_probability"`` = ours,        ours until 2026-12-04)
+                                       the Beta-posterior score)
 how the posterior is turned into a     ``exploitation_rule`` (``"mean"`` /      ``"mean"``
 score                                  ``"thompson"`` / ``"upper_quantile"``)
 graph prior's weight in rollouts       ``signal_prior_ess``                     4.0
@@ -519,7 +520,8 @@ class ExplanationConfig:
 @dataclass(frozen=True)
 class AdaptiveConfig:
     """The default's own rules (ours; :data:`PAPER_PRESET` switches each off): the online coverage share, the UCB
-    coverage, the signal-probability exploitation score and the caps on declining tasks only."""
+    coverage and the caps on declining tasks only; and the switch to the signal-probability exploitation score
+    (off by default since 2026-12-04: the default's exploitation is the paper's calibrated informativeness)."""
 
     adaptive_share: bool = True
     yield_half_life: float = 8.0
@@ -551,7 +553,9 @@ class SchedulerConfig:
     symbol to its field; fields marked "not in the paper" are this implementation's choices.
 
     ``SchedulerConfig()`` is the **adaptive** mode (the default of :class:`EnvSchedSampler`): the paper's
-    mechanisms plus the adaptive rules below. ``SchedulerConfig.paper()`` is the faithful paper preset.
+    pipeline (exploitation ranked by the calibrated informativeness) plus three rules of ours that act through
+    its mechanisms: the online coverage share, the UCB coverage ranking and the caps on declining tasks only.
+    ``SchedulerConfig.paper()`` is the faithful paper preset.
 
     Sub-configurations: the fields fall into frozen groups (:data:`SCHEDULER_GROUPS`), each readable as one
     value: :attr:`caps` (:class:`CapsConfig`), :attr:`coverage`, :attr:`exploitation` (the prediction pipeline
@@ -563,9 +567,8 @@ class SchedulerConfig:
 
     No inert knob: a field that the configuration's switches leave unread (:meth:`unread_fields`,
     :data:`KNOB_READERS`) must keep its default; any other value is refused with a ``ValueError`` naming the
-    mechanism that reads it. The default reads none of :data:`INFORMATIVENESS_FIELDS` (``prior_strength``,
-    ``reconstruction_weight``, ``decline_penalty``, ``variance_clip``, ``dispersion_clip``); the paper preset
-    reads none of the adaptive rules' knobs.
+    mechanism that reads it. The default reads every field but ``exploitation_rule`` (read only by the
+    signal-probability score); the paper preset reads none of the adaptive rules' knobs.
 
     Attributes:
         batch_size: ``B``, pairs per batch (64): the batch the caps ``C1`` / ``C3`` are stated for.
@@ -660,7 +663,7 @@ class SchedulerConfig:
             usual Bayes-UCB level; higher is more optimistic about little-observed environments and tasks).
         env_size_power: weight of an environment's size in coverage (0.5: the geometric mean of "every
             environment alike" (0, the paper) and "every task alike" (1, uniform sampling)).
-        exploitation_score: ``"variance"`` (the paper's calibrated variance prediction) or
+        exploitation_score: ``"variance"`` (the default: the paper's calibrated variance prediction) or
             ``"signal_probability"``: the probability that a group of ``rollouts_per_task`` rollouts has
             signal (not all rewards equal), ``1 - p^G - (1-p)^G`` for a per-rollout mean ``p``, under a
             Beta posterior per task on its mean reward mapped to [0, 1]. Prior ``Beta(ess * mu, ess *
