@@ -51,7 +51,7 @@ def test_numpy_numbers_are_accepted_and_stored_as_python_numbers():
     ("similarity_penalty", 1.5, r"similarity_penalty must be a number in \[0.0, 1.0\], got 1.5"),
     ("variance_clip", (0.0, True), "variance_clip must be"),
     ("mode", "half", "mode must be one of"),
-    ("decline_penalty", 0.5, "decline_penalty=0.5 changes no batch here"),  # unread by the default preset
+    ("exploitation_rule", "thompson", "exploitation_rule='thompson' changes no batch here"),  # unread by the default
 ])
 def test_scheduler_config_refuses_naming_the_field(field, value, message):
     with pytest.raises(InvalidValueError, match=message) as exc:

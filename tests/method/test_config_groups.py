@@ -17,7 +17,6 @@ from envsched.method.config import (
     SCHEDULER_TOP_FIELDS,
     AdaptiveConfig,
     CapsConfig,
-    ExploitationConfig,
     HistoryConfig,
     SchedulerConfig,
 )
@@ -28,7 +27,7 @@ GOLDEN = Path(__file__).parent / "data" / "policy_golden.json"
 def test_every_field_is_in_exactly_one_group_or_top_level_with_the_same_default():
     flat = [f.name for f in dataclasses.fields(SchedulerConfig)]
     grouped = [f.name for g in SCHEDULER_GROUPS.values() for f in dataclasses.fields(g)]
-    assert len(flat) == 41 and sorted(grouped + list(SCHEDULER_TOP_FIELDS)) == sorted(flat)
+    assert len(flat) == 42 and sorted(grouped + list(SCHEDULER_TOP_FIELDS)) == sorted(flat)
     assert len(set(grouped)) == len(grouped) and not set(grouped) & set(SCHEDULER_TOP_FIELDS)
     default = SchedulerConfig()
     for name, group in SCHEDULER_GROUPS.items():
@@ -64,17 +63,21 @@ def test_from_parts_validates_the_whole_config():
     with pytest.raises(InvalidValueError, match="max_per_env_coverage must be an integer >= 1") as exc:
         SchedulerConfig.from_parts(caps=CapsConfig(max_per_env_coverage=0))
     assert exc.value.name == "max_per_env_coverage"
-    with pytest.raises(InvalidValueError, match=r"decline_penalty=0\.5 changes no batch here"):
-        SchedulerConfig.from_parts(exploitation=ExploitationConfig(decline_penalty=0.5))  # unread by the default
+    with pytest.raises(InvalidValueError, match=r"exploitation_rule='thompson' changes no batch here"):
+        SchedulerConfig.from_parts(adaptive=AdaptiveConfig(exploitation_rule="thompson"))  # unread by the default
     with pytest.raises(InvalidValueError, match="caps must be a CapsConfig, got HistoryConfig"):
         SchedulerConfig.from_parts(caps=HistoryConfig())  # type: ignore[arg-type]
 
 
 def test_the_flat_format_is_unchanged_and_old_configs_load():
     saved = json.loads(GOLDEN.read_text())["states"]
-    for name, config in (("adaptive", SchedulerConfig(rollouts_per_task=8)), ("paper", SchedulerConfig.paper())):
+    # the stored "adaptive" state is the former default (signal-probability score); states written before
+    # use_calibration existed load with its default (the paper's calibration)
+    former = SchedulerConfig(exploitation_score="signal_probability")
+    for name, config in (("adaptive", former), ("paper", SchedulerConfig.paper())):
         stored = saved[name]["state"]["extra"]["config"]  # written before the sub-configurations existed
-        assert config.to_dict() == stored
+        assert "use_calibration" not in stored
+        assert config.to_dict() == {**stored, "use_calibration": True}
         assert SchedulerConfig.from_dict(stored) == config
     # a state from before the coverage share: the paper's rules with coverage_slots of batch_size
     old = {k: v for k, v in SchedulerConfig.paper().to_dict().items() if k not in PAPER_PRESET}

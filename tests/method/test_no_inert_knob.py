@@ -95,6 +95,7 @@ VALUES: dict[str, tuple[Any, Any]] = {
     "adaptive_coverage": (True, False), "ucb_quantile": (0.6, 0.99), "env_size_power": (0.0, 1.0),
     "exploitation_score": ("variance", "signal_probability"), "exploitation_rule": ("mean", "upper_quantile"),
     "signal_prior_ess": (1.0, 16.0), "caps_on_decline_only": (True, False), "history_tolerance": (0.0, 0.5),
+    "use_calibration": (True, False),
 }
 #: Read by explanations only (which records list how many neighbours), never by a batch: checked separately.
 EXPLANATION_ONLY = {"explain_max_neighbors"}
@@ -135,18 +136,24 @@ def test_explain_max_neighbors_changes_the_explanations(bench):
 
 def test_the_read_lists_are_what_the_issue_measured():
     assert set(KNOB_READERS) >= set(SchedulerConfig().unread_fields()) | set(SchedulerConfig.paper().unread_fields())
-    # measured on main before this change: these knobs of the default changed no batch (bit-identical runs)
-    assert set(SchedulerConfig().unread_fields()) == set(INFORMATIVENESS_FIELDS)
+    # measured on main before this change: these knobs of the former default (signal-probability score) changed
+    # no batch (bit-identical runs); the default now decides exploitation by the paper's calibrated
+    # informativeness, which reads them all, and leaves only the signal score's rule unread
+    former = SchedulerConfig(exploitation_score="signal_probability")
+    assert set(former.unread_fields()) == set(INFORMATIVENESS_FIELDS)
     assert set(INFORMATIVENESS_FIELDS) == {"prior_strength", "reconstruction_weight", "decline_penalty",
-                                           "variance_clip", "dispersion_clip"}
+                                           "use_calibration", "variance_clip", "dispersion_clip"}
+    assert set(SchedulerConfig().unread_fields()) == {"exploitation_rule"}
     assert set(SchedulerConfig.paper().unread_fields()) == {"yield_half_life", "coverage_share_floor",
                                                             "ucb_quantile", "env_size_power",
                                                             "exploitation_rule", "signal_prior_ess"}
     # the switches bring them back: the paper's exploitation score makes the default read the informativeness
     assert SchedulerConfig(exploitation_score="variance").unread_fields().keys() >= {"exploitation_rule"}
     assert not set(INFORMATIVENESS_FIELDS) & set(SchedulerConfig(adaptive_coverage=False).unread_fields())
-    assert "short_half_life" in SchedulerConfig(caps_on_decline_only=False).unread_fields()
-    assert "ucb_quantile" not in SchedulerConfig(adaptive_coverage=False,
+    assert "short_half_life" in SchedulerConfig(caps_on_decline_only=False,
+                                                exploitation_score="signal_probability").unread_fields()
+    assert "short_half_life" not in SchedulerConfig(caps_on_decline_only=False).unread_fields()  # the decline term
+    assert "ucb_quantile" not in SchedulerConfig(adaptive_coverage=False, exploitation_score="signal_probability",
                                                  exploitation_rule="upper_quantile").unread_fields()
 
 
@@ -156,8 +163,7 @@ def test_a_knob_the_preset_does_not_read_is_refused_naming_its_reader(preset, fi
     value = b if a == dataclasses.asdict(SchedulerConfig())[field] else a
     with pytest.raises(ValueError, match=rf"{field}=.* changes no batch here: it is read only by") as info:
         PRESETS[preset](**{field: value})
-    assert ("SchedulerConfig.paper()" if preset == "default" else "SchedulerConfig()") in str(info.value) \
-        or field == "ucb_quantile"
+    assert KNOB_READERS[field] in str(info.value)  # names the mechanism and the switch that turns it on
     PRESETS[preset](**{field: dataclasses.asdict(SchedulerConfig())[field]})  # its default is accepted
 
 
@@ -167,8 +173,8 @@ def test_a_state_with_an_unread_knob_is_refused_by_name(bench):
     state = s.state_dict()
     before = json.dumps(state, sort_keys=True, default=str)
     bad = json.loads(before)
-    bad["extra"]["config"]["decline_penalty"] = 0.5
-    with pytest.raises(ValueError, match="decline_penalty"):
+    bad["extra"]["config"]["exploitation_rule"] = "thompson"
+    with pytest.raises(ValueError, match="exploitation_rule"):
         s.load_state_dict(bad)
     assert json.dumps(s.state_dict(), sort_keys=True, default=str) == before
 
@@ -176,9 +182,10 @@ def test_a_state_with_an_unread_knob_is_refused_by_name(bench):
 def test_without_unread_resets_only_what_the_switches_leave_unread():
     c = SchedulerConfig.without_unread({"decline_penalty": 0.46, "prior_strength": 2.6, "adaptive_share": False,
                                         "coverage_share_floor": 0.24, "yield_half_life": 2.5,
-                                        "exposure_power": 0.24, "ucb_quantile": 0.86})
-    assert (c.decline_penalty, c.prior_strength, c.coverage_share_floor, c.yield_half_life) == (0.25, 0.5, 0.0625, 8.0)
+                                        "exposure_power": 0.24, "ucb_quantile": 0.86, "exploitation_rule": "thompson"})
+    assert (c.coverage_share_floor, c.yield_half_life, c.exploitation_rule) == (0.0625, 8.0, "mean")
     assert (c.adaptive_share, c.exposure_power, c.ucb_quantile) == (False, 0.24, 0.86)
+    assert (c.decline_penalty, c.prior_strength) == (0.46, 2.6)  # read by the default's calibrated informativeness
     p = SchedulerConfig.without_unread({**SchedulerConfig.paper().to_dict(), "decline_penalty": 0.46,
                                         "signal_prior_ess": 9.0})
     assert p.is_paper and p.decline_penalty == 0.46 and p.signal_prior_ess == 4.0
@@ -192,6 +199,9 @@ def test_tuned_envsched_space_tunes_only_what_the_default_reads():
     unread = SchedulerConfig().unread_fields()
     assert not set(tuning_space("envsched")) & set(unread)
     assert {"decline_penalty", "prior_strength"} <= set(tuning_space("envsched-paper"))
+    # the default reads the paper's knobs, so they are tuned for it too; the signal score's rule is not
+    assert {"decline_penalty", "prior_strength", "ucb_quantile"} <= set(tuning_space("envsched"))
+    assert "exploitation_rule" not in tuning_space("envsched")
 
 
 # ---------------------------------------------------------------------------------------------- pinned batches
@@ -205,25 +215,30 @@ def _digest(batches: list[list[int]]) -> str:
 # they also depend on reasoning-gym's generated tasks (pinned in constraints/test.txt) and LearnerModel
 @pytest.mark.parametrize(("preset", "digest", "third", "last"), [
     ("paper", "5481f47efc90d355", [190, 82, 0, 15, 146, 11, 117, 59], [2, 177, 11, 23, 136, 61, 46, 81]),
-    ("default", "0fafb5686b1053d4", [182, 115, 90, 146, 72, 40, 7, 0], [139, 115, 177, 84, 77, 51, 27, 17]),
+    # the default before its exploitation score became the paper's calibrated informativeness (2026-12-04)
+    ("signal-score", "0fafb5686b1053d4", [182, 115, 90, 146, 72, 40, 7, 0], [139, 115, 177, 84, 77, 51, 27, 17]),
 ])
 def test_presets_draw_what_main_drew(bench, preset, digest, third, last):
     pool, graph = bench
-    steps = [x[0] for x in _runs(pool, graph, [PRESETS[preset]()], 30)]
+    make = PRESETS.get(preset) or (lambda: SchedulerConfig(exploitation_score="signal_probability"))
+    steps = [x[0] for x in _runs(pool, graph, [make()], 30)]
     assert steps[2][:8] == third and steps[-1][:8] == last
     assert _digest(steps) == digest
 
 
 def test_the_packaged_tuned_envsched_values_still_build_the_bench_sampler(bench):
-    # tuned.json's envsched entry was drawn with decline_penalty, prior_strength and (adaptive_share off) the
-    # share's knobs set: values that changed no batch; the bench resets them and runs what was tuned
+    # tuned.json's envsched entry was drawn with (adaptive_share off) the share's knobs set: values that change no
+    # batch; the bench resets them and runs what was tuned. The default's calibrated informativeness reads
+    # decline_penalty and prior_strength, so those tuned values act.
     from envsched.bench.runner import make_bench_sampler
     from envsched.bench.tuning import TUNED_FILE
 
     params = json.loads(TUNED_FILE.read_text())["samplers"]["envsched"]["params"]
     pool, _ = bench
     s = make_bench_sampler("envsched", pool, seed=0, batch_size=BATCH, options=params)
-    assert s.config.decline_penalty == 0.25 and s.config.exposure_power == params["exposure_power"]
+    assert params["adaptive_share"] is False and s.config.coverage_share_floor == 0.0625
+    assert s.config.decline_penalty == params["decline_penalty"] != 0.25
+    assert s.config.exposure_power == params["exposure_power"]
     assert s.config == SchedulerConfig.without_unread({**params, "batch_size": BATCH})
-    with pytest.raises(ValueError, match=r"decline_penalty=.* changes no batch"):
+    with pytest.raises(ValueError, match=r"coverage_share_floor=.* changes no batch"):
         SchedulerConfig(**{**params, "batch_size": BATCH})

@@ -24,15 +24,19 @@ from envsched.method.sampler import EnvSchedSampler
 GOLDEN = Path(__file__).parent / "data" / "policy_golden.json"
 STEPS, BATCH = 15, 16
 #: every preset and each switch of the default's rules (the bench's ablations among them)
+#: The default's exploitation score became the paper's calibrated informativeness after this trace was recorded
+#: (issue 25, item 1): "variance-score" is now the default, and the entries of the former default and its
+#: ablations name ``exploitation_score="signal_probability"`` explicitly, so each pins the same batches as before.
+_SIGNAL = {"exploitation_score": "signal_probability"}
 CONFIGS = {
-    "adaptive": {}, "paper": {"preset": "paper"},
-    "variance-score": {"exploitation_score": "variance"},
-    "fixed-share": {"adaptive_share": False},
-    "paper-coverage": {"adaptive_coverage": False},
-    "caps-always": {"caps_on_decline_only": False},
-    "thompson": {"exploitation_rule": "thompson"},
-    "upper-quantile": {"exploitation_rule": "upper_quantile"},
-    "coverage-only": {"mode": "coverage_only"},
+    "adaptive": _SIGNAL, "paper": {"preset": "paper"},
+    "variance-score": {},
+    "fixed-share": {**_SIGNAL, "adaptive_share": False},
+    "paper-coverage": {**_SIGNAL, "adaptive_coverage": False},
+    "caps-always": {**_SIGNAL, "caps_on_decline_only": False},
+    "thompson": {**_SIGNAL, "exploitation_rule": "thompson"},
+    "upper-quantile": {**_SIGNAL, "exploitation_rule": "upper_quantile"},
+    "coverage-only": {**_SIGNAL, "mode": "coverage_only"},
     "paper-exploitation-only": {"preset": "paper", "mode": "exploitation_only"},
     "paper-no-cross": {"preset": "paper", "use_cross_edges": False, "coverage_share": 0.25},
 }

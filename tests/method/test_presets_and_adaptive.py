@@ -186,10 +186,11 @@ def test_signal_probability_formulas():
     assert 3 / 8 < q < 0.7
 
 
-def test_adaptive_exploitation_prefers_mixed_tasks_over_uniform_ones():
+def test_signal_score_exploitation_prefers_mixed_tasks_over_uniform_ones():
     tasks, envs = _pool(2, 3)
     g = _ring_graph(tasks, envs)
-    s = EnvSchedSampler(tasks, g, SchedulerConfig(mode="exploitation_only", batch_size=2), require_dispatch=False)
+    s = EnvSchedSampler(tasks, g, SchedulerConfig(mode="exploitation_only", batch_size=2,
+                                                  exploitation_score="signal_probability"), require_dispatch=False)
     s.update("e0t0", [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
     s.update("e0t1", [0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0])
     s.update("e1t0", [0.0] * 8)
@@ -206,6 +207,21 @@ def test_adaptive_exploitation_prefers_mixed_tasks_over_uniform_ones():
     paper.update("e0t1", [0.0, 1.0])
     paper.sample(2)
     assert all(r["adaptive"] is None for r in paper.explanations())
+
+
+def test_default_exploitation_ranks_by_the_calibrated_informativeness():
+    tasks, envs = _pool(2, 3)
+    g = _ring_graph(tasks, envs)
+    s = EnvSchedSampler(tasks, g, SchedulerConfig(mode="exploitation_only", batch_size=2), require_dispatch=False)
+    for t, r in (("e0t0", [1.0] * 8), ("e0t1", [0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0]), ("e1t0", [0.0] * 8),
+                 ("e1t1", [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0])):
+        s.update(t, r)
+    info = s.predict().informativeness
+    assert sorted(t["id"] for t in s.sample(2)) == ["e0t1", "e1t1"]  # the mixed groups: highest predicted variance
+    rec = {r["task_id"]: r for r in s.explanations()}
+    for tid, r in rec.items():
+        assert r["base_score"] == pytest.approx(info[s.position_of(tid)])  # the paper's score, not a probability
+        assert r["adaptive"]["exploitation_score"] is None and r["adaptive"]["caps_active"] is False
 
 
 # ---------------------------------------------------------------------------------------------- adaptive share
@@ -281,7 +297,7 @@ def test_caps_apply_only_on_decline_in_the_adaptive_mode():
 def test_adaptive_state_round_trips_and_resumes_the_same_draws(rule):
     g = synthetic_graph(200, 10, seed=6)
     tasks = synthetic_tasks(g)
-    cfg = SchedulerConfig(exploitation_rule=rule, batch_size=16)
+    cfg = SchedulerConfig(exploitation_rule=rule, batch_size=16, exploitation_score="signal_probability")
     p = np.random.default_rng(2).random(200)
 
     def run(s, steps, start):

@@ -67,24 +67,22 @@ TUNING_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
 
 
 def tuning_space(sampler: str) -> dict[str, tuple[Any, ...]]:
-    """The knobs tuned for ``sampler`` (empty: nothing to tune). EnvSched's default mode adds the knobs its
-    configuration declares tunable (``envsched.method.config.ADAPTIVE_TUNING_SPACE``, when present)."""
+    """The knobs tuned for ``sampler`` (empty: nothing to tune). EnvSched's default adds the knobs of its own
+    rules (``envsched.method.config.ADAPTIVE_TUNING_SPACE``) to the paper's, less those its switches leave unread."""
     if sampler == "envsched":
-        # the paper's knobs the default reads (decline_penalty and prior_strength only act in the paper's
-        # calibrated informativeness: SchedulerConfig.unread_fields)
-        space = {k: v for k, v in TUNING_SPACES["envsched-paper"].items()
-                 if k in ("exposure_power", "similarity_penalty")}
-        try:
-            from envsched.method.config import ADAPTIVE_TUNING_SPACE  # type: ignore[attr-defined]
-        except ImportError:
-            return space
+        # the paper's knobs and the default's own, less those the default's switches leave unread
+        # (SchedulerConfig.unread_fields: e.g. exploitation_rule, read only by the signal-probability score)
+        space = dict(TUNING_SPACES["envsched-paper"])
+        from envsched.method.config import ADAPTIVE_TUNING_SPACE, SchedulerConfig
+
         for name, spec in ADAPTIVE_TUNING_SPACE.items():  # a list of choices, or a (low, high) range
             if isinstance(spec, list):
                 space[name] = ("choice", list(spec))
             else:
                 lo, hi = spec
                 space[name] = ("float", float(lo), float(hi), bool(lo > 0 and hi / lo >= 10))
-        return space
+        unread = SchedulerConfig().unread_fields()
+        return {name: spec for name, spec in space.items() if name not in unread}
     return dict(TUNING_SPACES.get(sampler, {}))
 
 

@@ -99,8 +99,9 @@ coverage env by UCB x size, task by    ``adaptive_coverage``                    
 the posterior's upper quantile
 quantile of both upper bounds          ``ucb_quantile``                         0.9
 env size weight                        ``env_size_power``                       0.5
-exploitation score                     ``exploitation_score``                   ``"signal_probability"``
-                                       (``"variance"`` = the paper's)
+exploitation score                     ``exploitation_score``                   ``"variance"`` (the paper's;
+                                       (``"signal_probability"`` = ours,        ours until 2026-12-04)
+                                       the Beta-posterior score)
 how the posterior is turned into a     ``exploitation_rule`` (``"mean"`` /      ``"mean"``
 score                                  ``"thompson"`` / ``"upper_quantile"``)
 graph prior's weight in rollouts       ``signal_prior_ess``                     4.0
@@ -413,14 +414,13 @@ PAPER_PRESET: dict[str, Any] = {
 }
 
 #: Knobs read only by the calibrated informativeness of the paper's pipeline (fusion with the task's history,
-#: the reconstructed variance, the recent-decline term, the clips of ``v`` and ``d``). The default preset decides
-#: exploitation by the signal probability and coverage by its optimistic bound, so it reads none of them; they
-#: act with ``exploitation_score="variance"`` or ``adaptive_coverage=False`` (the paper preset).
+#: the reconstructed variance, the recent-decline term, the calibration, the clips of ``v`` and ``d``). They act
+#: with ``exploitation_score="variance"`` (both presets) or ``adaptive_coverage=False`` (the paper preset).
 INFORMATIVENESS_FIELDS: tuple[str, ...] = ("prior_strength", "reconstruction_weight", "decline_penalty",
-                                           "variance_clip", "dispersion_clip")
+                                           "use_calibration", "variance_clip", "dispersion_clip")
 
 _INFO_READER = ("the calibrated informativeness of the paper's pipeline, which decides batches only with "
-                "exploitation_score='variance' or adaptive_coverage=False (the paper preset, SchedulerConfig.paper())")
+                "exploitation_score='variance' or adaptive_coverage=False")
 
 #: For each knob that some switch can make unread: the mechanism that reads it and how to turn it on
 #: (:meth:`SchedulerConfig.unread_fields`). Every other field is read by both presets.
@@ -433,10 +433,9 @@ KNOB_READERS: dict[str, str] = {
     "ucb_quantile": "adaptive coverage (adaptive_coverage=True, the default preset SchedulerConfig()) or "
                     "exploitation_rule='upper_quantile' with exploitation_score='signal_probability'",
     "env_size_power": "adaptive coverage (adaptive_coverage=True, the default preset SchedulerConfig())",
-    "exploitation_rule": "the signal-probability exploitation score (exploitation_score='signal_probability', "
-                         "the default preset SchedulerConfig())",
-    "signal_prior_ess": "the signal posterior (exploitation_score='signal_probability' or adaptive_coverage=True, "
-                        "the default preset SchedulerConfig())",
+    "exploitation_rule": "the signal-probability exploitation score (exploitation_score='signal_probability')",
+    "signal_prior_ess": "the signal posterior (adaptive_coverage=True, the default preset SchedulerConfig(), or "
+                        "exploitation_score='signal_probability')",
 }
 
 #: Search space of the adaptive mode's knobs for the symmetric tuning protocol: ``(low, high)`` for a number,
@@ -499,6 +498,7 @@ class ExploitationConfig:
     use_cross_edges: bool = True
     use_progress_filter: bool = True
     use_identifier_filter: bool = True
+    use_calibration: bool = True
 
 
 @dataclass(frozen=True)
@@ -521,7 +521,8 @@ class ExplanationConfig:
 @dataclass(frozen=True)
 class AdaptiveConfig:
     """The default's own rules (ours; :data:`PAPER_PRESET` switches each off): the online coverage share, the UCB
-    coverage, the signal-probability exploitation score and the caps on declining tasks only."""
+    coverage and the caps on declining tasks only; and the switch to the signal-probability exploitation score
+    (off by default since 2026-12-04: the default's exploitation is the paper's calibrated informativeness)."""
 
     adaptive_share: bool = True
     yield_half_life: float = 8.0
@@ -529,7 +530,7 @@ class AdaptiveConfig:
     adaptive_coverage: bool = True
     ucb_quantile: float = 0.9
     env_size_power: float = 0.5
-    exploitation_score: str = "signal_probability"
+    exploitation_score: str = "variance"
     exploitation_rule: str = "mean"
     signal_prior_ess: float = 4.0
     caps_on_decline_only: bool = True
@@ -553,7 +554,9 @@ class SchedulerConfig:
     symbol to its field; fields marked "not in the paper" are this implementation's choices.
 
     ``SchedulerConfig()`` is the **adaptive** mode (the default of :class:`EnvSchedSampler`): the paper's
-    mechanisms plus the adaptive rules below. ``SchedulerConfig.paper()`` is the faithful paper preset.
+    pipeline (exploitation ranked by the calibrated informativeness) plus three rules of ours that act through
+    its mechanisms: the online coverage share, the UCB coverage ranking and the caps on declining tasks only.
+    ``SchedulerConfig.paper()`` is the faithful paper preset.
 
     Sub-configurations: the fields fall into frozen groups (:data:`SCHEDULER_GROUPS`), each readable as one
     value: :attr:`caps` (:class:`CapsConfig`), :attr:`coverage`, :attr:`exploitation` (the prediction pipeline
@@ -565,9 +568,8 @@ class SchedulerConfig:
 
     No inert knob: a field that the configuration's switches leave unread (:meth:`unread_fields`,
     :data:`KNOB_READERS`) must keep its default; any other value is refused with a ``ValueError`` naming the
-    mechanism that reads it. The default reads none of :data:`INFORMATIVENESS_FIELDS` (``prior_strength``,
-    ``reconstruction_weight``, ``decline_penalty``, ``variance_clip``, ``dispersion_clip``); the paper preset
-    reads none of the adaptive rules' knobs.
+    mechanism that reads it. The default reads every field but ``exploitation_rule`` (read only by the
+    signal-probability score); the paper preset reads none of the adaptive rules' knobs.
 
     Attributes:
         batch_size: ``B``, pairs per batch (64): the batch the caps ``C1`` / ``C3`` are stated for.
@@ -631,6 +633,9 @@ class SchedulerConfig:
         use_within_edges, use_cross_edges: ablations "without within-environment edges" / "without
             cross-environment edges" (3.4.1). With both off the prior is the global reference.
         use_progress_filter, use_identifier_filter: switch the two candidate filters off.
+        use_calibration: ablation "without calibration": each half-life's score is the blend
+            ``(1 - a) v + a d m (1 - m)`` of the two variance estimates themselves, without the percentile ranks
+            over all N pairs and the quantile mapping (B.1).
         explain_max_neighbors: neighbours listed per relation in an explanation record (``None``: all).
 
     Adaptive mode (ours; all off in :data:`PAPER_PRESET`):
@@ -659,7 +664,7 @@ class SchedulerConfig:
             usual Bayes-UCB level; higher is more optimistic about little-observed environments and tasks).
         env_size_power: weight of an environment's size in coverage (0.5: the geometric mean of "every
             environment alike" (0, the paper) and "every task alike" (1, uniform sampling)).
-        exploitation_score: ``"variance"`` (the paper's calibrated variance prediction) or
+        exploitation_score: ``"variance"`` (the default: the paper's calibrated variance prediction) or
             ``"signal_probability"``: the probability that a group of ``rollouts_per_task`` rollouts has
             signal (not all rewards equal), ``1 - p^G - (1-p)^G`` for a per-rollout mean ``p``, under a
             Beta posterior per task on its mean reward mapped to [0, 1]. Prior ``Beta(ess * mu, ess *
@@ -717,6 +722,7 @@ class SchedulerConfig:
     use_cross_edges: bool = ExploitationConfig.use_cross_edges
     use_progress_filter: bool = ExploitationConfig.use_progress_filter
     use_identifier_filter: bool = ExploitationConfig.use_identifier_filter
+    use_calibration: bool = ExploitationConfig.use_calibration
     explain_max_neighbors: int | None = ExplanationConfig.explain_max_neighbors
     adaptive_share: bool = AdaptiveConfig.adaptive_share
     yield_half_life: float = AdaptiveConfig.yield_half_life
@@ -856,7 +862,7 @@ class SchedulerConfig:
         _num("signal_prior_ess", 0.0, inf, open_low=True)
         _num("history_tolerance", 0.0, 0.5)
         for name in ("adaptive_share", "adaptive_coverage", "caps_on_decline_only", "use_within_edges",
-                     "use_cross_edges", "use_progress_filter", "use_identifier_filter"):
+                     "use_cross_edges", "use_progress_filter", "use_identifier_filter", "use_calibration"):
             if not isinstance(getattr(self, name), bool):
                 problems.add(name, f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.exploitation_score not in EXPLOITATION_SCORES:

@@ -229,8 +229,8 @@ register_sampler("dps", "DPS: per-task HMM of the solving state, top tasks predi
 register_sampler("sec", "SEC: Boltzmann bandit over environments, TD(0) values of mean |advantage|",
                  f"{_HERE}:_sec", sampler_class="envsched.samplers.sec:SECSampler")
 register_sampler(
-    "envsched", "EnvSched, adaptive default: the paper's graph and batches plus an online coverage share, "
-    "signal-probability exploitation and caps on decline", "envsched.method.sampler:make_envsched_sampler",
+    "envsched", "EnvSched, adaptive default: the paper's graph, calibrated predictions and batches plus an online "
+    "coverage share, UCB coverage and caps on decline", "envsched.method.sampler:make_envsched_sampler",
     sampler_class=_ENVSCHED, restore=_ENVSCHED_RESTORE,
     variants=(SamplerVariant("envsched-coverage-only", "EnvSched ablation: coverage only", {"mode": "coverage_only"}),
               SamplerVariant("envsched-exploitation-only", "EnvSched ablation: exploitation only",
@@ -242,10 +242,16 @@ register_sampler(
               # no graph: each task's own history, the global reference where it has none (no propagated prior)
               SamplerVariant("envsched-no-graph", "EnvSched ablation: no graph (each task's own history and the "
                              "global reference only)", {"use_within_edges": False, "use_cross_edges": False}),
+              # the paper's calibration (percentile ranks and quantile mapping) and its recent-decline term
+              SamplerVariant("envsched-no-calibration", "EnvSched ablation: no calibration (the variance estimates' "
+                             "blend, no percentile ranks or quantile mapping)", {"use_calibration": False}),
+              SamplerVariant("envsched-no-decline", "EnvSched ablation: no recent-decline term (decline_penalty=0)",
+                             {"decline_penalty": 0.0}),
+              # the former default's exploitation score (until 2026-12-04)
+              SamplerVariant("envsched-signal-score", "EnvSched variant: exploitation by the probability that a "
+                             "group has signal (Beta posterior; the default before 2026-12-04) instead of the "
+                             "paper's calibrated prediction", {"exploitation_score": "signal_probability"}),
               # the default with one of its own rules (docs/envsched-sampler.md) switched back to the paper's
-              SamplerVariant("envsched-variance-score", "EnvSched ablation: exploitation by the paper's calibrated "
-                             "variance prediction instead of the signal probability",
-                             {"exploitation_score": "variance"}),
               SamplerVariant("envsched-fixed-share", "EnvSched ablation: the fixed coverage share instead of the "
                              "online one", {"adaptive_share": False}),
               SamplerVariant("envsched-paper-coverage", "EnvSched ablation: the paper's coverage ranking instead of "

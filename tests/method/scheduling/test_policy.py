@@ -70,8 +70,12 @@ def test_the_adaptive_policy_supplies_the_defaults_rules():
     info = s.predict().informativeness
     assert not inputs.coverage_fewest_observed_first
     assert inputs.coverage_score is trace.coverage_score and not np.array_equal(inputs.coverage_score, info)
-    assert inputs.exploitation_score is trace.exploitation_score
-    assert np.all((inputs.exploitation_score >= 0) & (inputs.exploitation_score <= 1 + 1e-9))
+    # exploitation: the paper's calibrated informativeness, untouched (the trace records no score of its own)
+    assert np.array_equal(inputs.exploitation_score, info) and trace.exploitation_score is None
+    # the former default's signal-probability score, where it is switched on, is a probability
+    signal_inputs, signal_trace = _inputs(_warm(SchedulerConfig(exploitation_score="signal_probability")), 16)
+    assert signal_inputs.exploitation_score is signal_trace.exploitation_score
+    assert np.all((signal_inputs.exploitation_score >= 0) & (signal_inputs.exploitation_score <= 1 + 1e-9))
     assert inputs.caps_active is trace.caps_active and not inputs.caps_active.all()  # caps only on decline
     # the UCB order: every environment was selected, so no -inf; higher priority is a smaller key
     assert np.isfinite(inputs.env_order).all() and (inputs.env_order < 0).all()

@@ -304,10 +304,14 @@ def _one_half_life(hist: TaskHistory, relations: tuple[tuple[np.ndarray, np.ndar
     m, v, d = posterior[:, 0], posterior[:, 1], posterior[:, 2]
     v_rec = d * m * (1.0 - m)
     a = config.reconstruction_weight
-    order = sort_order(v, shared)
-    v_sorted = v[order]  # one gather shared by the ranks and the quantile mapping
-    q = (1.0 - a) * _ranks_of_sorted(v_sorted, order) + a * percentile_ranks(v_rec, sort_order(v_rec, shared))
-    score = _quantiles_of_sorted(v_sorted, q)
+    if config.use_calibration:
+        order = sort_order(v, shared)
+        v_sorted = v[order]  # one gather shared by the ranks and the quantile mapping
+        q = (1.0 - a) * _ranks_of_sorted(v_sorted, order) + a * percentile_ranks(v_rec, sort_order(v_rec, shared))
+        score = _quantiles_of_sorted(v_sorted, q)
+    else:  # the ablation "without calibration": the blend of the two estimates on their own scales
+        score = (1.0 - a) * v + a * v_rec
+        q = percentile_ranks(score, sort_order(score, shared))
     return HalfLifePrediction(history=hist, within=within, within_has=within_has, cross=cross, cross_has=cross_has,
                               prior=prior, posterior=posterior, v_direct=v, v_reconstructed=v_rec, q=q,
                               score=score)

@@ -12,8 +12,9 @@ the preset chose, and returns a :class:`PolicyTrace` of the values it computed (
 - :class:`AdaptivePolicy` (``SchedulerConfig()``, ours): each of the default's rules replaces the paper's part
   it is switched on for (:mod:`envsched.method.history.signal`), the paper's part stays where it is off (the
   ablations of one rule): the online coverage share (``adaptive_share``), the UCB environment order and the
-  optimistic task score of coverage (``adaptive_coverage``), the group-signal probability in exploitation
-  (``exploitation_score``), the caps only on declining tasks (``caps_on_decline_only``).
+  optimistic task score of coverage (``adaptive_coverage``), the caps only on declining tasks
+  (``caps_on_decline_only``); and, where ``exploitation_score="signal_probability"`` (off in the default since
+  2026-12-04), the group-signal probability in exploitation instead of the paper's calibrated informativeness.
 
 :func:`make_policy` chooses the policy of a configuration. A new rule is a new field of :class:`BatchInputs`
 (with the paper's value supplied by :class:`PaperPolicy`) or a new policy; the batch builder never asks which
