@@ -188,11 +188,14 @@ def test_envsched_bench_configuration_is_the_one_it_always_was() -> None:
     from envsched.method.config import SchedulerConfig
 
     pool = _pool(30)
-    tuned: dict[str, Any] = {"exposure_power": 0.2, "decline_penalty": 0.3}  # decline_penalty is unread by default
+    # exploitation_rule is unread by the default (read only by the signal-probability score): reset
+    tuned: dict[str, Any] = {"exposure_power": 0.2, "decline_penalty": 0.3, "exploitation_rule": "thompson"}
     s = runner.make_bench_sampler("envsched", pool, seed=1, batch_size=6, group_size=4, options=tuned)
     expected = SchedulerConfig.without_unread({**SchedulerConfig().to_dict(), "batch_size": 6,
                                                "rollouts_per_task": 4, **tuned})
-    assert s.config == expected and s.config.decline_penalty == SchedulerConfig().decline_penalty
+    assert s.config == expected and s.config.exploitation_rule == SchedulerConfig().exploitation_rule
+    assert s.config.decline_penalty == 0.3  # read by the default's calibrated informativeness
+    tuned = {"exposure_power": 0.2, "decline_penalty": 0.3}
     p = runner.make_bench_sampler("envsched-paper", pool, seed=1, batch_size=6, group_size=4, options=tuned)
     assert p.config == SchedulerConfig.paper(batch_size=6, rollouts_per_task=4, **tuned)
     a = runner.make_bench_sampler("envsched-no-within", pool, seed=1, batch_size=6, group_size=4)
