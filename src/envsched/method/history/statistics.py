@@ -195,6 +195,10 @@ class DecayedSignal:
     phase_scorable: np.ndarray  # (len(PHASES),)
 
 
+#: ``|x - reference|`` of ``m``, ``v``, ``d`` is at most this (both in the statistic's range)
+_MEAN_BOUND = (1.0, 0.25, 1.0)
+
+
 class DecayedStatistics:
     """O(1) state per task and half-life: exponentially decayed sufficient statistics of the observations
     absorbed out of the log (and of the dispatches, for exposure).
@@ -267,11 +271,12 @@ class DecayedStatistics:
                 t = total[upd]
                 t_safe = np.where(t > 0, t, 1.0)
                 add_has = np.bincount(p_sc, weights=ws * has, minlength=n)[upd]
-                self.share[h][upd] = np.where(t > 0, (self.share[h][upd] * old + add_has) / t_safe, self.share[h][upd])
-                for j in range(3):
+                share = np.where(t > 0, (self.share[h][upd] * old + add_has) / t_safe, self.share[h][upd])
+                self.share[h][upd] = np.clip(share, 0.0, 1.0)  # (rounding)
+                for j, bound in enumerate(_MEAN_BOUND):
                     add = np.bincount(p_sc, weights=ws * y[:, j], minlength=n)[upd]
                     col = self.mean[h][:, j]
-                    col[upd] = np.where(t > 0, (col[upd] * old + add) / t_safe, col[upd])
+                    col[upd] = np.clip(np.where(t > 0, (col[upd] * old + add) / t_safe, col[upd]), -bound, bound)
             a["weight"] = total
             a["signal"] += np.bincount(pos[sig], weights=w[sig], minlength=n)
             a["scorable"] += np.bincount(pos[ok], weights=w[ok], minlength=n)
@@ -341,7 +346,7 @@ class DecayedStatistics:
             if np.any(a["signal"] > a["scorable"] * (1 + 1e-12) + 1e-300):
                 raise _check.StateError(f"{field}.signal", "exceeds the scorable groups' weight")
             mean = _check.sequence(r["mean"], f"{field}.mean", length=3)
-            for j, hi in enumerate((1.0, 0.25, 1.0)):
+            for j, hi in enumerate(_MEAN_BOUND):
                 out.mean[h][pos, j] = _check.float_array(mean[j], f"{field}.mean[{j}]", length=pos.size, low=-hi,
                                                          high=hi)
             out.share[h][pos] = _check.float_array(r["share"], f"{field}.share", length=pos.size, low=0.0, high=1.0)

@@ -1,0 +1,289 @@
+"""The decayed form of the history (the default preset): O(1) state per task and half-life.
+
+Observations older than the live window are absorbed into exponentially decayed sums. What is linear in the
+recency weights (the task weights ``W``, the signal sums, the yields, the exposure, the centred means before
+clipping) equals the full history's up to floating-point rounding; the one estimator change is the clip of the
+absorbed observations' centred mean as one block, bounded here by ``(W_absorbed / W) * E_absorbed[distance of
+the unclipped centred value to the clip range]`` per task and statistic (clipping is 1-Lipschitz and
+convex-projective, so clip-of-mean and mean-of-clips differ by at most the mean distance to the range).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+
+import numpy as np
+import pytest
+
+from envsched.method.config import SchedulerConfig
+from envsched.method.graph.synthetic import synthetic_graph, synthetic_tasks
+from envsched.method.history import signal, statistics
+from envsched.method.history.statistics import DECAYED_WINDOW, History
+from envsched.method.sampler import EnvSchedSampler
+
+N, E, BATCH = 60, 6, 8
+ENV = np.arange(N) % E
+DEFAULT = SchedulerConfig(batch_size=BATCH)
+FULL = SchedulerConfig(batch_size=BATCH, history_tolerance=0.0)
+HALF_LIVES = (DEFAULT.long_half_life, DEFAULT.short_half_life, DEFAULT.yield_half_life)
+
+
+class _Feed:
+    """The same dispatches and reports into several histories: random batches and phases, groups of 8 with some
+    one scored reward, some late (out of order, at most 4 steps: inside the live window), some discarded, and with
+    ``lost > 0`` some never reported (the next report of such a task is then matched to the lost dispatch and
+    dated by its old step). ``p(pos, step)`` is the success rate of a task."""
+
+    def __init__(self, histories: list[History], p, seed: int, late: float = 0.2, lost: float = 0.0,
+                 graded: bool = False) -> None:
+        self.histories, self.p, self.graded = histories, p, graded
+        self.rng = np.random.default_rng(seed)
+        self.late, self.lost = late, lost
+        self.pending: deque[tuple[int, int, np.ndarray]] = deque()
+
+    def step(self) -> None:
+        rng = self.rng
+        step = self.histories[0].step
+        pos = rng.choice(N, size=BATCH, replace=False).tolist()
+        phases = rng.choice(["coverage", "exploitation", "fill"], size=BATCH, p=[0.4, 0.5, 0.1]).tolist()
+        for h in self.histories:
+            h.record_batch(pos, phases)
+        for p in pos:
+            u = rng.random()
+            if u < 0.02:
+                for h in self.histories:
+                    h.record_discard(p)
+            elif u < 0.02 + self.lost:
+                continue
+            else:
+                delay = int(rng.integers(1, 5)) if u < 0.02 + self.lost + self.late else 0
+                q = self.p(p, step)
+                if self.graded:  # half at q - a, half at q + a: m = q, v = a ** 2, d = a ** 2 / (q (1 - q))
+                    q += rng.uniform(-0.03, 0.03)
+                    r = q + (0.2 + 0.025 * (p % 3)) * np.tile([-1.0, 1.0], 4)
+                else:
+                    r = (rng.random(8) < q).astype(float)
+                    if rng.random() < 0.1:
+                        r = r[:1]  # one scored reward: scored, not scorable
+                self.pending.append((step + delay, p, r))
+        due = [x for x in self.pending if x[0] <= step]
+        self.pending = deque(x for x in self.pending if x[0] > step)
+        for _, p, r in sorted(due, key=lambda x: -x[0]):
+            for h in self.histories:
+                h.record_observation(p, r, 8, float(np.var(r)))
+
+
+def _bound(full: History, absorbed_before: int, half_life: float, reference: np.ndarray) -> np.ndarray:
+    """``(N, 3)``: the block clip's largest deviation from the full history's task means (module docstring),
+    for the observations of steps before ``absorbed_before``."""
+    o = full.obs
+    mask = o.col("n_scored") > 0
+    pos, step = o.col("pos")[mask], o.col("step")[mask]
+    x = np.stack([o.col(c)[mask] for c in ("m", "v", "d")], axis=1)
+    refs, has = full.step_references()
+    assert full.live_start == 0
+    y = x + np.where(has[step][:, None], reference[None, :] - refs[step], 0.0)
+    lo, hi = np.array([0.0, 0.0, 0.0]), np.array([1.0, 0.25, 1.0])
+    dist = np.maximum(lo - y, 0.0) + np.maximum(y - hi, 0.0)
+    w = np.power(0.5, ((full.step - 1) - step) / half_life)
+    old = step < absorbed_before
+    w_all = np.bincount(pos, weights=w, minlength=N)
+    out = np.empty((N, 3))
+    for j in range(3):
+        num = np.bincount(pos[old], weights=(w * dist[:, j])[old], minlength=N)
+        out[:, j] = np.divide(num, w_all, out=np.zeros(N), where=w_all > 0)
+    return out
+
+
+def _compare_linear(dec: History, full: History) -> None:
+    """What the decayed form keeps exactly (up to rounding)."""
+    for name in ("task_observation_counts", "scorable_counts", "env_selection_counts", "outstanding_counts"):
+        assert np.array_equal(getattr(dec, name)(), getattr(full, name)()), name
+    assert np.array_equal(dec.transitions, full.transitions) and np.array_equal(dec.residual, full.residual)
+    assert dec.cumulative_hit_rate() == pytest.approx(full.cumulative_hit_rate(), nan_ok=True, rel=1e-12)
+    close = {"rtol": 1e-10, "atol": 1e-12}
+    for h in HALF_LIVES:
+        np.testing.assert_allclose(dec.exposure(h), full.exposure(h), **close)
+        np.testing.assert_allclose(np.array(signal.signal_counts(dec, h)), np.array(signal.signal_counts(full, h)),
+                                   **close)
+        np.testing.assert_allclose(np.array(signal.env_signal(dec, h)), np.array(signal.env_signal(full, h)), **close)
+        yd, yf = signal.phase_yields(dec, h), signal.phase_yields(full, h)
+        for k in yf:
+            np.testing.assert_allclose(yd[k], yf[k], **close)
+    assert np.array_equal(signal.declining(dec, HALF_LIVES[0], HALF_LIVES[1]),
+                          signal.declining(full, HALF_LIVES[0], HALF_LIVES[1]))
+
+
+def test_decayed_form_is_the_default_and_not_the_paper_preset():
+    assert statistics.uses_decayed_form(SchedulerConfig())
+    assert not statistics.uses_decayed_form(SchedulerConfig.paper())
+    assert not statistics.uses_decayed_form(SchedulerConfig(history_tolerance=0.0))
+    assert History(N, ENV, E, DEFAULT).horizon == DECAYED_WINDOW
+
+
+def test_decayed_statistics_equal_the_full_history_where_nothing_is_clipped():
+    # graded rewards with central means and variances and a reference that moves little: no centred observation
+    # leaves the clip range (binary rewards would not do: their dispersion is always 1 or 0, the edges of its range)
+    def p(pos, step):
+        return 0.35 + 0.3 * (pos % 5) / 4 + 0.02 * math.sin(step / 9)
+
+    dec, full = History(N, ENV, E, DEFAULT), History(N, ENV, E, FULL)
+    feed = _Feed([dec, full], p, seed=3, graded=True)
+    checked = 0
+    for step in range(160):
+        feed.step()
+        if step % 20 == 19:
+            _compare_linear(dec, full)
+            ref = full.global_reference()
+            assert np.array_equal(dec.global_reference(), ref)
+            for h in (DEFAULT.long_half_life, DEFAULT.short_half_life):
+                a, b = dec.task_history(h, ref), full.task_history(h, ref)
+                if step > 40:  # the case must not clip: the bound is 0
+                    assert _bound(full, dec.live_start, h, ref).max() == 0.0
+                np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10, atol=0)
+                np.testing.assert_allclose(a.values, b.values, rtol=0, atol=1e-12)
+                assert np.array_equal(a.groups, b.groups)
+                checked += 1
+    assert dec.live_start > 120 and len(dec.obs) < 0.2 * len(full.obs)  # most is absorbed
+    assert checked == 16
+
+
+def test_decayed_task_histories_stay_within_the_block_clip_bound():
+    # extreme tasks (all-fail / all-pass: m = 0 or 1, v = 0) and a reference that swings: clipping everywhere
+    def p(pos, step):
+        return [0.0, 1.0, 0.5, 0.1][pos % 4] if pos % 3 else float(np.clip(0.5 + 0.45 * math.sin(step / 6), 0, 1))
+
+    dec, full = History(N, ENV, E, DEFAULT), History(N, ENV, E, FULL)
+    feed = _Feed([dec, full], p, seed=5)
+    worst_ratio, clipped = 0.0, 0
+    for step in range(300):
+        feed.step()
+        if step % 25 == 24 and step > 40:
+            _compare_linear(dec, full)
+            ref = full.global_reference()
+            for h in (DEFAULT.long_half_life, DEFAULT.short_half_life):
+                a, b = dec.task_history(h, ref), full.task_history(h, ref)
+                np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10, atol=0)
+                bound = _bound(full, dec.live_start, h, ref)
+                dev = np.abs(a.values - b.values)
+                assert np.all(dev <= bound + 1e-12)
+                clipped += int((bound > 1e-9).sum())
+                worst_ratio = max(worst_ratio, float(dev.max()))
+    assert clipped > 0 and worst_ratio > 1e-6  # the case does clip, and the bound is what keeps it in check
+
+
+def test_an_exact_log_state_converts_on_load_to_the_decayed_form():
+    def p(pos, step):
+        return float(np.clip(0.2 + 0.6 * (pos % 7) / 6 + 0.25 * math.sin(step / 30), 0, 1))
+
+    run, full = History(N, ENV, E, DEFAULT), History(N, ENV, E, FULL)
+    feed = _Feed([run, full], p, seed=8)
+    for _ in range(157):
+        feed.step()
+    state = json.loads(json.dumps(full.state()))
+    assert "decayed" not in state and state["live_start"] == 0
+    conv = History.from_state(state, N, ENV, E, DEFAULT)
+    assert conv.live_start == run.live_start == conv.decayed_live_start(157) == 140
+    assert len(conv.obs) == len(run.obs) and len(conv.dispatch) == len(run.dispatch)
+    ref = run.global_reference()
+    assert np.array_equal(conv.global_reference(), ref)
+    _compare_linear(conv, full)
+    for h in (DEFAULT.long_half_life, DEFAULT.short_half_life):  # as if it had run decayed all along
+        a, b = conv.task_history(h, ref), run.task_history(h, ref)
+        np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10, atol=0)
+        np.testing.assert_allclose(a.values, b.values, rtol=0, atol=1e-12)
+    for _ in range(40):  # both continue alike
+        feed.histories = [run, conv]
+        feed.step()
+    ref = run.global_reference()
+    np.testing.assert_allclose(conv.task_history(8.0, ref).values, run.task_history(8.0, ref).values, atol=1e-12)
+
+
+# ---------------------------------------------------------------------- through the sampler
+G = synthetic_graph(120, 6, seed=11)
+TASKS = synthetic_tasks(G)
+P0 = np.random.default_rng(3).beta(0.6, 0.6, size=120)
+
+
+class _Trainer:
+    """Asynchronous: most groups at once, some up to 4 steps late (out of order), some dropped, a few lost."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.pending: deque[tuple[int, str, list]] = deque()
+
+    def step(self, samplers: list[EnvSchedSampler], step: int) -> list[str]:
+        batches = [s.sample(BATCH) for s in samplers]
+        ids = [t["id"] for t in batches[0]]
+        for b in batches[1:]:
+            assert [t["id"] for t in b] == ids, f"the samplers' choices differ at step {step}"
+        for t in ids:
+            u = self.rng.random()
+            if u < 0.02:
+                for s in samplers:
+                    s.discard(t)
+            elif u < 0.03:
+                continue
+            else:
+                p = float(np.clip(P0[int(t[1:])] + 0.35 * math.sin(step / 40 + int(t[1:])), 0.0, 1.0))
+                r = (self.rng.random(BATCH) < p).astype(float).tolist()
+                delay = int(self.rng.integers(1, 5)) if u < 0.2 else 0
+                self.pending.append((step + delay, t, r))
+        due = [x for x in self.pending if x[0] <= step]
+        self.pending = deque(x for x in self.pending if x[0] > step)
+        for _, t, r in sorted(due, key=lambda x: -x[0]):
+            for s in samplers:
+                s.update(t, r)
+        return ids
+
+
+def test_checkpoint_round_trip_after_a_long_asynchronous_run_continues_the_same_draws():
+    s = EnvSchedSampler(TASKS, G, DEFAULT, seed=9)
+    trainer = _Trainer(seed=6)
+    for step in range(2000):
+        trainer.step([s], step)
+    h = s.history
+    assert h.decayed is not None and h.decayed.absorbed
+    # the state holds the live window, the outstanding dispatches (lost groups stay outstanding: 1 % here) and
+    # arrays over the pool, nothing that grows with the run
+    window = BATCH * (DECAYED_WINDOW + DECAYED_WINDOW // 4)
+    assert len(h.obs) <= window + 40  # the window and a few late groups
+    assert len(h.dispatch) <= window + h.outstanding_counts().sum()
+    hist = s.state_dict()["extra"]["history"]
+    assert len(hist["decayed"]["pos"]) <= 120 and len(hist["batch_sizes"]) <= DECAYED_WINDOW + DECAYED_WINDOW // 4
+    state = json.loads(json.dumps(s.state_dict()))
+    r = EnvSchedSampler(TASKS, G, DEFAULT, seed=0)
+    r.load_state_dict(state)
+    assert np.array_equal(r.predict().informativeness, s.predict().informativeness)
+    assert r.metrics() == pytest.approx(s.metrics(), nan_ok=True)
+    for step in range(2000, 2100):
+        trainer.step([s, r], step)  # identical draws
+    assert json.dumps(r.state_dict()) == json.dumps(s.state_dict())
+
+
+def test_a_decayed_state_is_refused_by_the_exact_form_and_malformed_ones_change_nothing():
+    s = EnvSchedSampler(TASKS, G, DEFAULT, seed=1)
+    trainer = _Trainer(seed=2)
+    for step in range(60):
+        trainer.step([s], step)
+    good = json.loads(json.dumps(s.state_dict()))
+    before = json.dumps(s.state_dict())
+    assert "decayed" in good["extra"]["history"]
+    with pytest.raises(ValueError, match="decayed"):
+        History.from_state(good["extra"]["history"], 120, s.env_codes, len(s.envs), SchedulerConfig.paper())
+    for mutate, words in (
+        (lambda d: d["half_lives"][0].update(half_life=3.0), "half_life"),
+        (lambda d: d["half_lives"][1]["weight"].__setitem__(0, -1.0), "weight"),
+        (lambda d: d["half_lives"][0]["mean"][1].__setitem__(0, 0.5), "mean"),
+        (lambda d: d["half_lives"][1]["share"].__setitem__(0, 1.5), "share"),
+        (lambda d: d["half_lives"][0]["signal"].__setitem__(0, 1e9), "signal"),
+        (lambda d: d.update(at=10**6), "at"),
+        (lambda d: d.update(pos=d["pos"][:-1]), "entries"),
+    ):
+        bad = json.loads(json.dumps(good))
+        mutate(bad["extra"]["history"]["decayed"])
+        with pytest.raises(ValueError, match=words):
+            s.load_state_dict(bad)
+        assert json.dumps(s.state_dict()) == before
