@@ -245,17 +245,31 @@ class DecayedStatistics:
             self.phase[h] *= f
         self.at = now
 
-    def absorb(self, now: int, obs: dict[str, np.ndarray], dispatch_pos: np.ndarray,
-               dispatch_step: np.ndarray) -> None:
+    def absorb(self, now: int, obs: dict[str, np.ndarray], dispatch_pos: np.ndarray, dispatch_step: np.ndarray,
+               reference: np.ndarray | None, clip: tuple[np.ndarray, np.ndarray]) -> None:
         """Add observation rows (columns ``pos, step, phase, n_scored, m, v, d, ref_m, ref_v, ref_d, frozen``
-        with ``frozen != _LIVE``) and dispatch rows, weighted as of ``now``."""
+        with ``frozen != _LIVE``) and dispatch rows, weighted as of ``now``.
+
+        A row of a step with a reference is centred on ``reference`` (the global reference now) and clipped to
+        ``clip`` as the log would centre it today, and stored relative to ``reference``: ``clip(x - ref_s + r,
+        lo, hi) - r``. Read at a later reference ``r'``, it counts ``clip(x - ref_s + r, lo, hi) + (r' - r)``,
+        which differs from the log's ``clip(x - ref_s + r', lo, hi)`` by at most ``|r' - r|`` (and not at all
+        while the clip does not change sides)."""
         self.age_to(now)
         n = self.share[self.half_lives[0]].size
         pos, n_sc = obs["pos"], obs["n_scored"]
         scored = n_sc > 0
         has = (obs["frozen"] == _FROZEN)[scored]
         p_sc = pos[scored]
-        y = np.stack([obs[c][scored] - np.where(has, obs[f"ref_{c}"][scored], 0.0) for c in ("m", "v", "d")], axis=1)
+        cols = []
+        for j, c in enumerate(("m", "v", "d")):
+            x = obs[c][scored]
+            if reference is None:  # (no scored observation anywhere yet: nothing is shifted)
+                cols.append(x - np.where(has, obs[f"ref_{c}"][scored], 0.0))
+                continue
+            centred = np.clip(x - obs[f"ref_{c}"][scored] + reference[j], clip[0][j], clip[1][j]) - reference[j]
+            cols.append(np.where(has, centred, x))
+        y = np.stack(cols, axis=1)
         ok = n_sc >= 2
         sig = ok & (np.nan_to_num(obs["v"]) > EQUAL_VARIANCE)
         succ = np.where(scored, np.nan_to_num(obs["m"]) * n_sc, 0.0)
@@ -585,7 +599,7 @@ class History:
             rows = drop & scored & (st == st[drop & scored].min())
             self._first_reference = np.array([o.col(c)[rows].mean() for c in ("m", "v", "d")])
         self.decayed.absorb(self.step - 1, {c: o.col(c)[drop] for c in _OBS_COLUMNS},
-                            d.col("pos")[drop_d], d.col("step")[drop_d])
+                            d.col("pos")[drop_d], d.col("step")[drop_d], self.global_reference(), self._clip_bounds())
         n = self.n
         self._folded_obs += np.bincount(pos[drop], minlength=n)
         self._folded_scored += np.bincount(pos[drop & scored], minlength=n)
