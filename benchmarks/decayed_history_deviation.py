@@ -4,12 +4,12 @@ from the full history's, on the benchmark pool.
 Teacher-forced: the full-history sampler (``SchedulerConfig(history_tolerance=0)``, the default's rules; before
 step 268 it is also exactly today's bounded default, which folds nothing before then) drives ``--steps`` steps
 of the benchmark's learner model (``envsched.bench.learner.LearnerModel``, sharing 0.5, the pool of
-``load_bench_pool("default")``, batches of 64 groups of 8). Before each of its draws, its state is loaded into
-a default sampler (the decayed form converts the logs on load: what a decayed run would hold after the same
-history, tested in ``tests/method/history/test_decayed_history.py``), and both predict and draw from the same
-generator state. Reported per step, from the first fold (step 20) on: the Spearman correlation and the largest
-absolute difference of the informativeness, the largest difference of the long-half-life task means, and the
-overlap of the two batches (shared tasks / 64).
+``load_bench_pool("default")``, batches of 64 groups of 8). A decayed :class:`History` (the default
+configuration's) is fed the same dispatches and reports as the full one, folding as a decayed run folds. Before
+each draw, a default sampler loads the full sampler's state (the generator and everything else) and takes a copy
+of that decayed history; both predict and draw from the same generator state. Reported per step, from the first
+fold (step 20) on: the Spearman correlation and the largest absolute difference of the informativeness, the
+largest difference of the long-half-life task means, and the overlap of the two batches (shared tasks / 64).
 
     python benchmarks/decayed_history_deviation.py --steps 200 --json out.json
 """
@@ -17,6 +17,7 @@ overlap of the two batches (shared tasks / 64).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import sys
@@ -28,8 +29,16 @@ from envsched.bench.learner import LearnerModel
 from envsched.bench.pools import load_bench_pool
 from envsched.bench.runner import make_bench_sampler
 from envsched.method.config import SchedulerConfig
+from envsched.method.history.statistics import History
 
 BATCH, GROUP = 64, 8
+
+
+def _mirrored(original, mirror):
+    def call(*args, **kwargs):
+        mirror(*args, **kwargs)
+        return original(*args, **kwargs)
+    return call
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,12 +52,16 @@ def main(argv: list[str] | None = None) -> int:
     full = make_bench_sampler("envsched", pool, seed=args.seed, options={"history_tolerance": 0.0})
     decayed = make_bench_sampler("envsched", pool, seed=args.seed)
     default_tolerance = SchedulerConfig().history_tolerance
+    fh = full.history
+    shadow = History(fh.n, fh.env_codes, fh.num_envs, decayed.config)
+    for name in ("record_batch", "record_observation", "record_discard"):  # mirror every change of the history
+        setattr(fh, name, _mirrored(getattr(fh, name), getattr(shadow, name)))
     rows = []
     for step in range(args.steps):
         state = json.loads(json.dumps(full.state_dict()))
         state["extra"]["config"]["history_tolerance"] = default_tolerance
         decayed.load_state_dict(state)
-        h = decayed.history
+        decayed._history = h = copy.deepcopy(shadow)
         pf, pd = full.predict(), decayed.predict()
         tasks = full.sample(BATCH)
         other = decayed.sample(BATCH)

@@ -1,7 +1,7 @@
 """The decayed form of the history (the default preset): O(1) state per task and half-life.
 
 Observations older than the live window are absorbed into exponentially decayed sums, each centred on the
-global reference of the fold that absorbs it and clipped, then stored relative to that reference. What is linear
+fold's centre (the mean of the live window's step references) and clipped, then stored relative to it. What is linear
 in the recency weights (the task weights ``W``, the signal sums, the yields, the exposure) equals the full
 history's up to floating-point rounding, and so do the task means while no absorbed observation changes clip side
 between its fold and now. The estimator change: a task mean may differ from the full history's by at most
@@ -78,7 +78,7 @@ class _Feed:
 
 def _recording(dec: History) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Record, for every fold of ``dec``, the absorbed rows with a step reference (positions, steps) and the
-    global reference they were centred on."""
+    reference they were centred on."""
     folds: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     absorb = dec.decayed.absorb
 

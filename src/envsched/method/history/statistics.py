@@ -51,6 +51,27 @@ yields), and a step's reference no longer moves once the step is ``H`` steps old
 than that is centered with the frozen reference). Memory, checkpoints and the cost of a step then depend
 on ``N``, ``B`` and ``H``, not on the length of the run. ``history_tolerance=0`` keeps every observation
 (today's exact, unbounded history).
+
+**Decayed form** (ours; the default preset, :func:`uses_decayed_form`: ``history_tolerance > 0`` and rules not
+the paper's). The bounded history still keeps up to ``H`` (268) steps of observations, so step time and
+checkpoints grow with the run up to that horizon. The decayed form keeps a live window of
+:data:`DECAYED_WINDOW` (16) to 20 steps in the logs, folding every 4 steps, and absorbs everything older into
+:class:`DecayedStatistics`: per task and half-life (long, short, yield) the recency weight ``W`` of its scored
+observations, their weighted mean relative to the reference and the share of ``W`` whose step had a reference,
+the signal sums :mod:`~envsched.method.history.signal` reads (signal and scorable groups, reward sums and
+complements, per phase for the yields) and the exposure -- O(1) per task and half-life, updated in place at
+each fold and aged lazily by one factor ``0.5 ** (dt / h)`` on read. Centring: an observation of step ``s`` is
+stored as ``clip(x - ref_s + r_fold) - r_fold`` with ``r_fold`` the mean of the live window's step references
+when it is absorbed, and read at the reference ``r`` as that plus ``r`` (the block's mean is clipped once more,
+a no-op unless ``r`` moved far).
+This is the log's ``clip(x - ref_s + r)`` exactly while the clip does not change sides between the fold and now;
+in general a task mean differs from the full history's by at most ``sum_absorbed w |r - r_fold| / W`` (clipping is
+1-Lipschitz). Everything linear in the weights (``W``, signal sums, yields, exposure, the counters) is exact up to
+rounding. Measured on the benchmark pool (``benchmarks/decayed_history_deviation.py``, 200 teacher-forced steps
+against the full history): see ``docs/method.md``. A state written by the logs alone (an older version, or before
+the first fold) converts on load: observations older than the window are absorbed, centred on the reference at
+load, which gives the full history's estimates exactly at that step. The paper preset keeps the bounded form
+(issue 25: its batches stay bit for bit).
 """
 
 from __future__ import annotations
@@ -250,8 +271,8 @@ class DecayedStatistics:
         """Add observation rows (columns ``pos, step, phase, n_scored, m, v, d, ref_m, ref_v, ref_d, frozen``
         with ``frozen != _LIVE``) and dispatch rows, weighted as of ``now``.
 
-        A row of a step with a reference is centred on ``reference`` (the global reference now) and clipped to
-        ``clip`` as the log would centre it today, and stored relative to ``reference``: ``clip(x - ref_s + r,
+        A row of a step with a reference is centred on ``reference`` (the fold's centre) and clipped to ``clip``
+        as the log would centre it on that reference, and stored relative to ``reference``: ``clip(x - ref_s + r,
         lo, hi) - r``. Read at a later reference ``r'``, it counts ``clip(x - ref_s + r, lo, hi) + (r' - r)``,
         which differs from the log's ``clip(x - ref_s + r', lo, hi)`` by at most ``|r' - r|`` (and not at all
         while the clip does not change sides)."""
@@ -521,9 +542,10 @@ class History:
         self.residual[pos] = window[-1] + (window[-1] - window[0]) / k
 
     # ------------------------------------------------------------------ folding
-    def fold(self, new_live_start: int) -> None:
+    def fold(self, new_live_start: int, *, centre: np.ndarray | None = None) -> None:
         """Freeze the references of the steps before ``new_live_start`` and drop what no estimate needs
-        beyond the tolerance (see the module docstring). Called by :meth:`record_batch`; idempotent."""
+        beyond the tolerance (see the module docstring). Called by :meth:`record_batch`; idempotent.
+        ``centre``: what the decayed form centres the absorbed observations on (default :meth:`_fold_centre`)."""
         ls = self.live_start
         new_ls = min(int(new_live_start), self.step)
         if new_ls <= ls:
@@ -545,7 +567,7 @@ class History:
                 log.col(name)[rows] = np.nan_to_num(refs[idx, j])
             log.col("frozen")[rows] = np.where(has[idx], _FROZEN, _FROZEN_NO_REFERENCE)
         if self.decayed is not None:
-            self._absorb(new_ls)
+            self._absorb(new_ls, self._fold_centre() if centre is None else centre)
             self._batch_sizes = self._batch_sizes[k:]
             self.live_start = new_ls
             self._cache.clear()
@@ -581,7 +603,7 @@ class History:
         self.live_start = new_ls
         self._cache.clear()
 
-    def _absorb(self, new_ls: int) -> None:
+    def _absorb(self, new_ls: int, centre: np.ndarray | None) -> None:
         """The decayed form's fold: every observation of a step before ``new_ls`` (late groups of earlier folded
         steps included) and every resolved dispatch of such a step goes into :attr:`decayed` and the exact
         counters, and leaves the logs."""
@@ -599,7 +621,7 @@ class History:
             rows = drop & scored & (st == st[drop & scored].min())
             self._first_reference = np.array([o.col(c)[rows].mean() for c in ("m", "v", "d")])
         self.decayed.absorb(self.step - 1, {c: o.col(c)[drop] for c in _OBS_COLUMNS},
-                            d.col("pos")[drop_d], d.col("step")[drop_d], self.global_reference(), self._clip_bounds())
+                            d.col("pos")[drop_d], d.col("step")[drop_d], centre, self._clip_bounds())
         n = self.n
         self._folded_obs += np.bincount(pos[drop], minlength=n)
         self._folded_scored += np.bincount(pos[drop & scored], minlength=n)
@@ -611,6 +633,18 @@ class History:
         self._fifo = {}
         for row in np.flatnonzero(d.col("status") == _OUTSTANDING):
             self._fifo.setdefault(int(d.col("pos")[row]), []).append(int(row))
+
+    def _fold_centre(self) -> np.ndarray | None:
+        """What a fold centres the absorbed observations on: the mean of the step-level references of the live
+        steps (the global reference when none has one; ``None`` before any scored observation). The global
+        reference is the latest step's, a noisy value; its mean over the window is what later references
+        scatter around, so ``|r - r_fold|`` (the bound on the change) stays near the reference's own scatter
+        (measured on the benchmark pool: max task-mean change 0.16 against 0.26 with the latest step's)."""
+        ref = self.global_reference()
+        if ref is None:
+            return None
+        refs, has = self.step_references()
+        return refs[has].mean(axis=0) if has.any() else ref
 
     def decayed_live_start(self, step: int) -> int:
         """The :attr:`live_start` the decayed form has after ``step`` batches (its folds run at fixed steps)."""
@@ -962,11 +996,12 @@ class History:
         elif h.decayed is not None:
             # a state of the exact logs (written before the decayed form, or by the bounded history): absorb what
             # the decayed form would have absorbed by now; the logs' observations of earlier steps all go in
-            target = h.decayed_live_start(step)
+            # the absorbed observations are centred on today's reference: the full history's estimates, exactly, now
+            target, ref = h.decayed_live_start(step), h.global_reference()
             if target > h.live_start:
-                h.fold(target)
+                h.fold(target, centre=ref)
             else:  # a bounded history already folded further (a horizon below the window): its old rows
-                h._absorb(h.live_start)
+                h._absorb(h.live_start, ref)
                 h._cache.clear()
         return h
 
