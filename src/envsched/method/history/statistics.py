@@ -357,14 +357,21 @@ class DecayedStatistics:
         return {"at": self.at, "absorbed": self.absorbed, "pos": pos.tolist(), "half_lives": per}
 
     @classmethod
-    def from_state(cls, raw: Any, num_tasks: int, half_lives: tuple[float, ...], step: int) -> DecayedStatistics:
-        """Checked: the half-lives the configuration reads, finite non-negative weights and sums (signal <=
-        scorable), means in the range of a statistic minus a reference, shares in [0, 1]."""
+    def from_state(cls, raw: Any, num_tasks: int, half_lives: tuple[float, ...], step: int, scored: np.ndarray,
+                   scorable: np.ndarray) -> DecayedStatistics:
+        """Checked: the half-lives the configuration reads, finite non-negative weights and sums, means in the
+        range of a statistic minus a reference, shares in [0, 1], and what the counters allow (every weight is
+        at most 1: a task's weight is at most its absorbed scored groups ``scored``, its scorable weight at
+        most ``scorable``, signal at most scorable, exposure at most the steps, reward sums at most the groups
+        times the largest group)."""
         st = _check.mapping(raw, "decayed", keys=("at", "pos", "half_lives"))
         n = int(num_tasks)
         out = cls(n, half_lives)
         out.at = _check.whole(st["at"], "decayed.at", high=max(step - 1, 0))
-        out.absorbed = bool(st.get("absorbed", True))
+        absorbed = st.get("absorbed", True)
+        if not isinstance(absorbed, bool):
+            raise _check.StateError("decayed.absorbed", f"must be true or false, got {str(absorbed)[:40]!r}")
+        out.absorbed = absorbed
         pos = _check.int_array(st["pos"], "decayed.pos", high=n - 1)
         if np.unique(pos).size != pos.size:
             raise _check.StateError("decayed.pos", "names a task twice")
@@ -378,8 +385,15 @@ class DecayedStatistics:
             for k in cls.FIELDS:
                 out.arrays[h][k][pos] = _check.float_array(r[k], f"{field}.{k}", length=pos.size, low=0.0)
             a = out.arrays[h]
-            if np.any(a["signal"] > a["scorable"] * (1 + 1e-12) + 1e-300):
-                raise _check.StateError(f"{field}.signal", "exceeds the scorable groups' weight")
+            slack = 1.0 + 1e-9
+            caps = {"weight": scored, "scorable": scorable, "signal": a["scorable"], "exposure": np.full(n, step),
+                    "successes": scored * float(_INT32_MAX), "failures": scored * float(_INT32_MAX)}
+            for k, cap in caps.items():
+                bad = np.flatnonzero(a[k] > cap * slack + 1e-12)
+                if bad.size:
+                    i_ = int(np.searchsorted(pos, bad[0]))
+                    raise _check.StateError(f"{field}.{k}[{i_}]", f"is more than the absorbed groups allow "
+                                                                  f"({float(a[k][bad[0]])!r} > {float(cap[bad[0]])!r})")
             mean = _check.sequence(r["mean"], f"{field}.mean", length=3)
             for j, hi in enumerate(_MEAN_BOUND):
                 out.mean[h][pos, j] = _check.float_array(mean[j], f"{field}.mean[{j}]", length=pos.size, low=-hi,
@@ -387,7 +401,9 @@ class DecayedStatistics:
             out.share[h][pos] = _check.float_array(r["share"], f"{field}.share", length=pos.size, low=0.0, high=1.0)
             for j, k in enumerate(("phase_signal", "phase_scorable")):
                 out.phase[h][j] = _check.float_array(r[k], f"{field}.{k}", length=len(PHASES), low=0.0)
-            if np.any(out.phase[h][0] > out.phase[h][1] * (1 + 1e-12) + 1e-300):
+            if out.phase[h][1].sum() > float(scorable.sum()) * slack + 1e-12:
+                raise _check.StateError(f"{field}.phase_scorable", "is more than the absorbed scorable groups allow")
+            if np.any(out.phase[h][0] > out.phase[h][1] * slack + 1e-12):
                 raise _check.StateError(f"{field}.phase_signal", "exceeds the scorable groups' weight")
         return out
 
@@ -961,7 +977,11 @@ class History:
             if not uses_decayed_form(config):
                 raise _check.StateError("decayed", "is the decayed form's state, and this configuration keeps the "
                                                    "exact history (the paper preset or history_tolerance=0)")
-            decayed = DecayedStatistics.from_state(st["decayed"], n, decayed_half_lives(config), step)
+            f_scored, f_scorable = np.zeros(n), np.zeros(n)
+            if folded is not None:
+                f_scored[folded["pos"]], f_scorable[folded["pos"]] = folded["scored"], folded["scorable"]
+            decayed = DecayedStatistics.from_state(st["decayed"], n, decayed_half_lives(config), step, f_scored,
+                                                   f_scorable)
 
         h = cls(num_tasks, env_codes, num_envs, config)
         h.step, h.live_start, h._batch_sizes = step, live_start, batch_sizes
