@@ -436,7 +436,10 @@ class History:
         step: batches dispatched so far.
         live_start: the first step whose reference is still computed from its observations (steps before
             it are folded, see the module docstring); 0 until the first fold.
-        horizon: ``H`` in steps, or ``None`` when nothing is ever folded.
+        horizon: ``H`` in steps, or ``None`` when nothing is ever folded; in the decayed form the live window
+            :data:`DECAYED_WINDOW`.
+        decayed: the absorbed observations' :class:`DecayedStatistics` in the decayed form
+            (:func:`uses_decayed_form`), else ``None``.
     """
 
     def __init__(self, num_tasks: int, env_codes: np.ndarray, num_envs: int, config: SchedulerConfig) -> None:
