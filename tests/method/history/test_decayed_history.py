@@ -306,3 +306,28 @@ def test_a_decayed_state_is_refused_by_the_exact_form_and_malformed_ones_change_
         with pytest.raises(ValueError, match=words):
             s.load_state_dict(bad)
         assert json.dumps(s.state_dict()) == before
+
+
+def test_a_late_group_of_an_absorbed_step_keeps_the_reference_when_it_is_the_only_one():
+    # nothing is reported for 30 steps (the first folds absorb only dispatches); then one group, matched to its
+    # task's dispatch of step 0 (first in, first out), is the only scored observation: the global reference is
+    # its statistics, before and after the next fold absorbs it, as in the full history
+    dec, full = History(N, ENV, E, DEFAULT), History(N, ENV, E, FULL)
+    for step in range(30):
+        pos = [(step * BATCH + i) % N for i in range(BATCH)]
+        for h in (dec, full):
+            h.record_batch(pos, ["coverage"] * BATCH)
+    assert dec.live_start == 12 and dec.global_reference() is None
+    r = np.array([1.0, 0.0, 1.0, 1.0])
+    for h in (dec, full):
+        h.record_observation(0, r, 4, float(np.var(r)))
+    want = np.array([0.75, 0.1875, 1.0])
+    for _ in range(6):  # across the folds at steps 32 and 36
+        np.testing.assert_allclose(dec.global_reference(), want, rtol=0, atol=1e-15)
+        np.testing.assert_allclose(full.global_reference(), want, rtol=0, atol=1e-15)
+        a, b = dec.task_history(8.0, want), full.task_history(8.0, want)
+        np.testing.assert_allclose(a.values, b.values, atol=1e-15)
+        np.testing.assert_allclose(a.weight, b.weight, rtol=1e-12)
+        for h in (dec, full):
+            h.record_batch([1, 2], ["coverage", "coverage"])
+    assert dec.live_start == 20 and len(dec.obs) == 0  # absorbed
