@@ -227,11 +227,11 @@ class DecayedStatistics:
     All weights are valued at step :attr:`at` (a weight is ``0.5 ** ((at - s) / h)`` for an observation of
     step ``s``) and aged on read by the scalar ``0.5 ** ((now - at) / h)``; :meth:`absorb` ages them to ``now``
     first. Per task and half-life: the weight ``W`` of the scored observations, their weighted mean of the
-    *reference-relative* statistics ``y = x - reference_s`` (``y = x`` where step ``s`` had no step-level
-    reference, as the log never shifts those) and the share ``F`` of ``W`` with a reference, so the centred
-    mean at any later reference ``r`` is ``mean + F r`` exactly (before clipping); the signal sums; the
-    exposure. Means and shares do not age (a ratio of equally aged sums), so a weight near underflow never
-    makes them imprecise.
+    *reference-relative* statistics ``y = clip(x - ref_s + r_fold) - r_fold`` (:meth:`absorb`; ``y = x`` where
+    step ``s`` had no step-level reference, as the log never shifts those) and the share ``F`` of ``W`` with a
+    reference, so the centred mean at the reference ``r`` is ``mean + F r`` (clipped once more as a block); the
+    signal sums; the exposure. Means and shares do not age (a ratio of equally aged sums), so a weight near
+    underflow never makes them imprecise.
     """
 
     FIELDS = ("weight", "signal", "scorable", "successes", "failures", "exposure")
