@@ -1,12 +1,13 @@
 """The decayed form of the history (the default preset): O(1) state per task and half-life.
 
-Observations older than the live window are absorbed into exponentially decayed sums, each centred on the
-fold's centre (the mean of the live window's step references) and clipped, then stored relative to it. What is linear
-in the recency weights (the task weights ``W``, the signal sums, the yields, the exposure) equals the full
-history's up to floating-point rounding, and so do the task means while no absorbed observation changes clip side
-between its fold and now. The estimator change: a task mean may differ from the full history's by at most
-``sum_absorbed w_i |r_now - r_fold(i)| / W`` per statistic (``r``: the global reference; clipping is
-1-Lipschitz, and the block's mean is clipped as one), which the tests check with the references of the folds.
+Observations older than the live window are absorbed into exponentially decayed sums, relative to their step's
+reference (exact centring at any later reference). What is linear in the recency weights (the task weights ``W``,
+the signal sums, the yields, the exposure) equals the full history's up to floating-point rounding, and so do
+the task means where no absorbed observation is clipped. The estimator change is the clip of the absorbed block's
+mean instead of each observation: a task mean differs from the full history's by at most ``sum_absorbed w_i e_i /
+W`` per statistic, ``e_i`` the distance of the unclipped centred value to the clip range (an observation absorbed
+clipped on a reference ``r_c``, as a converted state's are: ``e_i = |r - r_c|``), since clipping is 1-Lipschitz
+and the full history's mean lies in the range. The tests check that bound with the rows each fold absorbed.
 """
 
 from __future__ import annotations
@@ -76,16 +77,20 @@ class _Feed:
                 h.record_observation(p, r, 8, float(np.var(r)))
 
 
-def _recording(dec: History) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Record, for every fold of ``dec``, the absorbed rows with a step reference (positions, steps) and the
-    reference they were centred on."""
-    folds: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+def _recording(dec: History) -> list[tuple]:
+    """Record, for every fold of ``dec``, the absorbed scored rows with a step reference: positions, steps,
+    statistics ``(k, 3)``, their steps' references ``(k, 3)`` and the reference they were clipped on (``None``:
+    absorbed unclipped)."""
+    folds: list[tuple] = []
     absorb = dec.decayed.absorb
 
     def wrapper(now, obs, dispatch_pos, dispatch_step, reference, clip):
         keep = (obs["n_scored"] > 0) & (obs["frozen"] == 1)
-        if reference is not None and keep.any():
-            folds.append((obs["pos"][keep].copy(), obs["step"][keep].copy(), np.array(reference)))
+        if keep.any():
+            folds.append((obs["pos"][keep].copy(), obs["step"][keep].copy(),
+                          np.stack([obs[c][keep] for c in ("m", "v", "d")], axis=1),
+                          np.stack([obs[f"ref_{c}"][keep] for c in ("m", "v", "d")], axis=1),
+                          None if reference is None else np.array(reference)))
         absorb(now, obs, dispatch_pos, dispatch_step, reference, clip)
 
     dec.decayed.absorb = wrapper
@@ -93,12 +98,18 @@ def _recording(dec: History) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
 
 
 def _bound(folds, full: History, half_life: float, reference: np.ndarray) -> np.ndarray:
-    """``(N, 3)``: ``sum_absorbed w_i |reference - r_fold(i)| / W`` (module docstring), ``W`` the full weight."""
+    """``(N, 3)``: ``sum_absorbed w_i e_i / W`` (module docstring), ``W`` the full history's weight."""
+    lo, hi = np.array([0.0, 0.0, 0.0]), np.array([1.0, 0.25, 1.0])
     num = np.zeros((N, 3))
-    for pos, step, r_fold in folds:
+    for pos, step, x, ref_s, clipped_on in folds:
         w = np.power(0.5, ((full.step - 1) - step) / half_life)
+        if clipped_on is None:
+            y = x - ref_s + reference
+            e = np.maximum(lo - y, 0.0) + np.maximum(y - hi, 0.0)
+        else:
+            e = np.broadcast_to(np.abs(reference - clipped_on), x.shape)
         for j in range(3):
-            num[:, j] += np.bincount(pos, weights=w * abs(reference[j] - r_fold[j]), minlength=N)
+            num[:, j] += np.bincount(pos, weights=w * e[:, j], minlength=N)
     weight = full.task_history(half_life, reference).weight
     return np.divide(num, weight[:, None], out=np.zeros((N, 3)), where=weight[:, None] > 0)
 
@@ -147,7 +158,8 @@ def test_decayed_statistics_equal_the_full_history_where_nothing_is_clipped():
             assert np.array_equal(dec.global_reference(), ref)
             for h in (DEFAULT.long_half_life, DEFAULT.short_half_life):
                 a, b = dec.task_history(h, ref), full.task_history(h, ref)
-                assert (_bound(folds, full, h, ref) > 0).any() or step < 20  # the reference moved since folds
+                assert len(folds) > 0 or step < 20
+                assert np.all(_bound(folds, full, h, ref) == 0.0)  # the case clips nothing
                 np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10, atol=0)
                 np.testing.assert_allclose(a.values, b.values, rtol=0, atol=1e-12)
                 assert np.array_equal(a.groups, b.groups)
@@ -209,7 +221,8 @@ def test_an_exact_log_state_converts_on_load_to_the_decayed_form():
     first = (o.col("n_scored") > 0) & (o.col("step") < 140)
     first &= has[o.col("step")]
     folds = _recording(conv)  # (the list the later folds go to)
-    folds.append((o.col("pos")[first].copy(), o.col("step")[first].copy(), ref))
+    folds.append((o.col("pos")[first].copy(), o.col("step")[first].copy(),
+                  np.stack([o.col(c)[first] for c in ("m", "v", "d")], axis=1), np.zeros((int(first.sum()), 3)), ref))
     feed.histories = [conv, full]
     for _ in range(40):
         feed.step()

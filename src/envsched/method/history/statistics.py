@@ -60,18 +60,22 @@ checkpoints grow with the run up to that horizon. The decayed form keeps a live 
 observations, their weighted mean relative to the reference and the share of ``W`` whose step had a reference,
 the signal sums :mod:`~envsched.method.history.signal` reads (signal and scorable groups, reward sums and
 complements, per phase for the yields) and the exposure -- O(1) per task and half-life, updated in place at
-each fold and aged lazily by one factor ``0.5 ** (dt / h)`` on read. Centring: an observation of step ``s`` is
-stored as ``clip(x - ref_s + r_fold) - r_fold`` with ``r_fold`` the mean of the live window's step references
-when it is absorbed, and read at the reference ``r`` as that plus ``r`` (the block's mean is clipped once more,
-a no-op unless ``r`` moved far).
-This is the log's ``clip(x - ref_s + r)`` exactly while the clip does not change sides between the fold and now;
-in general a task mean differs from the full history's by at most ``sum_absorbed w |r - r_fold| / W`` (clipping is
-1-Lipschitz). Everything linear in the weights (``W``, signal sums, yields, exposure, the counters) is exact up to
-rounding. Measured on the benchmark pool (``benchmarks/decayed_history_deviation.py``, 200 teacher-forced steps
-against the full history): see ``docs/method.md``. A state written by the logs alone (an older version, or before
-the first fold) converts on load: observations older than the window are absorbed, centred on the reference at
-load, which gives the full history's estimates exactly at that step. The paper preset keeps the bounded form
-(issue 25: its batches stay bit for bit).
+each fold and aged lazily by one factor ``0.5 ** (dt / h)`` on read. Centring is exact by design: an
+observation of step ``s`` is stored as ``x - ref_s`` (its step's frozen reference), so at the reference ``r`` the
+absorbed block's centred mean is ``mean + F r`` exactly. The one estimator change is the clip: the log clips each
+centred observation, the decayed form clips the absorbed block's mean (the log's live window is still clipped
+observation by observation). A task mean then differs from the full history's by at most ``sum_absorbed w
+dist(x - ref_s + r, [lo, hi]) / W`` (the absorbed observations' weighted distance to the clip range, relative to
+the task's whole weight; clipping is 1-Lipschitz and the exact mean lies in the range), and not at all where no
+absorbed observation is clipped. Everything linear in the weights (``W``, signal sums, yields, exposure, the
+counters) is exact up to rounding. (Clipping each observation when absorbed, on the latest or the window's mean
+reference, was measured too: a smaller worst task-mean change, but fewer identical batches; see
+``docs/method.md``.) Measured on the benchmark pool (``benchmarks/decayed_history_deviation.py``, 200
+teacher-forced steps against the full history): see ``docs/method.md``. A state written by the logs alone (an
+older version, or before the first fold) converts on load: observations older than the window are absorbed,
+centred and clipped on the reference at load (then stored relative to it), which gives the full history's
+estimates exactly at that step; later they differ from the log's by at most ``|r - r_load|`` each. The paper
+preset keeps the bounded form (issue 25: its batches stay bit for bit).
 """
 
 from __future__ import annotations
@@ -227,9 +231,9 @@ class DecayedStatistics:
     All weights are valued at step :attr:`at` (a weight is ``0.5 ** ((at - s) / h)`` for an observation of
     step ``s``) and aged on read by the scalar ``0.5 ** ((now - at) / h)``; :meth:`absorb` ages them to ``now``
     first. Per task and half-life: the weight ``W`` of the scored observations, their weighted mean of the
-    *reference-relative* statistics ``y = clip(x - ref_s + r_fold) - r_fold`` (:meth:`absorb`; ``y = x`` where
-    step ``s`` had no step-level reference, as the log never shifts those) and the share ``F`` of ``W`` with a
-    reference, so the centred mean at the reference ``r`` is ``mean + F r`` (clipped once more as a block); the
+    *reference-relative* statistics ``y = x - ref_s`` (:meth:`absorb`; ``y = x`` where step ``s`` had no
+    step-level reference, as the log never shifts those) and the share ``F`` of ``W`` with a reference, so the
+    centred mean at the reference ``r`` is ``mean + F r`` exactly before clipping (then clipped as a block); the
     signal sums; the exposure. Means and shares do not age (a ratio of equally aged sums), so a weight near
     underflow never makes them imprecise.
     """
@@ -271,11 +275,12 @@ class DecayedStatistics:
         """Add observation rows (columns ``pos, step, phase, n_scored, m, v, d, ref_m, ref_v, ref_d, frozen``
         with ``frozen != _LIVE``) and dispatch rows, weighted as of ``now``.
 
-        A row of a step with a reference is centred on ``reference`` (the fold's centre) and clipped to ``clip``
-        as the log would centre it on that reference, and stored relative to ``reference``: ``clip(x - ref_s + r,
-        lo, hi) - r``. Read at a later reference ``r'``, it counts ``clip(x - ref_s + r, lo, hi) + (r' - r)``,
-        which differs from the log's ``clip(x - ref_s + r', lo, hi)`` by at most ``|r' - r|`` (and not at all
-        while the clip does not change sides)."""
+        A row of a step with a reference is stored relative to it, ``x - ref_s``, unclipped (``reference`` None:
+        every fold of a run); read at the reference ``r`` it counts ``x - ref_s + r`` and the block's mean is
+        clipped, which differs from the log's mean of ``clip(x - ref_s + r)`` by at most the mean distance of
+        the unclipped values to the clip range. With a ``reference`` (a state converted on load) it is centred
+        and clipped there, ``clip(x - ref_s + reference) - reference``: read at ``r`` it differs from the log's
+        by at most ``|r - reference|``, and not at all at ``r = reference``."""
         self.age_to(now)
         n = self.share[self.half_lives[0]].size
         pos, n_sc = obs["pos"], obs["n_scored"]
@@ -564,7 +569,9 @@ class History:
     def fold(self, new_live_start: int, *, centre: np.ndarray | None = None) -> None:
         """Freeze the references of the steps before ``new_live_start`` and drop what no estimate needs
         beyond the tolerance (see the module docstring). Called by :meth:`record_batch`; idempotent.
-        ``centre``: what the decayed form centres the absorbed observations on (default :meth:`_fold_centre`)."""
+        ``centre``: the decayed form centres and clips the absorbed observations on this reference (a state
+        converted on load: today's); ``None`` (every fold of a run) absorbs them unclipped, relative to their
+        step's reference."""
         ls = self.live_start
         new_ls = min(int(new_live_start), self.step)
         if new_ls <= ls:
@@ -586,7 +593,7 @@ class History:
                 log.col(name)[rows] = np.nan_to_num(refs[idx, j])
             log.col("frozen")[rows] = np.where(has[idx], _FROZEN, _FROZEN_NO_REFERENCE)
         if self.decayed is not None:
-            self._absorb(new_ls, self._fold_centre() if centre is None else centre)
+            self._absorb(new_ls, centre)
             self._batch_sizes = self._batch_sizes[k:]
             self.live_start = new_ls
             self._cache.clear()
@@ -652,18 +659,6 @@ class History:
         self._fifo = {}
         for row in np.flatnonzero(d.col("status") == _OUTSTANDING):
             self._fifo.setdefault(int(d.col("pos")[row]), []).append(int(row))
-
-    def _fold_centre(self) -> np.ndarray | None:
-        """What a fold centres the absorbed observations on: the mean of the step-level references of the live
-        steps (the global reference when none has one; ``None`` before any scored observation). The global
-        reference is the latest step's, a noisy value; its mean over the window is what later references
-        scatter around, so ``|r - r_fold|`` (the bound on the change) stays near the reference's own scatter
-        (measured on the benchmark pool: max task-mean change 0.16 against 0.26 with the latest step's)."""
-        ref = self.global_reference()
-        if ref is None:
-            return None
-        refs, has = self.step_references()
-        return refs[has].mean(axis=0) if has.any() else ref
 
     def decayed_live_start(self, step: int) -> int:
         """The :attr:`live_start` the decayed form has after ``step`` batches (its folds run at fixed steps)."""
