@@ -101,17 +101,19 @@ class _Loop:
         self.pending = sampler.sample(BATCH)
         self.t = 0
         self.times: list[float] = []
+        self.cpu_times: list[float] = []  # process CPU time of each step: steadier than wall time on a loaded machine
 
     def step(self) -> float:
         pos = np.fromiter((self.sampler.position_of(t) for t in self.pending), dtype=np.int64, count=len(self.pending))
         p = 1.0 / (1.0 + np.exp(-(self.logit0[pos] + DRIFT * self.t)))
         rewards = (self.rng.random((len(pos), GROUP)) < p[:, None]).astype(float).tolist()
         self.seen[pos] = True
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for task, r in zip(self.pending, rewards, strict=True):
             self.sampler.update(task, r)
         self.pending = self.sampler.sample(BATCH)
         dt = time.perf_counter() - t0
+        self.cpu_times.append(time.process_time() - c0)
         self.t += 1
         self.times.append(dt)
         return dt
@@ -144,16 +146,22 @@ def run_long(name: str, n: int, at: list[int], window: int, seed: int) -> list[d
         loop.step()
         if k in at:
             last = loop.times[-min(window, k):]
+            history = getattr(sampler, "history", None)
             gc.collect()
             current, peak = _rss_mib()
             row = {"part": "long", "sampler": name, "tasks": n, "step": k, "init_s": init,
                    "median_step_s": statistics.median(last), "min_step_s": min(last), "max_step_s": max(last),
+                   "median_step_cpu_s": statistics.median(loop.cpu_times[-min(window, k):]),
+                   # EnvSched: rows in its dispatch and observation logs (bounded by the live window in the decayed
+                   # form, by the horizon in the bounded one)
+                   "history_rows": (len(history.obs) + len(history.dispatch)) if history is not None else None,
                    "window": len(last), "rss_current_mib": current, "rss_peak_mib": peak,
                    "observed_fraction": float(loop.seen.mean()), **_state_figures(sampler),
                    "wall_s": time.perf_counter() - started}
             rows.append(row)
             cur = f"{current:.0f}" if current is not None else "n/a"
-            print(f"[long {name} {n:,}] step {k:>6,}: median {_ms(row['median_step_s'])} over {len(last)}, "
+            print(f"[long {name} {n:,}] step {k:>6,}: median {_ms(row['median_step_s'])} over {len(last)} "
+                  f"(CPU {_ms(row['median_step_cpu_s'])}, history rows {row['history_rows']}), "
                   f"RSS {cur} MiB (peak {peak:.0f}), state {row['state_json_bytes'] / 2**20:.2f} MiB "
                   f"(dump {_ms(row['state_dump_s'])}, load {_ms(row['state_load_s'])}), "
                   f"{row['observed_fraction']:.0%} of tasks observed, {row['wall_s']:.0f} s", file=sys.stderr,

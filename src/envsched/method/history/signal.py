@@ -3,7 +3,10 @@
 A *signal group* is a group with at least two scored rewards that are not all equal: the only groups from
 which GRPO gets a gradient. Everything here is derived from :class:`~envsched.method.history.statistics.History`'s
 observation log (so it needs no state of its own, and ``state_dict`` / ``load_state_dict`` restore it), with
-recency weights ``0.5 ** (age / half_life)``, ``age`` in scheduler steps:
+recency weights ``0.5 ** (age / half_life)``, ``age`` in scheduler steps; in the decayed form (the default
+preset) the log holds only the last steps, and the sums of the observations absorbed out of it are added from
+:meth:`History.decayed_signal <envsched.method.history.statistics.History.decayed_signal>` (exact: these sums
+are linear in the weights):
 
 * :func:`phase_yields`: signal groups per scored group of the coverage and of the exploitation picks (the
   adaptive coverage share);
@@ -17,7 +20,8 @@ recency weights ``0.5 ** (age / half_life)``, ``age`` in scheduler steps:
 * :func:`mixed_probability`, :func:`group_signal`, :func:`optimistic_signal`, :func:`beta_upper`: turning a
   posterior into the probability that a group of ``G`` rollouts has signal, ``1 - p^G - (1 - p)^G``.
 
-Everything is ``O(L + N)`` numpy (``L`` logged groups). Beta quantiles use the normal approximation
+Everything is ``O(L + N)`` numpy (``L`` logged groups; bounded by the live window in the decayed form). Beta
+quantiles use the normal approximation
 ``mean +- z_q sd`` clipped to [0, 1] (:func:`beta_quantile`): the exact ``scipy.special.betaincinv`` costs
 about 35 ms per call at 2,550 tasks, which alone would take most of the 50 ms step budget.
 """
@@ -27,14 +31,13 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import betaln, ndtri
 
-from envsched.method.history.statistics import PHASES, History
+from envsched.method.history.statistics import EQUAL_VARIANCE, PHASES, History
 
 __all__ = ["beta_quantile", "declining", "env_signal", "group_signal", "mixed_probability", "optimistic_signal",
            "phase_yields", "signal_counts", "signal_posterior"]
 
 _COVERAGE, _EXPLOITATION = PHASES.index("coverage"), PHASES.index("exploitation")
-#: variances at or below this are "all rewards equal" (floating-point noise of equal rewards is ~1e-17)
-_EQUAL = 1e-12
+_EQUAL = EQUAL_VARIANCE
 _EPS = 1e-6
 
 
@@ -55,6 +58,10 @@ def phase_yields(history: History, half_life: float) -> dict[str, tuple[float, f
     for name, code in (("coverage", _COVERAGE), ("exploitation", _EXPLOITATION)):
         sel = phase == code
         out[name] = (float(w[sel & sig].sum()), float(w[sel & ok].sum()))
+    old = history.decayed_signal(half_life)
+    if old is not None:
+        out = {name: (s + float(old.phase_signal[code]), k + float(old.phase_scorable[code]))
+               for (name, (s, k)), code in zip(out.items(), (_COVERAGE, _EXPLOITATION), strict=True)}
     return out
 
 
@@ -65,7 +72,12 @@ def env_signal(history: History, half_life: float) -> tuple[np.ndarray, np.ndarr
     w = history.obs_weights(half_life)
     env = history.env_codes[o.col("pos")]
     e = history.num_envs
-    return (np.bincount(env[sig], weights=w[sig], minlength=e), np.bincount(env[ok], weights=w[ok], minlength=e))
+    s_e, k_e = np.bincount(env[sig], weights=w[sig], minlength=e), np.bincount(env[ok], weights=w[ok], minlength=e)
+    old = history.decayed_signal(half_life)
+    if old is not None:
+        s_e += np.bincount(history.env_codes, weights=old.signal, minlength=e)
+        k_e += np.bincount(history.env_codes, weights=old.scorable, minlength=e)
+    return s_e, k_e
 
 
 def _task_rate(history: History, half_life: float) -> tuple[np.ndarray, np.ndarray]:
@@ -73,8 +85,13 @@ def _task_rate(history: History, half_life: float) -> tuple[np.ndarray, np.ndarr
     ok, sig = _scorable(history)
     w = history.obs_weights(half_life)
     pos = o.col("pos")
-    return (np.bincount(pos[sig], weights=w[sig], minlength=history.n),
+    s, k = (np.bincount(pos[sig], weights=w[sig], minlength=history.n),
             np.bincount(pos[ok], weights=w[ok], minlength=history.n))
+    old = history.decayed_signal(half_life)
+    if old is not None:
+        s += old.signal
+        k += old.scorable
+    return s, k
 
 
 def declining(history: History, long_half_life: float, short_half_life: float) -> np.ndarray:
@@ -99,6 +116,10 @@ def signal_counts(history: History, half_life: float) -> tuple[np.ndarray, np.nd
     pos = o.col("pos")[ok]
     s = np.bincount(pos, weights=w * succ, minlength=history.n)
     f = np.bincount(pos, weights=w * (n_sc[ok] - succ), minlength=history.n)
+    old = history.decayed_signal(half_life)
+    if old is not None:
+        s += old.successes
+        f += old.failures
     return s, f
 
 

@@ -52,6 +52,31 @@ yields), and a step's reference no longer moves once the step is ``H`` steps old
 than that is centered with the frozen reference). Memory, checkpoints and the cost of a step then depend
 on ``N``, ``B`` and ``H``, not on the length of the run. ``history_tolerance=0`` keeps every observation
 (today's exact, unbounded history).
+
+**Decayed form** (ours; the default preset, :func:`uses_decayed_form`: ``history_tolerance > 0`` and rules not
+the paper's). The bounded history still keeps up to ``H`` (268) steps of observations, so step time and
+checkpoints grow with the run up to that horizon. The decayed form keeps a live window of
+:data:`DECAYED_WINDOW` (16) to 20 steps in the logs, folding every 4 steps, and absorbs everything older into
+:class:`DecayedStatistics`: per task and half-life (long, short, yield) the recency weight ``W`` of its scored
+observations, their weighted mean relative to the reference and the share of ``W`` whose step had a reference,
+the signal sums :mod:`~envsched.method.history.signal` reads (signal and scorable groups, reward sums and
+complements, per phase for the yields) and the exposure -- O(1) per task and half-life, updated in place at
+each fold and aged lazily by one factor ``0.5 ** (dt / h)`` on read. Centring is exact by design: an
+observation of step ``s`` is stored as ``x - ref_s`` (its step's frozen reference), so at the reference ``r`` the
+absorbed block's centred mean is ``mean + F r`` exactly. The one estimator change is the clip: the log clips each
+centred observation, the decayed form clips the absorbed block's mean (the log's live window is still clipped
+observation by observation). A task mean then differs from the full history's by at most ``sum_absorbed w
+dist(x - ref_s + r, [lo, hi]) / W`` (the absorbed observations' weighted distance to the clip range, relative to
+the task's whole weight; clipping is 1-Lipschitz and the exact mean lies in the range), and not at all where no
+absorbed observation is clipped. Everything linear in the weights (``W``, signal sums, yields, exposure, the
+counters) is exact up to rounding. (Clipping each observation when absorbed, on the latest or the window's mean
+reference, was measured too: a smaller worst task-mean change, but fewer identical batches; see
+``docs/method.md``.) Measured on the benchmark pool (``benchmarks/decayed_history_deviation.py``, 200
+teacher-forced steps against the full history): see ``docs/method.md``. A state written by the logs alone (an
+older version, or before the first fold) converts on load: observations older than the window are absorbed,
+centred and clipped on the reference at load (then stored relative to it), which gives the full history's
+estimates exactly at that step; later they differ from the log's by at most ``|r - r_load|`` each. The paper
+preset keeps the bounded form (issue 25: its batches stay bit for bit).
 """
 
 from __future__ import annotations
@@ -159,6 +184,235 @@ _OBS_COLUMNS = {"pos": np.int64, "step": np.int64, "phase": np.int8, "n_scored":
                 **_REF_COLUMNS}
 _REF_DEFAULTS = {"ref_m": 0.0, "ref_v": 0.0, "ref_d": 0.0, "frozen": _LIVE}
 
+#: variances at or below this are "all rewards equal" (floating-point noise of equal rewards is ~1e-17); a
+#: scorable group with a larger variance is a *signal group* (:mod:`envsched.method.history.signal`)
+EQUAL_VARIANCE = 1e-12
+
+#: Live window of the decayed form, in steps: the observations of the last ``DECAYED_WINDOW`` to
+#: ``DECAYED_WINDOW + DECAYED_WINDOW // 4`` steps stay in the log (centred and clipped one by one, their steps'
+#: references still moving with late groups); older ones are absorbed into :class:`DecayedStatistics`.
+DECAYED_WINDOW = 16
+
+
+def uses_decayed_form(config: SchedulerConfig) -> bool:
+    """Whether a :class:`History` under ``config`` keeps O(1) decayed statistics per task (the default preset,
+    and every configuration whose rules are not the paper's, with ``history_tolerance > 0``) rather than the
+    exact bounded log (the paper preset, :attr:`SchedulerConfig.is_paper`) or the full log
+    (``history_tolerance=0``, any preset). See the module docstring."""
+    return config.history_tolerance > 0 and not config.is_paper
+
+
+def decayed_half_lives(config: SchedulerConfig) -> tuple[float, ...]:
+    """The half-lives the decayed form keeps statistics for: every one the scheduler reads (long, short,
+    yield), each once, ascending."""
+    return tuple(sorted({float(config.long_half_life), float(config.short_half_life),
+                         float(config.yield_half_life)}))
+
+
+@dataclass
+class DecayedSignal:
+    """Recency-weighted signal sums of the absorbed observations, aged to the current step (one half-life)."""
+
+    signal: np.ndarray  # (N,): signal groups
+    scorable: np.ndarray  # (N,): groups with >= 2 scored rewards
+    successes: np.ndarray  # (N,): reward sums of the scored rollouts (rewards in [0, 1])
+    failures: np.ndarray  # (N,): complements
+    phase_signal: np.ndarray  # (len(PHASES),)
+    phase_scorable: np.ndarray  # (len(PHASES),)
+
+
+#: ``|x - reference|`` of ``m``, ``v``, ``d`` is at most this (both in the statistic's range)
+_MEAN_BOUND = (1.0, 0.25, 1.0)
+
+
+class DecayedStatistics:
+    """O(1) state per task and half-life: exponentially decayed sufficient statistics of the observations
+    absorbed out of the log (and of the dispatches, for exposure).
+
+    All weights are valued at step :attr:`at` (a weight is ``0.5 ** ((at - s) / h)`` for an observation of
+    step ``s``) and aged on read by the scalar ``0.5 ** ((now - at) / h)``; :meth:`absorb` ages them to ``now``
+    first. Per task and half-life: the weight ``W`` of the scored observations, their weighted mean of the
+    *reference-relative* statistics ``y = x - ref_s`` (:meth:`absorb`; ``y = x`` where step ``s`` had no
+    step-level reference, as the log never shifts those) and the share ``F`` of ``W`` with a reference, so the
+    centred mean at the reference ``r`` is ``mean + F r`` exactly before clipping (then clipped as a block); the
+    signal sums; the exposure. Means and shares do not age (a ratio of equally aged sums), so a weight near
+    underflow never makes them imprecise.
+    """
+
+    FIELDS = ("weight", "signal", "scorable", "successes", "failures", "exposure")
+
+    def __init__(self, num_tasks: int, half_lives: tuple[float, ...]) -> None:
+        self.half_lives = tuple(half_lives)
+        self.at = 0
+        n = int(num_tasks)
+        self.arrays = {h: {k: np.zeros(n) for k in self.FIELDS} for h in self.half_lives}
+        self.mean = {h: np.zeros((n, 3)) for h in self.half_lives}
+        self.share = {h: np.zeros(n) for h in self.half_lives}
+        self.phase = {h: np.zeros((2, len(PHASES))) for h in self.half_lives}  # signal, scorable per phase
+        self.absorbed = False  # whether anything was ever absorbed (until then every read is the log's)
+
+    def _half_life(self, half_life: float) -> float:
+        h = float(half_life)
+        if h not in self.arrays:
+            raise ValueError(f"the decayed history keeps half-lives {list(self.half_lives)}, not {h}")
+        return h
+
+    def factor(self, half_life: float, now: int) -> float:
+        """The ageing factor from :attr:`at` to ``now``."""
+        return 0.5 ** (max(0, now - self.at) / half_life)
+
+    def age_to(self, now: int) -> None:
+        if now <= self.at:
+            return
+        for h in self.half_lives:
+            f = self.factor(h, now)
+            for arr in self.arrays[h].values():
+                arr *= f
+            self.phase[h] *= f
+        self.at = now
+
+    def absorb(self, now: int, obs: dict[str, np.ndarray], dispatch_pos: np.ndarray, dispatch_step: np.ndarray,
+               reference: np.ndarray | None, clip: tuple[np.ndarray, np.ndarray]) -> None:
+        """Add observation rows (columns ``pos, step, phase, n_scored, m, v, d, ref_m, ref_v, ref_d, frozen``
+        with ``frozen != _LIVE``) and dispatch rows, weighted as of ``now``.
+
+        A row of a step with a reference is stored relative to it, ``x - ref_s``, unclipped (``reference`` None:
+        every fold of a run); read at the reference ``r`` it counts ``x - ref_s + r`` and the block's mean is
+        clipped, which differs from the log's mean of ``clip(x - ref_s + r)`` by at most the mean distance of
+        the unclipped values to the clip range. With a ``reference`` (a state converted on load) it is centred
+        and clipped there, ``clip(x - ref_s + reference) - reference``: read at ``r`` it differs from the log's
+        by at most ``|r - reference|``, and not at all at ``r = reference``."""
+        self.age_to(now)
+        n = self.share[self.half_lives[0]].size
+        pos, n_sc = obs["pos"], obs["n_scored"]
+        scored = n_sc > 0
+        has = (obs["frozen"] == _FROZEN)[scored]
+        p_sc = pos[scored]
+        cols = []
+        for j, c in enumerate(("m", "v", "d")):
+            x = obs[c][scored]
+            if reference is None:  # (no scored observation anywhere yet: nothing is shifted)
+                cols.append(x - np.where(has, obs[f"ref_{c}"][scored], 0.0))
+                continue
+            centred = np.clip(x - obs[f"ref_{c}"][scored] + reference[j], clip[0][j], clip[1][j]) - reference[j]
+            cols.append(np.where(has, centred, x))
+        y = np.stack(cols, axis=1)
+        ok = n_sc >= 2
+        sig = ok & (np.nan_to_num(obs["v"]) > EQUAL_VARIANCE)
+        succ = np.where(scored, np.nan_to_num(obs["m"]) * n_sc, 0.0)
+        for h in self.half_lives:
+            w = np.power(0.5, np.maximum(0, now - obs["step"]) / h)
+            a = self.arrays[h]
+            ws = w[scored]
+            add_w = np.bincount(p_sc, weights=ws, minlength=n)
+            total = a["weight"] + add_w
+            upd = np.flatnonzero(add_w > 0)
+            if upd.size:
+                old = a["weight"][upd]
+                t = total[upd]
+                t_safe = np.where(t > 0, t, 1.0)
+                add_has = np.bincount(p_sc, weights=ws * has, minlength=n)[upd]
+                share = np.where(t > 0, (self.share[h][upd] * old + add_has) / t_safe, self.share[h][upd])
+                self.share[h][upd] = np.clip(share, 0.0, 1.0)  # (rounding)
+                for j, bound in enumerate(_MEAN_BOUND):
+                    add = np.bincount(p_sc, weights=ws * y[:, j], minlength=n)[upd]
+                    col = self.mean[h][:, j]
+                    col[upd] = np.clip(np.where(t > 0, (col[upd] * old + add) / t_safe, col[upd]), -bound, bound)
+            a["weight"] = total
+            a["signal"] += np.bincount(pos[sig], weights=w[sig], minlength=n)
+            a["scorable"] += np.bincount(pos[ok], weights=w[ok], minlength=n)
+            a["successes"] += np.bincount(pos, weights=w * succ, minlength=n)
+            a["failures"] += np.bincount(pos, weights=w * (n_sc - succ), minlength=n)
+            self.phase[h][0] += np.bincount(obs["phase"][sig], weights=w[sig], minlength=len(PHASES))
+            self.phase[h][1] += np.bincount(obs["phase"][ok], weights=w[ok], minlength=len(PHASES))
+            a["exposure"] += np.bincount(dispatch_pos, weights=np.power(0.5, np.maximum(0, now - dispatch_step) / h),
+                                         minlength=n)
+        if pos.size or dispatch_pos.size:
+            self.absorbed = True
+
+    def task_history(self, half_life: float, now: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(W (N,), reference-relative mean (N, 3), share with a reference (N,))`` aged to ``now``."""
+        h = self._half_life(half_life)
+        return self.arrays[h]["weight"] * self.factor(h, now), self.mean[h], self.share[h]
+
+    def exposure(self, half_life: float, now: int) -> np.ndarray:
+        h = self._half_life(half_life)
+        return self.arrays[h]["exposure"] * self.factor(h, now)
+
+    def signal(self, half_life: float, now: int) -> DecayedSignal:
+        h = self._half_life(half_life)
+        f = self.factor(h, now)
+        a = self.arrays[h]
+        return DecayedSignal(signal=a["signal"] * f, scorable=a["scorable"] * f, successes=a["successes"] * f,
+                             failures=a["failures"] * f, phase_signal=self.phase[h][0] * f,
+                             phase_scorable=self.phase[h][1] * f)
+
+    # state
+    def state(self) -> dict[str, Any]:
+        any_ = np.zeros(self.share[self.half_lives[0]].size, dtype=bool)
+        for h in self.half_lives:
+            for arr in self.arrays[h].values():
+                any_ |= arr != 0
+        pos = np.flatnonzero(any_)
+        per = []
+        for h in self.half_lives:
+            a = self.arrays[h]
+            per.append({"half_life": h, **{k: a[k][pos].tolist() for k in self.FIELDS},
+                        "mean": self.mean[h][pos].T.tolist(), "share": self.share[h][pos].tolist(),
+                        "phase_signal": self.phase[h][0].tolist(), "phase_scorable": self.phase[h][1].tolist()})
+        return {"at": self.at, "absorbed": self.absorbed, "pos": pos.tolist(), "half_lives": per}
+
+    @classmethod
+    def from_state(cls, raw: Any, num_tasks: int, half_lives: tuple[float, ...], step: int, scored: np.ndarray,
+                   scorable: np.ndarray) -> DecayedStatistics:
+        """Checked: the half-lives the configuration reads, finite non-negative weights and sums, means in the
+        range of a statistic minus a reference, shares in [0, 1], and what the counters allow (every weight is
+        at most 1: a task's weight is at most its absorbed scored groups ``scored``, its scorable weight at
+        most ``scorable``, signal at most scorable, exposure at most the steps, reward sums at most the groups
+        times the largest group)."""
+        st = _check.mapping(raw, "decayed", keys=("at", "pos", "half_lives"))
+        n = int(num_tasks)
+        out = cls(n, half_lives)
+        out.at = _check.whole(st["at"], "decayed.at", high=max(step - 1, 0))
+        absorbed = st.get("absorbed", True)
+        if not isinstance(absorbed, bool):
+            raise _check.StateError("decayed.absorbed", f"must be true or false, got {str(absorbed)[:40]!r}")
+        out.absorbed = absorbed
+        pos = _check.int_array(st["pos"], "decayed.pos", high=n - 1)
+        if np.unique(pos).size != pos.size:
+            raise _check.StateError("decayed.pos", "names a task twice")
+        per = _check.sequence(st["half_lives"], "decayed.half_lives", length=len(half_lives))
+        for i, (h, raw_h) in enumerate(zip(out.half_lives, per, strict=True)):
+            field = f"decayed.half_lives[{i}]"
+            r = _check.mapping(raw_h, field, keys=("half_life", *cls.FIELDS, "mean", "share", "phase_signal",
+                                                   "phase_scorable"))
+            if _check.finite(r["half_life"], f"{field}.half_life") != h:
+                raise _check.StateError(f"{field}.half_life", f"is not the configuration's half-life {h}")
+            for k in cls.FIELDS:
+                out.arrays[h][k][pos] = _check.float_array(r[k], f"{field}.{k}", length=pos.size, low=0.0)
+            a = out.arrays[h]
+            slack = 1.0 + 1e-9
+            caps = {"weight": scored, "scorable": scorable, "signal": a["scorable"], "exposure": np.full(n, step),
+                    "successes": scored * float(_INT32_MAX), "failures": scored * float(_INT32_MAX)}
+            for k, cap in caps.items():
+                bad = np.flatnonzero(a[k] > cap * slack + 1e-12)
+                if bad.size:
+                    i_ = int(np.searchsorted(pos, bad[0]))
+                    raise _check.StateError(f"{field}.{k}[{i_}]", f"is more than the absorbed groups allow "
+                                                                  f"({float(a[k][bad[0]])!r} > {float(cap[bad[0]])!r})")
+            mean = _check.sequence(r["mean"], f"{field}.mean", length=3)
+            for j, hi in enumerate(_MEAN_BOUND):
+                out.mean[h][pos, j] = _check.float_array(mean[j], f"{field}.mean[{j}]", length=pos.size, low=-hi,
+                                                         high=hi)
+            out.share[h][pos] = _check.float_array(r["share"], f"{field}.share", length=pos.size, low=0.0, high=1.0)
+            for j, k in enumerate(("phase_signal", "phase_scorable")):
+                out.phase[h][j] = _check.float_array(r[k], f"{field}.{k}", length=len(PHASES), low=0.0)
+            if out.phase[h][1].sum() > float(scorable.sum()) * slack + 1e-12:
+                raise _check.StateError(f"{field}.phase_scorable", "is more than the absorbed scorable groups allow")
+            if np.any(out.phase[h][0] > out.phase[h][1] * slack + 1e-12):
+                raise _check.StateError(f"{field}.phase_signal", "exceeds the scorable groups' weight")
+        return out
+
 
 @dataclass
 class TaskHistory:
@@ -188,7 +442,10 @@ class History:
         step: batches dispatched so far.
         live_start: the first step whose reference is still computed from its observations (steps before
             it are folded, see the module docstring); 0 until the first fold.
-        horizon: ``H`` in steps, or ``None`` when nothing is ever folded.
+        horizon: ``H`` in steps, or ``None`` when nothing is ever folded; in the decayed form the live window
+            :data:`DECAYED_WINDOW`.
+        decayed: the absorbed observations' :class:`DecayedStatistics` in the decayed form
+            (:func:`uses_decayed_form`), else ``None``.
     """
 
     def __init__(self, num_tasks: int, env_codes: np.ndarray, num_envs: int, config: SchedulerConfig) -> None:
@@ -196,7 +453,9 @@ class History:
         self.env_codes = np.asarray(env_codes, dtype=np.int64)
         self.num_envs = int(num_envs)
         self.config = config
-        self.horizon: int | None = config.history_horizon
+        self.decayed: DecayedStatistics | None = (DecayedStatistics(self.n, decayed_half_lives(config))
+                                                   if uses_decayed_form(config) else None)
+        self.horizon: int | None = DECAYED_WINDOW if self.decayed is not None else config.history_horizon
         self.step = 0  # number of batches dispatched so far
         self.live_start = 0
         self.dispatch = _Log(_DISPATCH_COLUMNS)
@@ -308,9 +567,12 @@ class History:
         self.residual[pos] = window[-1] + (window[-1] - window[0]) / k
 
     # ------------------------------------------------------------------ folding
-    def fold(self, new_live_start: int) -> None:
+    def fold(self, new_live_start: int, *, centre: np.ndarray | None = None) -> None:
         """Freeze the references of the steps before ``new_live_start`` and drop what no estimate needs
-        beyond the tolerance (see the module docstring). Called by :meth:`record_batch`; idempotent."""
+        beyond the tolerance (see the module docstring). Called by :meth:`record_batch`; idempotent.
+        ``centre``: the decayed form centres and clips the absorbed observations on this reference (a state
+        converted on load: today's); ``None`` (every fold of a run) absorbs them unclipped, relative to their
+        step's reference."""
         ls = self.live_start
         new_ls = min(int(new_live_start), self.step)
         if new_ls <= ls:
@@ -331,6 +593,12 @@ class History:
             for j, name in enumerate(("ref_m", "ref_v", "ref_d")):
                 log.col(name)[rows] = np.nan_to_num(refs[idx, j])
             log.col("frozen")[rows] = np.where(has[idx], _FROZEN, _FROZEN_NO_REFERENCE)
+        if self.decayed is not None:
+            self._absorb(new_ls, centre)
+            self._batch_sizes = self._batch_sizes[k:]
+            self.live_start = new_ls
+            self._cache.clear()
+            return
         d = self.dispatch
         status = d.col("status")
         drop = (d.col("step") < new_ls) & (status != _OUTSTANDING)
@@ -362,6 +630,42 @@ class History:
         self.live_start = new_ls
         self._cache.clear()
 
+    def _absorb(self, new_ls: int, centre: np.ndarray | None) -> None:
+        """The decayed form's fold: every observation of a step before ``new_ls`` (late groups of earlier folded
+        steps included) and every resolved dispatch of such a step goes into :attr:`decayed` and the exact
+        counters, and leaves the logs."""
+        d = self.dispatch
+        status = d.col("status")
+        drop_d = (d.col("step") < new_ls) & (status != _OUTSTANDING)
+        sel = drop_d & (status == _OBSERVED)
+        self._folded_env_selections += np.bincount(self.env_codes[d.col("pos")[sel]], minlength=self.num_envs)
+        o = self.obs
+        st, pos, n_scored = o.col("step"), o.col("pos"), o.col("n_scored")
+        drop = st < new_ls
+        scored = n_scored > 0
+        if self._first_reference is None and self._folded_reference is None and (drop & scored).any():
+            # the global reference's last fallback reads the log: keep what it would read
+            rows = drop & scored & (st == st[drop & scored].min())
+            self._first_reference = np.array([o.col(c)[rows].mean() for c in ("m", "v", "d")])
+        self.decayed.absorb(self.step - 1, {c: o.col(c)[drop] for c in _OBS_COLUMNS},
+                            d.col("pos")[drop_d], d.col("step")[drop_d], centre, self._clip_bounds())
+        n = self.n
+        self._folded_obs += np.bincount(pos[drop], minlength=n)
+        self._folded_scored += np.bincount(pos[drop & scored], minlength=n)
+        self._folded_scorable += np.bincount(pos[drop & (n_scored >= 2)], minlength=n)
+        expl = drop & scored & (o.col("phase") == _PHASE_CODE["exploitation"])
+        self._folded_exploitation += (int(expl.sum()), int((o.col("v")[expl] > 0).sum()))
+        o.keep(~drop)
+        d.keep(~drop_d)
+        self._fifo = {}
+        for row in np.flatnonzero(d.col("status") == _OUTSTANDING):
+            self._fifo.setdefault(int(d.col("pos")[row]), []).append(int(row))
+
+    def decayed_live_start(self, step: int) -> int:
+        """The :attr:`live_start` the decayed form has after ``step`` batches (its folds run at fixed steps)."""
+        w, q = DECAYED_WINDOW, max(1, DECAYED_WINDOW // 4)
+        return 0 if step < w + q else q * ((step - w) // q)
+
     def _fold_horizon(self) -> int:
         return self.horizon if self.horizon is not None else np.iinfo(np.int64).max // 4
 
@@ -386,7 +690,8 @@ class History:
         key = ("weights", float(half_life))
         if key not in self._cache:
             steps = self.obs.col("step")
-            live = steps >= self.live_start
+            # the decayed form weighs late groups of folded steps too (the next fold absorbs them with that weight)
+            live = steps >= (self.live_start if self.decayed is None else 0)
             w = np.zeros(steps.size)
             w[live] = np.power(0.5, np.maximum(0, (self.step - 1) - steps[live]) / half_life)
             self._cache[key] = w
@@ -484,10 +789,32 @@ class History:
         weight = np.bincount(pos, weights=w, minlength=self.n)
         groups = np.bincount(pos, minlength=self.n) + self._folded_scored
         values = np.empty((self.n, 3))
+        if self.decayed is not None and self.decayed.absorbed:
+            # the absorbed observations: their centred mean (exact) clipped as one block, then fused with the log's
+            w_old, rel_mean, share = self.decayed.task_history(half_life, self.step - 1)
+            lo, hi = self._clip_bounds()
+            total = weight + w_old
+            for j in range(3):
+                old = np.clip(rel_mean[:, j] + share * reference[j], lo[j], hi[j])
+                sums = np.bincount(pos, weights=w * vals[:, j], minlength=self.n) + w_old * old
+                values[:, j] = np.divide(sums, total, out=np.full(self.n, reference[j]), where=total > 0)
+            return TaskHistory(half_life=half_life, values=values, weight=total, groups=groups)
         for j in range(3):
             sums = np.bincount(pos, weights=w * vals[:, j], minlength=self.n)
             values[:, j] = np.divide(sums, weight, out=np.full(self.n, reference[j]), where=weight > 0)
         return TaskHistory(half_life=half_life, values=values, weight=weight, groups=groups)
+
+    def _clip_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        c = self.config
+        return (np.array([c.mean_clip[0], c.variance_clip[0], c.dispersion_clip[0]]),
+                np.array([c.mean_clip[1], c.variance_clip[1], c.dispersion_clip[1]]))
+
+    def decayed_signal(self, half_life: float) -> DecayedSignal | None:
+        """The absorbed observations' signal sums for ``half_life``, aged to now; ``None`` in the exact forms
+        and before the first fold (everything is still in the log)."""
+        if self.decayed is None or not self.decayed.absorbed:
+            return None
+        return self.decayed.signal(half_life, self.step - 1)
 
     # ------------------------------------------------------------------ counts for scheduling
     def outstanding_counts(self) -> np.ndarray:
@@ -513,7 +840,10 @@ class History:
     def exposure(self, half_life: float) -> np.ndarray:
         """Recency-weighted number of past selections of each task (exposure discounting)."""
         age = np.maximum(0, (self.step - 1) - self.dispatch.col("step")).astype(float)
-        return np.bincount(self.dispatch.col("pos"), weights=np.power(0.5, age / half_life), minlength=self.n)
+        out = np.bincount(self.dispatch.col("pos"), weights=np.power(0.5, age / half_life), minlength=self.n)
+        if self.decayed is not None and self.decayed.absorbed:
+            out += self.decayed.exposure(half_life, self.step - 1)
+        return out
 
     def consecutive_blocked(self) -> np.ndarray:
         """Tasks selected in the last ``max_consecutive_selections`` batches in a row (not eligible now)."""
@@ -563,7 +893,7 @@ class History:
         def ref(x: np.ndarray | None) -> list[float] | None:
             return None if x is None else [float(v) for v in x]
 
-        return {
+        out = {
             "step": self.step,
             "live_start": self.live_start,
             "batch_sizes": list(self._batch_sizes),
@@ -583,6 +913,9 @@ class History:
                        "exploitation": self._folded_exploitation.tolist(),
                        "reference": ref(self._folded_reference), "first_reference": ref(self._first_reference)},
         }
+        if self.decayed is not None and self.decayed.absorbed:  # before the first fold: the logs' format alone
+            out["decayed"] = self.decayed.state()
+        return out
 
     @classmethod
     def from_state(cls, state: dict[str, Any], num_tasks: int, env_codes: np.ndarray, num_envs: int,
@@ -638,6 +971,16 @@ class History:
         progress = st.get("progress")
         if progress is not None:
             progress = _load_progress(progress, n, last_step, observations, config.progress_min_transitions + 1)
+        decayed = None
+        if "decayed" in st:
+            if not uses_decayed_form(config):
+                raise _check.StateError("decayed", "is the decayed form's state, and this configuration keeps the "
+                                                   "exact history (the paper preset or history_tolerance=0)")
+            f_scored, f_scorable = np.zeros(n), np.zeros(n)
+            if folded is not None:
+                f_scored[folded["pos"]], f_scorable[folded["pos"]] = folded["scored"], folded["scorable"]
+            decayed = DecayedStatistics.from_state(st["decayed"], n, decayed_half_lives(config), step, f_scored,
+                                                   f_scorable)
 
         h = cls(num_tasks, env_codes, num_envs, config)
         h.step, h.live_start, h._batch_sizes = step, live_start, batch_sizes
@@ -667,6 +1010,18 @@ class History:
                 h._progress[p] = points
                 h._progress_points[p] = count
                 h._update_residual(p)
+        if decayed is not None:
+            h.decayed = decayed
+        elif h.decayed is not None:
+            # a state of the exact logs (written before the decayed form, or by the bounded history): absorb what
+            # the decayed form would have absorbed by now; the logs' observations of earlier steps all go in
+            # the absorbed observations are centred on today's reference: the full history's estimates, exactly, now
+            target, ref = h.decayed_live_start(step), h.global_reference()
+            if target > h.live_start:
+                h.fold(target, centre=ref)
+            else:  # a bounded history already folded further (a horizon below the window): its old rows
+                h._absorb(h.live_start, ref)
+                h._cache.clear()
         return h
 
     def outstanding_fifo(self) -> dict[int, list[int]]:

@@ -1,0 +1,100 @@
+"""Measure: how far the decayed history (the default preset's O(1) form) moves EnvSched's estimates and batches
+from the full history's, on the benchmark pool.
+
+Teacher-forced: the full-history sampler (``SchedulerConfig(history_tolerance=0)``, the default's rules; before
+step 268 it is also exactly today's bounded default, which folds nothing before then) drives ``--steps`` steps
+of the benchmark's learner model (``envsched.bench.learner.LearnerModel``, sharing 0.5, the pool of
+``load_bench_pool("default")``, batches of 64 groups of 8). A decayed :class:`History` (the default
+configuration's) is fed the same dispatches and reports as the full one, folding as a decayed run folds. Before
+each draw, a default sampler loads the full sampler's state (the generator and everything else) and takes a copy
+of that decayed history; both predict and draw from the same generator state. Reported per step, from the first
+fold (step 20) on: the Spearman correlation and the largest absolute difference of the informativeness, the
+largest difference of the long-half-life task means, and the overlap of the two batches (shared tasks / 64).
+
+    python benchmarks/decayed_history_deviation.py --steps 200 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from envsched.bench.learner import LearnerModel
+from envsched.bench.pools import load_bench_pool
+from envsched.bench.runner import make_bench_sampler
+from envsched.method.config import SchedulerConfig
+from envsched.method.history.statistics import History
+
+BATCH, GROUP = 64, 8
+
+
+def _mirrored(original, mirror):
+    def call(*args, **kwargs):
+        mirror(*args, **kwargs)
+        return original(*args, **kwargs)
+    return call
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", dest="json_out")
+    args = ap.parse_args(argv)
+    pool, source = load_bench_pool("default")
+    learner = LearnerModel(pool, {"sharing": 0.5}, seed=args.seed)
+    full = make_bench_sampler("envsched", pool, seed=args.seed, options={"history_tolerance": 0.0})
+    decayed = make_bench_sampler("envsched", pool, seed=args.seed)
+    default_tolerance = SchedulerConfig().history_tolerance
+    fh = full.history
+    shadow = History(fh.n, fh.env_codes, fh.num_envs, decayed.config)
+    for name in ("record_batch", "record_observation", "record_discard"):  # mirror every change of the history
+        setattr(fh, name, _mirrored(getattr(fh, name), getattr(shadow, name)))
+    rows = []
+    for step in range(args.steps):
+        state = json.loads(json.dumps(full.state_dict()))
+        state["extra"]["config"]["history_tolerance"] = default_tolerance
+        decayed.load_state_dict(state)
+        decayed._history = h = copy.deepcopy(shadow)
+        pf, pd = full.predict(), decayed.predict()
+        tasks = full.sample(BATCH)
+        other = decayed.sample(BATCH)
+        if pf is not None and h.decayed is not None and h.decayed.absorbed:
+            a, b = pf.informativeness, pd.informativeness
+            rows.append({"step": step, "spearman": float(spearmanr(a, b)[0]), "max_abs_informativeness":
+                         float(np.abs(a - b).max()), "max_informativeness": float(a.max()),
+                         "max_abs_long_values": float(np.abs(pf.long.history.values - pd.long.history.values).max()),
+                         "overlap": len({t["id"] for t in tasks} & {t["id"] for t in other}) / BATCH,
+                         "live_rows": len(h.obs)})
+        pos = np.array([full.position_of(t) for t in tasks])
+        r, c = learner.rollout(pos, GROUP)
+        for t, row, cc in zip(tasks, r, c, strict=True):
+            full.update(t, row.tolist(), cc.tolist())
+        learner.train(pos, r)
+        if step % 20 == 19 and rows:
+            x = rows[-1]
+            print(f"step {step + 1}: spearman {x['spearman']:.5f}, max |d info| {x['max_abs_informativeness']:.2e} "
+                  f"(max info {x['max_informativeness']:.3f}), overlap {x['overlap']:.3f}", file=sys.stderr, flush=True)
+    summary = {"pool": source, "steps": args.steps, "seed": args.seed, "compared_steps": len(rows),
+               "spearman_min": min(x["spearman"] for x in rows),
+               "spearman_median": statistics.median(x["spearman"] for x in rows),
+               "max_abs_informativeness": max(x["max_abs_informativeness"] for x in rows),
+               "max_abs_long_values": max(x["max_abs_long_values"] for x in rows),
+               "overlap_mean": statistics.fmean(x["overlap"] for x in rows),
+               "overlap_min": min(x["overlap"] for x in rows),
+               "identical_batches": sum(x["overlap"] == 1.0 for x in rows)}
+    print(json.dumps(summary, indent=1))
+    if args.json_out:
+        with open(args.json_out, "w") as fh:
+            json.dump({"summary": summary, "rows": rows}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
