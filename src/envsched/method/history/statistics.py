@@ -605,9 +605,7 @@ class History:
         sel = drop & (status == _OBSERVED)
         self._folded_env_selections += np.bincount(self.env_codes[d.col("pos")[sel]], minlength=self.num_envs)
         d.keep(~drop)
-        self._fifo = {}
-        for row in np.flatnonzero(d.col("status") == _OUTSTANDING):
-            self._fifo.setdefault(int(d.col("pos")[row]), []).append(int(row))
+        self._rebuild_fifo()
         o = self.obs
         st, pos, n_scored = o.col("step"), o.col("pos"), o.col("n_scored")
         scored = n_scored > 0
@@ -619,6 +617,24 @@ class History:
         gone = (newest >= 0) & (np.power(0.5, age / self.config.long_half_life) == 0.0) & \
             (np.power(0.5, age / self.config.short_half_life) == 0.0)
         drop = (st < new_ls) & (~scored | (st < newest[pos] - self._fold_horizon()) | gone[pos])
+        self._drop_observations(drop)
+        self._batch_sizes = self._batch_sizes[k:]
+        self.live_start = new_ls
+        self._cache.clear()
+
+    def _rebuild_fifo(self) -> None:
+        """Index the outstanding dispatches by task, oldest first (after the dispatch log's rows moved)."""
+        d = self.dispatch
+        self._fifo = {}
+        for row in np.flatnonzero(d.col("status") == _OUTSTANDING):
+            self._fifo.setdefault(int(d.col("pos")[row]), []).append(int(row))
+
+    def _drop_observations(self, drop: np.ndarray) -> None:
+        """Count the observation rows ``drop`` into the exact per-task counters (observations, scored and
+        scorable groups, exploitation hits), then remove them from the log (both forms' folds)."""
+        o = self.obs
+        pos, n_scored = o.col("pos"), o.col("n_scored")
+        scored = n_scored > 0
         n = self.n
         self._folded_obs += np.bincount(pos[drop], minlength=n)
         self._folded_scored += np.bincount(pos[drop & scored], minlength=n)
@@ -626,9 +642,6 @@ class History:
         expl = drop & scored & (o.col("phase") == _PHASE_CODE["exploitation"])
         self._folded_exploitation += (int(expl.sum()), int((o.col("v")[expl] > 0).sum()))
         o.keep(~drop)
-        self._batch_sizes = self._batch_sizes[k:]
-        self.live_start = new_ls
-        self._cache.clear()
 
     def _absorb(self, new_ls: int, centre: np.ndarray | None) -> None:
         """The decayed form's fold: every observation of a step before ``new_ls`` (late groups of earlier folded
@@ -640,7 +653,7 @@ class History:
         sel = drop_d & (status == _OBSERVED)
         self._folded_env_selections += np.bincount(self.env_codes[d.col("pos")[sel]], minlength=self.num_envs)
         o = self.obs
-        st, pos, n_scored = o.col("step"), o.col("pos"), o.col("n_scored")
+        st, n_scored = o.col("step"), o.col("n_scored")
         drop = st < new_ls
         scored = n_scored > 0
         if self._first_reference is None and self._folded_reference is None and (drop & scored).any():
@@ -649,17 +662,9 @@ class History:
             self._first_reference = np.array([o.col(c)[rows].mean() for c in ("m", "v", "d")])
         self.decayed.absorb(self.step - 1, {c: o.col(c)[drop] for c in _OBS_COLUMNS},
                             d.col("pos")[drop_d], d.col("step")[drop_d], centre, self._clip_bounds())
-        n = self.n
-        self._folded_obs += np.bincount(pos[drop], minlength=n)
-        self._folded_scored += np.bincount(pos[drop & scored], minlength=n)
-        self._folded_scorable += np.bincount(pos[drop & (n_scored >= 2)], minlength=n)
-        expl = drop & scored & (o.col("phase") == _PHASE_CODE["exploitation"])
-        self._folded_exploitation += (int(expl.sum()), int((o.col("v")[expl] > 0).sum()))
-        o.keep(~drop)
+        self._drop_observations(drop)
         d.keep(~drop_d)
-        self._fifo = {}
-        for row in np.flatnonzero(d.col("status") == _OUTSTANDING):
-            self._fifo.setdefault(int(d.col("pos")[row]), []).append(int(row))
+        self._rebuild_fifo()
 
     def decayed_live_start(self, step: int) -> int:
         """The :attr:`live_start` the decayed form has after ``step`` batches (its folds run at fixed steps)."""
@@ -997,9 +1002,7 @@ class History:
             h._folded_env_selections[:] = folded["env_selections"]
             h._folded_exploitation[:] = folded["exploitation"]
             h._folded_reference, h._first_reference = folded["reference"], folded["first_reference"]
-        status = h.dispatch.col("status")
-        for row in np.flatnonzero(status == _OUTSTANDING):
-            h._fifo.setdefault(int(h.dispatch.col("pos")[row]), []).append(int(row))
+        h._rebuild_fifo()
         if progress is None:  # a state from before folding: the progress points are the log's
             o = h.obs
             for seq in np.flatnonzero(o.col("n_scored") >= config.min_scored_rollouts):
