@@ -123,6 +123,11 @@ class ProtocolConfig:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
 
     @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> ProtocolConfig:
+        """Inverse of ``dataclasses.asdict`` after a JSON round trip (lists back to tuples)."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
+
+    @classmethod
     def for_round(cls, round_: int, **overrides: Any) -> ProtocolConfig:
         """The protocol with evaluation round ``round_``'s seeds (:data:`EVALUATION_ROUNDS`)."""
         if round_ not in EVALUATION_ROUNDS:
@@ -138,7 +143,7 @@ def load_config(out_dir: str | os.PathLike[str]) -> ProtocolConfig | None:
         return None
     try:
         raw = json.loads(path.read_text())["config"]
-        config = ProtocolConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
+        config = ProtocolConfig.from_dict(raw)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path} is not a protocol configuration: {exc}") from None
     return config
@@ -173,8 +178,7 @@ def _summarise_run(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 def _run_job(job: Mapping[str, Any]) -> dict[str, Any]:
     from envsched.bench.runner import run_one
 
-    cfg = ProtocolConfig(**{**job["config"], **{k: tuple(v) for k, v in job["config"].items()
-                                                  if isinstance(v, list)}})
+    cfg = ProtocolConfig.from_dict(job["config"])
     seed = int(job["seed"])
     started = time.process_time()
     records = run_one(_pool_for(cfg, seed), job["sampler"], seed, steps=cfg.steps, batch_size=cfg.batch_size,
