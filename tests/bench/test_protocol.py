@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -165,3 +166,25 @@ def test_evaluation_rounds_have_disjoint_fresh_seeds_and_a_folder_keeps_its_roun
     (tmp_path / "bad" / "protocol-config.json").write_text('{"config": {"margin": "x"}}')
     res = CliRunner().invoke(cli, ["bench", "--protocol", str(tmp_path / "bad")])
     assert res.exit_code != 0 and "is not a protocol configuration" in res.output
+
+
+def _flaky_run(job: dict) -> dict:
+    """A protocol run that fails for seed 5001 and is instant otherwise (forked workers inherit it)."""
+    if job["seed"] == 5001:
+        raise FloatingPointError("boom in the learner")
+    time.sleep(0.2)
+    return {**{k: job[k] for k in ("phase", "sampler", "seed", "options", "trial")}, "summary": {}, "cpu_s": 0.0}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_failed_run_stops_the_protocol_at_once_names_the_run_and_keeps_the_finished_ones(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    """Before this, one failing run made the worker pool finish every queued run and then lose them all."""
+    monkeypatch.setattr(proto, "_run_job", _flaky_run)
+    jobs = [proto._job(_config(), "untuned", sampler, seed) for seed in (5000, 5001, 5002)
+            for sampler in ("uniform", "plr", "mopps", "dps", "sec", "envsched")]
+    with pytest.raises(RuntimeError, match=r"untuned \w+ seed 5001 trial 0: FloatingPointError: boom"):
+        proto._execute(tmp_path, jobs, workers, None)
+    written = {p.name for p in (tmp_path / "runs" / "untuned").glob("*.json")}
+    assert "uniform__5000.json" in written and not any("5001" in w for w in written)
+    assert len(written) < len(jobs) - 6  # the queued runs after the failure were not run

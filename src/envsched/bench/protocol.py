@@ -226,16 +226,32 @@ def _execute(out: Path, jobs: Sequence[dict[str, Any]], workers: int,
 
     if workers <= 1:
         for job in todo:
-            finish(_run_job(job))
+            finish(_checked_run(job, _run_job))
     elif todo:
         ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as executor:
-            futures = {executor.submit(_run_job, job) for job in todo}
-            while futures:
-                finished, futures = wait(futures, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    finish(fut.result())
+            futures = {executor.submit(_run_job, job): job for job in todo}
+            pending = set(futures)
+            try:
+                while pending:
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        finish(_checked_run(futures[fut], lambda _job, fut=fut: fut.result()))
+            except BaseException:
+                # stop at the first failure: the queued runs are cancelled (the running ones finish and are
+                # dropped), the finished ones are on disk, and a rerun resumes from them
+                executor.shutdown(wait=True, cancel_futures=True)
+                raise
     return [json.loads(_job_path(out, j).read_text()) for j in jobs]
+
+
+def _checked_run(job: Mapping[str, Any], run: Callable[[Mapping[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    """``run(job)``, with a failure re-raised as a ``RuntimeError`` that names the run."""
+    try:
+        return run(job)
+    except Exception as exc:
+        raise RuntimeError(f"protocol run failed: {job['phase']} {job['sampler']} seed {job['seed']} trial "
+                           f"{job['trial']}: {type(exc).__name__}: {exc}") from exc
 
 
 def _job(config: ProtocolConfig, phase: str, sampler: str, seed: int, options: Mapping[str, Any] | None = None,

@@ -344,3 +344,20 @@ def test_a_late_group_of_an_absorbed_step_keeps_the_reference_when_it_is_the_onl
         for h in (dec, full):
             h.record_batch([1, 2], ["coverage", "coverage"])
     assert dec.live_start == 20 and len(dec.obs) == 0  # absorbed
+
+
+def test_a_live_window_without_signal_after_a_fold_is_read_without_error() -> None:
+    """Regression: once folds have absorbed observations, a live window with no signal group made the
+    per-environment signal count an empty ``np.bincount`` (int64 even with float weights), and adding the
+    decayed float sums to it in place raised. All-fail groups for 60 steps after 20 mixed ones reach it."""
+    from envsched.samplers.registry import make_sampler
+    from envsched.testing import default_check_pool
+
+    s = make_sampler("envsched", default_check_pool(), seed=0, group_size=4)
+    rng = np.random.default_rng(0)
+    for step in range(80):
+        for t in s.sample(4):
+            s.update(t, [float(x) for x in rng.integers(0, 2, 4)] if step < 20 else [0.0] * 4)
+    assert s._history.decayed.absorbed
+    counts, scorable = signal.env_signal(s._history, s.config.long_half_life)
+    assert counts.dtype == np.float64 and counts.sum() > 0 and scorable.sum() > counts.sum()

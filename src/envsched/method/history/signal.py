@@ -65,6 +65,12 @@ def phase_yields(history: History, half_life: float) -> dict[str, tuple[float, f
     return out
 
 
+def _weighted_counts(index: np.ndarray, weights: np.ndarray, length: int) -> np.ndarray:
+    """``np.bincount(index, weights, minlength=length)`` as float64 always: numpy returns int64 zeros for an
+    empty ``index`` even with float weights, and the decayed sums are then added in place."""
+    return np.bincount(index, weights=weights, minlength=length).astype(float, copy=False)
+
+
 def env_signal(history: History, half_life: float) -> tuple[np.ndarray, np.ndarray]:
     """Recency-weighted ``(signal groups (E,), scorable groups (E,))`` per environment, all phases."""
     o = history.obs
@@ -72,7 +78,7 @@ def env_signal(history: History, half_life: float) -> tuple[np.ndarray, np.ndarr
     w = history.obs_weights(half_life)
     env = history.env_codes[o.col("pos")]
     e = history.num_envs
-    s_e, k_e = np.bincount(env[sig], weights=w[sig], minlength=e), np.bincount(env[ok], weights=w[ok], minlength=e)
+    s_e, k_e = _weighted_counts(env[sig], w[sig], e), _weighted_counts(env[ok], w[ok], e)
     old = history.decayed_signal(half_life)
     if old is not None:
         s_e += np.bincount(history.env_codes, weights=old.signal, minlength=e)
@@ -85,8 +91,7 @@ def _task_rate(history: History, half_life: float) -> tuple[np.ndarray, np.ndarr
     ok, sig = _scorable(history)
     w = history.obs_weights(half_life)
     pos = o.col("pos")
-    s, k = (np.bincount(pos[sig], weights=w[sig], minlength=history.n),
-            np.bincount(pos[ok], weights=w[ok], minlength=history.n))
+    s, k = _weighted_counts(pos[sig], w[sig], history.n), _weighted_counts(pos[ok], w[ok], history.n)
     old = history.decayed_signal(half_life)
     if old is not None:
         s += old.signal
@@ -114,8 +119,8 @@ def signal_counts(history: History, half_life: float) -> tuple[np.ndarray, np.nd
     w = history.obs_weights(half_life)[ok]
     succ = o.col("m")[ok] * n_sc[ok]
     pos = o.col("pos")[ok]
-    s = np.bincount(pos, weights=w * succ, minlength=history.n)
-    f = np.bincount(pos, weights=w * (n_sc[ok] - succ), minlength=history.n)
+    s = _weighted_counts(pos, w * succ, history.n)
+    f = _weighted_counts(pos, w * (n_sc[ok] - succ), history.n)
     old = history.decayed_signal(half_life)
     if old is not None:
         s += old.successes
