@@ -144,7 +144,9 @@ def _resampled(n: int, clusters: np.ndarray | None) -> tuple[np.ndarray, Any]:
     return np.arange(len(counts)), lambda c: members[c].reshape(*c.shape[:-1], -1)
 
 
-def _interval(stat: Any, data: np.ndarray) -> tuple[float, float]:
+def bootstrap_interval(stat: Any, data: np.ndarray) -> tuple[float, float]:
+    """95 % percentile interval of the vectorised ``stat`` (``stat(resamples, axis=-1)``) over resamples of
+    ``data`` (2,000, seed 0)."""
     res = bootstrap((data,), stat, vectorized=True, n_resamples=2000, batch=100, method="percentile",
                     random_state=np.random.default_rng(0))
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
@@ -155,7 +157,7 @@ def auc_with_interval(y: np.ndarray, score: np.ndarray,
     """AUC and its 95 % percentile bootstrap interval (2,000 resamples of the rows, or of whole ``clusters``)."""
     data, rows = _resampled(len(y), clusters)
     return (float(roc_auc_score(y, score)),
-            *_interval(lambda i, axis=-1: auc_along(y[rows(i)], score[rows(i)]), data))
+            *bootstrap_interval(lambda i, axis=-1: auc_along(y[rows(i)], score[rows(i)]), data))
 
 
 def embed(texts: list[str], model_dir: Path) -> np.ndarray:
@@ -187,8 +189,8 @@ def paired_difference(y: np.ndarray, a: np.ndarray, b: np.ndarray,
     whole ``clusters``)."""
     data, rows = _resampled(len(y), clusters)
     return (float(roc_auc_score(y, a) - roc_auc_score(y, b)),
-            *_interval(lambda i, axis=-1: auc_along(y[rows(i)], a[rows(i)]) - auc_along(y[rows(i)], b[rows(i)]),
-                       data))
+            *bootstrap_interval(lambda i, axis=-1: auc_along(y[rows(i)], a[rows(i)])
+                                - auc_along(y[rows(i)], b[rows(i)]), data))
 
 
 def evaluate(tasks: list[dict[str, Any]], rewards: np.ndarray, embedding_dir: Path | None = None) -> list[dict]:
