@@ -25,8 +25,9 @@ instruction drawn from three templates of its environment, the environment's too
 the difficulty tier; the prompt the network reads is not in them (no sampler can read it).
 
 History (signal at checkpoint k+1): the task's own ``v`` at checkpoint k (``history``), the within-relation
-propagation of the neighbours' ``v`` at checkpoint k (``envsched_lagged[F]``, what a scheduler holds then) and
-the mean of the two (``history+envsched_lagged[F]``).
+propagation of the neighbours' ``v`` at checkpoint k (``envsched_lagged[F]``, what a scheduler holds then), the
+mean of the two (``history+envsched_lagged[F]``) and the mean of the task's own and its environment's other tasks'
+``v`` at checkpoint k (``history+env_mean_lagged``).
 
 Scores: the AUC (``roc_auc_score``'s value) within each run -- one seed at one checkpoint: the tasks a scheduler
 chooses among at that moment -- averaged over the runs of a checkpoint (5 seeds) or of all checkpoints
@@ -64,15 +65,17 @@ EVALUATION_SEEDS = range(5000, 5080)
 #: The predictors of the contemporaneous table, in order (name, what it reads).
 METHODS = ("envsched[tfidf]", "knn[tfidf]", "env_mean", "envsched[difficulty]", "knn[difficulty]",
            "envsched[difficulty,k16]", "env_tier_mean")
-HISTORY = ("history", "envsched_lagged[tfidf]", "envsched_lagged[difficulty]", "history+envsched_lagged[difficulty]")
+HISTORY = ("history", "envsched_lagged[tfidf]", "envsched_lagged[difficulty]", "history+envsched_lagged[difficulty]",
+           "history+env_mean_lagged")
 #: Paired differences reported (a - b), contemporaneous rows.
 PAIRS = (("envsched[difficulty]", "envsched[tfidf]"), ("envsched[tfidf]", "knn[tfidf]"),
          ("envsched[tfidf]", "env_mean"), ("envsched[difficulty]", "env_mean"),
          ("envsched[difficulty]", "env_tier_mean"), ("envsched[difficulty,k16]", "envsched[tfidf]"),
-         ("envsched[difficulty,k16]", "env_tier_mean"))
+         ("envsched[difficulty,k16]", "env_tier_mean"), ("env_tier_mean", "env_mean"))
 #: Paired differences on the history rows (checkpoints after the first).
 HISTORY_PAIRS = (("history+envsched_lagged[difficulty]", "history"), ("envsched[difficulty]", "history"),
-                 ("envsched_lagged[difficulty]", "history"))
+                 ("envsched_lagged[difficulty]", "history"),
+                 ("history+env_mean_lagged", "history+envsched_lagged[difficulty]"))
 
 
 def log_outcomes(seeds: list[int], *, steps: int = 200, checkpoints: list[int] | None = None,
@@ -153,6 +156,7 @@ class Predictors:
         for f in ("tfidf", "difficulty"):
             out[f"envsched_lagged[{f}]"] = self.envsched(f, v_before)
         out["history+envsched_lagged[difficulty]"] = 0.5 * (v_before + out["envsched_lagged[difficulty]"])
+        out["history+env_mean_lagged"] = 0.5 * (v_before + group_mean_others(v_before, self.env))
         return out
 
 
