@@ -19,10 +19,11 @@ reward variance ``v``:
   difficulty tier (the spec's ``difficulty``).
 
 Features ``F``: ``tfidf`` (appendix D's six views, the default ``GraphConfig``) and ``difficulty`` (the same
-views, the spec's ``difficulty`` added as a token of the initial-context view); ``difficulty,k16``: the same
-features with ``K_within`` = 16 (about the size of an environment's tier in this pool). The specs of this pool hold an
-instruction drawn from three templates of its environment, the environment's tools and checks, a category and
-the difficulty tier; the prompt the network reads is not in them (no sampler can read it).
+views, the spec's ``difficulty`` added as a token of the initial-context view); ``tfidf,k16`` and
+``difficulty,k16``: the same features with ``K_within`` = 16 (about the size of an environment's tier in this
+pool). The specs of this pool hold an instruction drawn from three templates of its environment, the
+environment's tools and checks, a category and the difficulty tier; the prompt the network reads is not in them
+(no sampler can read it).
 
 History (signal at checkpoint k+1): the task's own ``v`` at checkpoint k (``history``), the within-relation
 propagation of the neighbours' ``v`` at checkpoint k (``envsched_lagged[F]``, what a scheduler holds then), the
@@ -64,14 +65,15 @@ from variance_auc import (
 EVALUATION_SEEDS = range(5000, 5080)
 #: The predictors of the contemporaneous table, in order (name, what it reads).
 METHODS = ("envsched[tfidf]", "knn[tfidf]", "env_mean", "envsched[difficulty]", "knn[difficulty]",
-           "envsched[difficulty,k16]", "env_tier_mean")
+           "envsched[tfidf,k16]", "envsched[difficulty,k16]", "env_tier_mean")
 HISTORY = ("history", "envsched_lagged[tfidf]", "envsched_lagged[difficulty]", "history+envsched_lagged[difficulty]",
            "history+env_mean_lagged")
 #: Paired differences reported (a - b), contemporaneous rows.
 PAIRS = (("envsched[difficulty]", "envsched[tfidf]"), ("envsched[tfidf]", "knn[tfidf]"),
          ("envsched[tfidf]", "env_mean"), ("envsched[difficulty]", "env_mean"),
          ("envsched[difficulty]", "env_tier_mean"), ("envsched[difficulty,k16]", "envsched[tfidf]"),
-         ("envsched[difficulty,k16]", "env_tier_mean"), ("env_tier_mean", "env_mean"))
+         ("envsched[difficulty,k16]", "env_tier_mean"), ("env_tier_mean", "env_mean"),
+         ("envsched[tfidf,k16]", "envsched[tfidf]"), ("envsched[difficulty,k16]", "envsched[tfidf,k16]"))
 #: Paired differences on the history rows (checkpoints after the first).
 HISTORY_PAIRS = (("history+envsched_lagged[difficulty]", "history"), ("envsched[difficulty]", "history"),
                  ("envsched_lagged[difficulty]", "history"),
@@ -134,7 +136,7 @@ class Predictors:
         harder = with_difficulty(specs)
         self.graphs = {name: build_graph(TaskPool(s), c) for name, s, c in (
             ("tfidf", specs, self.config), ("difficulty", harder, self.config),
-            ("difficulty,k16", harder, GraphConfig(k_within=16)))}
+            ("tfidf,k16", specs, GraphConfig(k_within=16)), ("difficulty,k16", harder, GraphConfig(k_within=16)))}
         self.env = np.array([s["env"] for s in specs])
         self.tier = np.array([f"{s['env']}|{s.get('difficulty')}" for s in specs])
 
