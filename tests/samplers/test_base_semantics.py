@@ -4,6 +4,7 @@ rates without cost, curriculum's use of None, state files of another sampler or 
 
 import json
 import math
+from typing import ClassVar
 
 import pytest
 
@@ -85,3 +86,27 @@ def test_get_params():
     params = s.get_params()
     assert params["group_size"] == 8 and params["key"] == "group" and params["decay"] == 0.8
     assert params["seed"] == 4 and "tasks" not in params
+
+
+def test_a_select_that_returns_a_bad_position_is_refused_with_nothing_changed() -> None:
+    """``sample`` checks what ``_select`` returns before handing anything over: a position outside the pool
+    (which ``tasks[-1]`` would silently accept) or more positions than asked raises, and the sampler is as
+    before."""
+    from envsched.samplers.base import BaseSampler
+
+    class Buggy(BaseSampler):
+        answer: ClassVar[list[int]] = []
+
+        def _select(self, n: int) -> list[int]:
+            self._rng.random()  # the generator moves: the refusal must put it back
+            return list(self.answer)
+
+    s = Buggy([{"id": f"t{i}"} for i in range(4)], seed=0)
+    before = json.dumps(s.state_dict(), sort_keys=True)
+    for answer, n in (([0, -1], 2), ([0, 4], 2), ([1, 2, 3], 2)):
+        Buggy.answer = answer
+        with pytest.raises(RuntimeError, match=r"returned \d positions for n=2 \(at most n, each in \[0, 4\)\)"):
+            s.sample(n)
+        assert json.dumps(s.state_dict(), sort_keys=True) == before and s.outstanding() == {}
+    Buggy.answer = [3, 0]
+    assert [t["id"] for t in s.sample(2)] == ["t3", "t0"]

@@ -34,6 +34,26 @@ def test_sequential_sampler_keeps_the_shared_semantics() -> None:
     check_sampler(lambda pool, seed: SequentialSampler(pool, seeds=[0, 1], require_dispatch=True), seeded=False)
 
 
+def test_a_shares_sampler_keeps_the_shared_semantics() -> None:
+    """A composite over one learning sampler per source (PLR, MoPPS, uniform) answers like one sampler."""
+    from envsched.samplers.shares import SharesSampler
+
+    kinds = {"env0": "plr", "env1": "mopps", "env2": "uniform"}
+    check_sampler(lambda pool, seed: SharesSampler.from_pool(
+        pool, {"env0": 1, "env1": 2, "env2": 1},
+        lambda tasks, src: make_sampler(kinds[src], tasks, seed=seed, group_size=4)))
+
+
+def test_the_remote_client_keeps_the_shared_semantics() -> None:
+    """A worker's handle on a sampler host (in-process, no Ray) answers like the sampler it reaches.
+    ``state-round-trip`` is the documented exception: a host that loads a state gives the dispatches
+    outstanding in it anonymous leases, which no worker can report (they are reclaimed when they expire)."""
+    from envsched.distributed.ray_host import SamplerHost
+
+    check_sampler(lambda pool, seed: SamplerHost(make_sampler("envsched", pool, seed=seed, group_size=4)).client(),
+                  skip=("state-round-trip",))
+
+
 def test_a_newly_registered_sampler_is_checked_with_no_test_edit(tmp_path: Path) -> None:
     """A throw-away sampler registered with ``register_sampler`` (before the suite is collected) gets the
     parametrized conformance test above, and passes it."""

@@ -130,7 +130,7 @@ def test_bad_input_is_refused_and_changes_nothing():
     with pytest.raises(ValueError, match="positive integer"):
         s.sample(0)
     # a quota of 6 for 'a' exceeds its 3 distinct tasks: refused before anything is drawn
-    with pytest.raises(ValueError, match="source 'a' owes"):
+    with pytest.raises(ValueError, match="n=8 exceeds what source 'a' can draw: it owes 6"):
         s.sample(8)
     assert s.state_dict() == before
     with pytest.raises(KeyError, match="no share"):

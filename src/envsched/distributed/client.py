@@ -9,7 +9,7 @@ import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from envsched.errors import EnvSchedError
@@ -41,6 +41,14 @@ class UpdateBatchError(EnvSchedError, ValueError):
     def __init__(self, message: str, results: list[Any]) -> None:
         super().__init__(message)
         self.results = results
+
+
+def _plain(values: Any) -> Any:
+    """Rewards or costs as a list for the trip to the host (a tuple, an array); anything that is not a plain
+    sequence (``None``, a string, a mapping, a number) goes as it is, for the host to refuse by name."""
+    if values is None or isinstance(values, str | bytes | Mapping) or not isinstance(values, Iterable):
+        return values
+    return list(values)
 
 
 def _transient(exc: StoreError) -> bool:
@@ -108,6 +116,8 @@ class RemoteSampler:
         self.retry_s = float(retry_s)
         self._leases: dict[str, deque[str]] = {}
         self.last_lease: str | None = None
+        self._tasks: list[Any] | None = None
+        self._reward_range: tuple[float, float] | None = None
 
     @classmethod
     def connect(cls, name: str, *, namespace: str | None = None, worker: str | None = None,
@@ -194,8 +204,7 @@ class RemoteSampler:
         unreachable raises :class:`LeaseUnconfirmedError` (lease dropped)."""
         key, lid = self._take_lease(task, lease)
         self.last_lease = lid
-        args = (task, list(rewards) if not isinstance(rewards, str | bytes) else rewards,
-                None if costs is None else list(costs), lid)
+        args = (task, _plain(rewards), _plain(costs), lid)
         return self._leased_call("update", key, lid, args)
 
     def _leased_call(self, method: str, key: str, lid: str | None, args: tuple[Any, ...]) -> Any:
@@ -232,7 +241,7 @@ class RemoteSampler:
                 task, rewards, costs = (*item, None)[:3] if len(item) == 2 else item
                 key, lid = self._take_lease(task, None)
                 taken.append((key, lid))
-                payload.append((task, list(rewards), None if costs is None else list(costs), lid))
+                payload.append((task, _plain(rewards), _plain(costs), lid))
         except BaseException:
             for key, lid in reversed(taken):
                 self._put_back(key, lid)
@@ -280,6 +289,32 @@ class RemoteSampler:
 
     def metrics(self) -> dict[str, float]:
         return self._call("metrics", retry=True)
+
+    def outstanding(self) -> dict[str, int]:
+        """The shared sampler's outstanding dispatches per task key, every worker's (this worker's own are
+        :meth:`held_leases`)."""
+        return self._call("outstanding", retry=True)
+
+    @property
+    def tasks(self) -> list[Any]:
+        """The shared sampler's task list (fetched from the host once)."""
+        if self._tasks is None:
+            self._tasks = self._call("tasks", retry=True)
+        return self._tasks
+
+    @property
+    def reward_range(self) -> tuple[float, float]:
+        """The shared sampler's declared reward range (fetched from the host once)."""
+        if self._reward_range is None:
+            low, high = self._call("reward_range", retry=True)
+            self._reward_range = (float(low), float(high))
+        return self._reward_range
+
+    @property
+    def unwrapped(self) -> RemoteSampler:
+        """This handle: the sampler itself lives in the host's process, reachable only through the calls
+        above (as for every sampler, ``unwrapped`` is the innermost object this process can reach)."""
+        return self
 
     def state_dict(self) -> dict[str, Any]:
         return self._call("state_dict", retry=True)

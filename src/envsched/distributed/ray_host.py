@@ -615,6 +615,21 @@ class SamplerHost:
             m["store_retries"] = float(self.store_retries)
             return m
 
+    def outstanding(self) -> dict[str, int]:
+        """The hosted sampler's outstanding dispatches per task key, after reclaiming expired leases."""
+        with self._lock:
+            self.reclaim_expired()
+            return dict(self.sampler.outstanding())
+
+    def tasks(self) -> list[Any]:
+        """The hosted sampler's task list."""
+        return list(self.sampler.tasks)
+
+    def reward_range(self) -> tuple[float, float]:
+        """The hosted sampler's declared reward range."""
+        low, high = self.sampler.reward_range
+        return float(low), float(high)
+
     def state_dict(self) -> dict[str, Any]:
         with self._lock:
             return self.sampler.state_dict()

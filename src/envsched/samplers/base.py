@@ -290,6 +290,12 @@ class BaseSampler(ABC):
         """Groups drawn by :meth:`sample` whose :meth:`update` has not arrived (nor been discarded)."""
         return sum(self._outstanding.values())
 
+    @property
+    def unwrapped(self) -> BaseSampler:
+        """This sampler (Gymnasium's ``Env.unwrapped``): a wrapper answers with the sampler it wraps, so
+        ``sampler.unwrapped`` reaches the innermost sampler whether or not anything wraps it."""
+        return self
+
     def outstanding(self) -> dict[str, int]:
         """Outstanding dispatches per task key."""
         return {self._keys[p]: c for p, c in self._outstanding.items()}
@@ -304,11 +310,16 @@ class BaseSampler(ABC):
         checkpoint = self._select_checkpoint()
         try:
             positions = [int(p) for p in self._select(n)]
-            emitted = [self._emit(p) for p in positions]
+            size = len(self.tasks)
+            if len(positions) > n or any(not 0 <= p < size for p in positions):
+                raise RuntimeError(f"{type(self).__name__}._select returned {len(positions)} positions for n={n} "
+                                   f"(at most n, each in [0, {size})): {positions[:8]}")
         except BaseException:
             self._rng.bit_generator.state = rng_state
             self._select_rollback(checkpoint)
             raise
+        # nothing a subclass writes runs after _select (whose last step may commit), so nothing below can fail
+        emitted = [self.tasks[p] for p in positions]
         for p in positions:
             self._outstanding[p] = self._outstanding.get(p, 0) + 1
         self._counters["dispatched_groups"] += len(positions)
@@ -494,7 +505,11 @@ class BaseSampler(ABC):
 
     @abstractmethod
     def _select(self, n: int) -> list[int]:
-        """Called by :meth:`sample` with a validated ``n``: return ``n`` task positions."""
+        """Called by :meth:`sample` with a validated ``n``: return ``n`` task positions (fewer only at the end of
+        a finite enumeration, as :class:`~envsched.samplers.simple.SequentialSampler` does); the trainer gets
+        ``tasks[p]`` for each. It is the last step of :meth:`sample` that a subclass writes, so a ``_select``
+        that changes state either commits last, after everything that can raise, or restores the state in
+        :meth:`_select_rollback`: either way a ``sample`` that raises changes nothing."""
 
     def _select_checkpoint(self) -> Any:
         """Called by :meth:`sample` before :meth:`_select`: whatever :meth:`_select_rollback` needs to undo a
@@ -505,10 +520,6 @@ class BaseSampler(ABC):
 
     def _select_rollback(self, checkpoint: Any) -> None:  # noqa: B027 - optional hook
         """Undo a failed :meth:`_select` with what :meth:`_select_checkpoint` returned."""
-
-    def _emit(self, position: int) -> Any:
-        """Called by :meth:`sample` for each selected position: the object handed to the trainer."""
-        return self.tasks[position]
 
     def _observe(self, group: GroupResult) -> None:  # noqa: B027 - optional hook
         """Called by :meth:`update` after validation and counting; learning samplers override it."""

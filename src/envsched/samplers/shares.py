@@ -32,7 +32,8 @@ from envsched.samplers.base import MAX_BATCH, BaseSampler, TaskSampler
 __all__ = ["SHARES_STATE_FORMAT", "SharesSampler", "allocate_quotas"]
 
 SHARES_STATE_FORMAT = "envsched.shares/1"
-_COUNTERS = ("groups", "signal_groups", "episodes", "unscored_episodes", "cost")
+_COUNTERS = ("groups", "signal_groups", "episodes", "unscored_episodes", "cost", "dispatched_groups",
+             "discarded_groups", "outstanding_groups")
 #: A carried rounding remainder lies in (-1, 1); the slack covers the 1e-9 rounding guard and float error.
 _CARRY_BOUND = 1.0 + 1e-6
 
@@ -104,6 +105,7 @@ class SharesSampler:
         total = float(sum(shares.values()))
         self.shares: dict[str, float] = {s: float(shares[s]) / total for s in self.sources}
         self.source_of = source_of or _env_of
+        self._source_by_key = _sources_by_key(self.samplers)
         self._carry: dict[str, float] = dict.fromkeys(self.sources, 0.0)
         self._drawn: dict[str, int] = dict.fromkeys(self.sources, 0)
         self._last_quotas: dict[str, int] = dict.fromkeys(self.sources, 0)
@@ -145,6 +147,47 @@ class SharesSampler:
                 raise AttributeError(f"sampler of source {s!r} has no .tasks")
             out.extend(tasks)
         return out
+
+    @property
+    def unwrapped(self) -> SharesSampler:
+        """This sampler: a composite is the innermost sampler that answers for all its sources (each source's
+        own sampler is ``samplers[source]``, with its own ``unwrapped``)."""
+        return self
+
+    @property
+    def reward_range(self) -> tuple[float, float]:
+        """The reward range every source's sampler declares (``AttributeError`` when they differ or declare none)."""
+        ranges = {tuple(map(float, r)) for r in (getattr(smp, "reward_range", None) for smp in self.samplers.values())
+                  if r is not None}
+        if len(ranges) != 1:
+            raise AttributeError(f"the sources' samplers declare {len(ranges)} reward ranges "
+                                 f"({sorted(ranges)[:4]}); SharesSampler has no single reward_range")
+        low, high = next(iter(ranges))
+        return low, high
+
+    def outstanding(self) -> dict[str, int]:
+        """Outstanding dispatches per task key, over every source (each source's ``outstanding()``)."""
+        out: dict[str, int] = {}
+        for s, smp in self.samplers.items():
+            if not callable(getattr(smp, "outstanding", None)):
+                raise AttributeError(f"sampler of source {s!r} ({type(smp).__name__}) has no outstanding()")
+            out.update(smp.outstanding())
+        return out
+
+    def source_of_task(self, task: Any) -> str:
+        """The source a task (a spec, or its key) belongs to: the source whose sampler holds its key, else
+        ``source_of(task)`` for a spec. ``KeyError`` naming the task when neither knows it."""
+        if isinstance(task, str):
+            if task in self._source_by_key:
+                return self._source_by_key[task]
+            raise KeyError(f"unknown task {task!r:.200}: no source's sampler holds it")
+        key = task_key(task)  # KeyError for a spec without an id
+        if key in self._source_by_key:
+            return self._source_by_key[key]
+        src = self.source_of(task)
+        if src not in self.samplers:
+            raise KeyError(f"task {key!r} belongs to source {src!r}, which has no share (sources: {self.sources})")
+        return src
 
     def quotas(self, n: int) -> dict[str, int]:
         """The quotas the next ``sample(n)`` would use (no state changes)."""
@@ -196,6 +239,8 @@ class SharesSampler:
     def _check_n(self, n: Any) -> int:
         if not is_int(n) or n <= 0:
             raise ValueError(f"n must be a positive integer, got {n!r}")
+        if n > MAX_BATCH:
+            raise ValueError(f"n={n} exceeds the batch limit MAX_BATCH={MAX_BATCH}")
         return int(n)
 
     def sample(self, n: int) -> list[Any]:
@@ -216,8 +261,9 @@ class SharesSampler:
             limit_fn = getattr(smp, "max_sample_size", None)
             limit = limit_fn() if callable(limit_fn) else None
             if limit is not None and q > limit:
-                raise ValueError(f"source {s!r} owes {q} tasks in this batch of {n} but its sampler draws at most "
-                                 f"{limit} per batch; use a smaller n or a sampler that repeats tasks")
+                raise ValueError(f"n={n} exceeds what source {s!r} can draw: it owes {q} tasks in this batch but its "
+                                 f"sampler draws at most {limit} per batch; use a smaller n or a sampler that "
+                                 "repeats tasks")
             check = getattr(smp, "check_sample_size", None)
             if callable(check):
                 try:
@@ -248,18 +294,14 @@ class SharesSampler:
         return out
 
     def update(self, task: Any, rewards: Sequence[float | None], costs: Sequence[float] | None = None) -> None:
-        """Route one group's feedback to the sampler of the task's source."""
-        src = self.source_of(task)
-        if src not in self.samplers:
-            raise KeyError(f"task {task_key(task)!r} belongs to source {src!r}, which has no share "
-                           f"(sources: {self.sources})")
-        self.samplers[src].update(task, rewards, costs)
+        """Route one group's feedback to the sampler of the task's source (:meth:`source_of_task`)."""
+        self.samplers[self.source_of_task(task)].update(task, rewards, costs)
 
     def discard(self, task: Any) -> None:
         """Release an outstanding dispatch in the task's source sampler (if that sampler supports it)."""
-        src = self.source_of(task)
-        smp = self.samplers.get(src)
-        if smp is None or not callable(getattr(smp, "discard", None)):
+        src = self.source_of_task(task)
+        smp = self.samplers[src]
+        if not callable(getattr(smp, "discard", None)):
             raise ValueError(f"source {src!r} has no sampler supporting discard()")
         smp.discard(task)
 
@@ -342,6 +384,18 @@ class SharesSampler:
     def __repr__(self) -> str:
         parts = ", ".join(f"{s}={self.shares[s]:.3g}:{type(self.samplers[s]).__name__}" for s in self.sources)
         return f"SharesSampler({parts})"
+
+
+def _sources_by_key(samplers: Mapping[str, Any]) -> dict[str, str]:
+    """``{task key: source}`` over the sources whose sampler lists its ``tasks``; a key in two sources is refused."""
+    out: dict[str, str] = {}
+    for s, smp in samplers.items():
+        for t in getattr(smp, "tasks", None) or ():
+            k = task_key(t)
+            if out.setdefault(k, s) != s:
+                raise ValueError(f"task {k!r} is in the samplers of sources {out[k]!r} and {s!r}: a task must "
+                                 "belong to one source")
+    return out
 
 
 def _env_of(task: Any) -> str:

@@ -7,6 +7,17 @@ itself a :class:`~envsched.samplers.base.TaskSampler`. :class:`SamplerWrapper` f
 Anything else belongs to the sampler itself: reach it with :attr:`SamplerWrapper.unwrapped` (the innermost
 sampler, through any number of wrappers), e.g. ``durable.unwrapped.explanations()`` for an EnvSched sampler
 kept in a store. Attributes are not forwarded implicitly: a wrapper never answers for its sampler by accident.
+
+A wrapper is one of three shapes of object that stand in front of samplers, and all three answer the same
+protocol, ``unwrapped`` included (every :class:`~envsched.samplers.base.BaseSampler` answers it with itself,
+as Gymnasium's ``Env`` does), and keep the shared semantics of :func:`envsched.testing.check_sampler`:
+
+* a **wrapper** (this class) stands in front of one sampler in this process and forwards to it;
+* a **composite**, :class:`~envsched.samplers.shares.SharesSampler`, splits each batch between several
+  samplers and routes each update to the one that drew the task; ``unwrapped`` is the composite itself, and
+  each source's sampler is ``samplers[source]``;
+* a **proxy**, :class:`~envsched.distributed.RemoteSampler`, reaches a sampler in another process (a host
+  actor) through calls; ``unwrapped`` is the proxy itself, the innermost object this process can reach.
 """
 
 from __future__ import annotations
