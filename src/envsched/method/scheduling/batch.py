@@ -67,7 +67,7 @@ from envsched.method.config import SchedulerConfig
 from envsched.method.graph.dual_graph import DualRelationGraph
 from envsched.method.history.prediction import Prediction
 from envsched.method.history.statistics import History
-from envsched.method.scheduling.policy import BatchInputs
+from envsched.method.scheduling.policy import BatchInputs, LazyScores
 
 __all__ = ["BatchSimilarity", "Pick", "SchedulingContext", "SimilarityIndex", "build_batch",
            "representative_scores"]
@@ -372,11 +372,11 @@ class _Batch:
         if len(self.picks) < self.n:  # the last pick penalises nobody
             self.sim.add(pick.pos)
 
-    def penalised(self, base: np.ndarray) -> tuple[Scorer, Scorer]:
+    def penalised(self, base: np.ndarray | LazyScores) -> tuple[Scorer, Scorer]:
         """``(exact, bound)`` for the penalised score ``base * (1 - lambda * max_sim)``: ``exact(cands)`` is
-        ``(scores, max_sim)``; ``bound(cands)`` an upper bound from the similarities computed so far, free."""
+        ``(scores, max_sim)``; ``bound(cands)`` an upper bound from the similarities computed so far, free.
+        ``base`` is read only at the candidates asked about (a :class:`LazyScores` computes no other task)."""
         lam = self.ctx.config.similarity_penalty
-        negative = bool(base.size) and base.min() < 0  # a penalty would raise a negative score
 
         def exact(cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             ms = self.sim.max_sim(cands)
@@ -384,8 +384,10 @@ class _Batch:
 
         def bound(cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             ms = self.sim.partial(cands)
-            ub = base[cands] * (1.0 - lam * ms)
-            return (np.where(base[cands] < 0, np.inf, ub) if negative else ub), ms
+            bc = base[cands]
+            ub = bc * (1.0 - lam * ms)
+            negative = bc < 0  # a penalty would raise a negative score: no bound
+            return (np.where(negative, np.inf, ub) if negative.any() else ub), ms
         return exact, bound
 
 

@@ -24,7 +24,7 @@ preset it runs.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -35,7 +35,64 @@ from envsched.method.history import signal
 from envsched.method.history.prediction import Prediction
 from envsched.method.history.statistics import History
 
-__all__ = ["AdaptivePolicy", "BatchInputs", "PaperPolicy", "PolicyTrace", "SchedulingPolicy", "make_policy"]
+__all__ = ["AdaptivePolicy", "BatchInputs", "LazyScores", "PaperPolicy", "PolicyTrace", "SchedulingPolicy",
+           "make_policy"]
+
+
+class LazyScores:
+    """An ``(N,)`` float score computed task by task when first read, then kept.
+
+    ``compute(positions)`` returns the scores of ``positions`` (distinct, ascending ``int64``); it must be
+    elementwise -- a task's value may not depend on which other tasks are computed with it -- so every read gives
+    the value the whole array would hold. Reads: ``scores[i]`` (a float), ``scores[positions]`` (an array),
+    ``numpy.asarray(scores)`` (all N, computing the rest). The batch builder reads a score only for the
+    candidates it ranks: coverage looks at a few environments' tasks per batch, so a score over the whole pool
+    that only coverage reads (the adaptive coverage score: three log-beta and two square roots per task) costs
+    ``O(tasks read)`` instead of ``O(N)``.
+    """
+
+    dtype = np.dtype(np.float64)
+    ndim = 1
+
+    def __init__(self, n: int, compute: Callable[[np.ndarray], np.ndarray]) -> None:
+        self._values = np.empty(int(n))
+        self._known = np.zeros(int(n), dtype=bool)
+        self._compute = compute
+
+    @property
+    def shape(self) -> tuple[int]:
+        return self._values.shape
+
+    @property
+    def size(self) -> int:
+        return self._values.size
+
+    def __len__(self) -> int:
+        return self._values.size
+
+    def _ensure(self, positions: np.ndarray) -> None:
+        todo = positions[~self._known[positions]]
+        if todo.size:
+            todo = np.unique(todo)
+            self._values[todo] = self._compute(todo)
+            self._known[todo] = True
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, int | np.integer):
+            i = int(index)
+            self._ensure(np.array([i if i >= 0 else i + self.size], dtype=np.int64))
+            return self._values[i]
+        positions = np.arange(self.size)[index]  # any numpy index (slices, masks, fancy) as positions
+        self._ensure(np.asarray(positions, dtype=np.int64).reshape(-1))
+        return self._values[positions]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        self._ensure(np.arange(self.size))
+        return self._values.astype(dtype) if dtype is not None else self._values.copy()
+
+    def computed(self) -> int:
+        """How many tasks' scores were computed so far."""
+        return int(self._known.sum())
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,7 +103,8 @@ class BatchInputs:
         coverage_slots: slots of the coverage phase (the rest goes to exploitation).
         env_order: ``(E,)`` coverage order of the environments after their current-step coverage level, the
             smaller first (the paper: cumulative selections).
-        coverage_score: ``(N,)`` the task score inside the chosen environments (the paper: informativeness).
+        coverage_score: ``(N,)`` the task score inside the chosen environments (the paper: informativeness); an
+            array or a :class:`LazyScores` (the default's, computed for the tasks coverage ranks).
         coverage_fewest_observed_first: whether coverage takes the fewest-observed tasks of the environments
             first and ranks them by ``coverage_score`` after that (the paper), or ranks by the score alone.
         exploitation_score: ``(N,)`` the base score of exploitation and fill (before the exposure discount and
@@ -57,7 +115,7 @@ class BatchInputs:
 
     coverage_slots: int
     env_order: np.ndarray
-    coverage_score: np.ndarray
+    coverage_score: np.ndarray | LazyScores
     coverage_fewest_observed_first: bool
     exploitation_score: np.ndarray
     caps_active: np.ndarray
@@ -91,7 +149,7 @@ class PolicyTrace:
     signal_alpha: np.ndarray | None = None
     signal_beta: np.ndarray | None = None
     exploitation_score: np.ndarray | None = None
-    coverage_score: np.ndarray | None = None
+    coverage_score: np.ndarray | LazyScores | None = None
     caps_active: np.ndarray | None = None
 
     def summary(self) -> dict[str, float]:
@@ -189,7 +247,7 @@ class AdaptivePolicy:
             g = c.rollouts_per_task
             trace.update(signal_alpha=alpha, signal_beta=beta)
         mixed = None
-        if need_posterior and (c.adaptive_coverage or c.exploitation_rule == "mean"):
+        if c.exploitation_score == "signal_probability" and c.exploitation_rule == "mean":
             mixed = signal.mixed_probability(alpha, beta, g)  # ~1.3 ms at 2,550 tasks: computed once
         exploitation = info
         if c.exploitation_score == "signal_probability":
@@ -202,9 +260,15 @@ class AdaptivePolicy:
             exploitation = trace["exploitation_score"] = score + 1e-12 * tiebreak
         coverage, env_order = info, env_counts
         if c.adaptive_coverage:
-            # optimistic signal probability; the predictive mean breaks the ties of wide posteriors
-            coverage = trace["coverage_score"] = (signal.optimistic_signal(alpha, beta, g, c.ucb_quantile)
-                                                  + 1e-3 * mixed + 1e-12 * tiebreak)
+            # optimistic signal probability; the predictive mean breaks the ties of wide posteriors. Elementwise,
+            # so computed only for the tasks coverage ranks (LazyScores)
+            def coverage_at(p: np.ndarray, mixed: np.ndarray | None = mixed, alpha: np.ndarray = alpha,
+                            beta: np.ndarray = beta) -> np.ndarray:
+                a, b = alpha[p], beta[p]
+                m = mixed[p] if mixed is not None else signal.mixed_probability(a, b, g)
+                return signal.optimistic_signal(a, b, g, c.ucb_quantile) + 1e-3 * m + 1e-12 * tiebreak[p]
+
+            coverage = trace["coverage_score"] = LazyScores(info.shape[0], coverage_at)
             s_e, k_e = signal.env_signal(h, c.long_half_life)
             ucb = signal.beta_quantile(1.0 + s_e, 1.0 + k_e - s_e, c.ucb_quantile)
             never = env_counts == 0
