@@ -344,3 +344,25 @@ def test_a_late_group_of_an_absorbed_step_keeps_the_reference_when_it_is_the_onl
         for h in (dec, full):
             h.record_batch([1, 2], ["coverage", "coverage"])
     assert dec.live_start == 20 and len(dec.obs) == 0  # absorbed
+
+
+def test_the_decayed_signal_sums_are_cached_until_the_history_changes_and_read_only():
+    g = synthetic_graph(N, E, seed=0)
+    s = EnvSchedSampler(synthetic_tasks(g), g, DEFAULT, seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(DECAYED_WINDOW + 8):  # past the first fold
+        for t in s.sample(BATCH):
+            s.update(t, (rng.random(8) < 0.5).astype(float).tolist())
+    h = s.history
+    first = h.decayed_signal(DEFAULT.long_half_life)
+    assert first is not None and h.decayed_signal(DEFAULT.long_half_life) is first  # one computation per step
+    fresh = h.decayed.signal(DEFAULT.long_half_life, h.step - 1)
+    assert np.array_equal(first.successes, fresh.successes) and np.array_equal(first.scorable, fresh.scorable)
+    with pytest.raises(ValueError):
+        first.signal[0] = 1.0  # shared between the readers of a step: nobody may change it
+    batch = s.sample(BATCH)
+    again = h.decayed_signal(DEFAULT.long_half_life)
+    assert again is not first  # a new step ages the sums: computed again
+    assert np.array_equal(again.failures, h.decayed.signal(DEFAULT.long_half_life, h.step - 1).failures)
+    s.update(batch[0], [1.0] * 8)
+    assert h.decayed_signal(DEFAULT.long_half_life) is not again

@@ -147,3 +147,27 @@ def test_the_builder_follows_the_policys_inputs_and_refuses_none_after_cold_star
     assert [p.pos for p in picks[1:]] == [17, 34, 0] and [p.exposure_discount for p in picks[1:]] == [1.0] * 3
     with pytest.raises(ValueError, match="needs the policy's inputs"):
         build_batch(dataclasses.replace(ctx, inputs=None), 4)
+
+
+def test_the_adaptive_coverage_score_is_computed_only_where_read_and_equals_the_whole_array():
+    """The default's coverage score is a LazyScores: a read computes only the tasks asked about, elementwise, so
+    every value equals the whole array's (the former eager computation) bit for bit."""
+    from envsched.method.history import signal
+    from envsched.method.scheduling.policy import LazyScores
+
+    s = _warm(SchedulerConfig())
+    prediction = s.predict()
+    tiebreak = np.random.default_rng(3).random(len(s.tasks))
+    inputs, trace = s.policy.inputs(16, s.history, prediction, tiebreak, np.random.default_rng(0))
+    lazy = inputs.coverage_score
+    assert isinstance(lazy, LazyScores) and lazy.computed() == 0 and lazy.size == len(s.tasks)
+    c, g = s.config, s.config.rollouts_per_task
+    a, b = trace.signal_alpha, trace.signal_beta
+    eager = (signal.optimistic_signal(a, b, g, c.ucb_quantile) + 1e-3 * signal.mixed_probability(a, b, g)
+             + 1e-12 * tiebreak)
+    some = np.array([5, 3, 5, 100])
+    assert np.array_equal(lazy[some], eager[some]) and lazy.computed() == 3
+    assert lazy[7] == eager[7] and lazy[-1] == eager[-1] and lazy.computed() == 5
+    assert np.array_equal(lazy[np.arange(160) % 2 == 0], eager[::2])
+    assert np.array_equal(np.asarray(lazy), eager) and lazy.computed() == len(s.tasks)
+    assert np.array_equal(lazy[10:20], eager[10:20])

@@ -816,10 +816,18 @@ class History:
 
     def decayed_signal(self, half_life: float) -> DecayedSignal | None:
         """The absorbed observations' signal sums for ``half_life``, aged to now; ``None`` in the exact forms
-        and before the first fold (everything is still in the log)."""
+        and before the first fold (everything is still in the log). Cached until the history changes (a step reads
+        it five times: the posterior, the declining tasks' two rates, the environments' and the phases' yields);
+        its arrays are read-only."""
         if self.decayed is None or not self.decayed.absorbed:
             return None
-        return self.decayed.signal(half_life, self.step - 1)
+        key = ("decayed_signal", float(half_life))
+        if key not in self._cache:
+            sig = self.decayed.signal(half_life, self.step - 1)
+            for arr in (sig.signal, sig.scorable, sig.successes, sig.failures, sig.phase_signal, sig.phase_scorable):
+                arr.setflags(write=False)
+            self._cache[key] = sig
+        return self._cache[key]
 
     # ------------------------------------------------------------------ counts for scheduling
     def outstanding_counts(self) -> np.ndarray:
