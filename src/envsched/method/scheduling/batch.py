@@ -377,6 +377,9 @@ class _Batch:
         ``(scores, max_sim)``; ``bound(cands)`` an upper bound from the similarities computed so far, free.
         ``base`` is read only at the candidates asked about (a :class:`LazyScores` computes no other task)."""
         lam = self.ctx.config.similarity_penalty
+        # a penalty would raise a negative score: such a candidate has no bound. An array is checked once; a lazy
+        # score at each read (the same bounds: where no candidate read is negative, np.where changes nothing)
+        negative = None if isinstance(base, LazyScores) else bool(base.size) and base.min() < 0
 
         def exact(cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             ms = self.sim.max_sim(cands)
@@ -386,8 +389,8 @@ class _Batch:
             ms = self.sim.partial(cands)
             bc = base[cands]
             ub = bc * (1.0 - lam * ms)
-            negative = bc < 0  # a penalty would raise a negative score: no bound
-            return (np.where(negative, np.inf, ub) if negative.any() else ub), ms
+            below = negative if negative is not None else bool((bc < 0).any())
+            return (np.where(bc < 0, np.inf, ub) if below else ub), ms
         return exact, bound
 
 

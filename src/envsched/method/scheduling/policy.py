@@ -48,15 +48,20 @@ class LazyScores:
     ``numpy.asarray(scores)`` (all N, computing the rest). The batch builder reads a score only for the
     candidates it ranks: coverage looks at a few environments' tasks per batch, so a score over the whole pool
     that only coverage reads (the adaptive coverage score: three log-beta and two square roots per task) costs
-    ``O(tasks read)`` instead of ``O(N)``.
+    ``O(tasks read)`` instead of ``O(N)``. Once a read would bring the computed share to ``1 / eager_fraction``
+    of the pool, every remaining task is computed at once (a small pool, whose batch reads most of it, then pays
+    one computation, not one per read).
     """
 
     dtype = np.dtype(np.float64)
     ndim = 1
+    #: a read that would bring the computed tasks to ``N / eager_fraction`` computes all of them
+    eager_fraction = 8
 
     def __init__(self, n: int, compute: Callable[[np.ndarray], np.ndarray]) -> None:
         self._values = np.empty(int(n))
         self._known = np.zeros(int(n), dtype=bool)
+        self._count = 0
         self._compute = compute
 
     @property
@@ -70,29 +75,40 @@ class LazyScores:
     def __len__(self) -> int:
         return self._values.size
 
-    def _ensure(self, positions: np.ndarray) -> None:
-        todo = positions[~self._known[positions]]
-        if todo.size:
-            todo = np.unique(todo)
-            self._values[todo] = self._compute(todo)
-            self._known[todo] = True
+    def _fill(self, missing: np.ndarray) -> None:
+        """Compute ``missing`` (positions not computed yet, maybe repeated), or every task left."""
+        if (self._count + missing.size) * self.eager_fraction >= self._values.size:
+            todo = np.flatnonzero(~self._known)
+        else:
+            todo = np.unique(missing)
+        self._values[todo] = self._compute(todo)
+        self._known[todo] = True
+        self._count += todo.size
 
     def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, np.ndarray) and index.dtype.kind in "iu" and index.ndim == 1:  # the batch builder's
+            known = self._known[index]
+            if not known.all():
+                self._fill(np.where(index < 0, index + self.size, index)[~known].astype(np.int64))
+            return self._values[index]
         if isinstance(index, int | np.integer):
             i = int(index)
-            self._ensure(np.array([i if i >= 0 else i + self.size], dtype=np.int64))
+            if not self._known[i]:
+                self._fill(np.array([i if i >= 0 else i + self.size], dtype=np.int64))
             return self._values[i]
-        positions = np.arange(self.size)[index]  # any numpy index (slices, masks, fancy) as positions
-        self._ensure(np.asarray(positions, dtype=np.int64).reshape(-1))
-        return self._values[positions]
+        positions = np.asarray(np.arange(self.size)[index], dtype=np.int64).reshape(-1)  # slices, masks, lists
+        if not self._known[positions].all():
+            self._fill(positions[~self._known[positions]])
+        return self._values[index]
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        self._ensure(np.arange(self.size))
+        if self._count < self.size:
+            self._fill(np.flatnonzero(~self._known))
         return self._values.astype(dtype) if dtype is not None else self._values.copy()
 
     def computed(self) -> int:
         """How many tasks' scores were computed so far."""
-        return int(self._known.sum())
+        return self._count
 
 
 @dataclass(frozen=True, eq=False)
@@ -261,14 +277,18 @@ class AdaptivePolicy:
         coverage, env_order = info, env_counts
         if c.adaptive_coverage:
             # optimistic signal probability; the predictive mean breaks the ties of wide posteriors. Elementwise,
-            # so computed only for the tasks coverage ranks (LazyScores)
-            def coverage_at(p: np.ndarray, mixed: np.ndarray | None = mixed, alpha: np.ndarray = alpha,
-                            beta: np.ndarray = beta) -> np.ndarray:
-                a, b = alpha[p], beta[p]
-                m = mixed[p] if mixed is not None else signal.mixed_probability(a, b, g)
-                return signal.optimistic_signal(a, b, g, c.ucb_quantile) + 1e-3 * m + 1e-12 * tiebreak[p]
+            # so in a large pool computed only for the tasks coverage ranks (LazyScores): coverage reads about one
+            # environment per slot, a small share of the pool where n environments are
+            def coverage_of(a: np.ndarray, b: np.ndarray, m: np.ndarray | None, tb: np.ndarray) -> np.ndarray:
+                m = signal.mixed_probability(a, b, g) if m is None else m
+                return signal.optimistic_signal(a, b, g, c.ucb_quantile) + 1e-3 * m + 1e-12 * tb
 
-            coverage = trace["coverage_score"] = LazyScores(info.shape[0], coverage_at)
+            if n * LazyScores.eager_fraction <= self.env_size_weight.size:
+                coverage = LazyScores(info.shape[0], lambda p, a=alpha, b=beta, m=mixed: coverage_of(
+                    a[p], b[p], None if m is None else m[p], tiebreak[p]))
+            else:
+                coverage = coverage_of(alpha, beta, mixed, tiebreak)
+            trace["coverage_score"] = coverage
             s_e, k_e = signal.env_signal(h, c.long_half_life)
             ucb = signal.beta_quantile(1.0 + s_e, 1.0 + k_e - s_e, c.ucb_quantile)
             never = env_counts == 0
