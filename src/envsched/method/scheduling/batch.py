@@ -93,8 +93,12 @@ class SimilarityIndex:
         self._dense_abs: np.ndarray | None = None
         if graph.num_nodes <= self.dense_abstract_max_nodes:  # small pools: all S_abs rows at once
             self._dense_abs = (self.abstract @ self.abstract.T).toarray().astype(np.float32)
-        # document frequency of each abstract feature: which summation order a pick's S_abs row uses
+        # document frequency of each abstract feature: which summation order a pick's S_abs row uses, decided once
+        # per task (candidate_order): the sum of its features' frequencies against the matrix's entries
         self._abs_df = np.bincount(self.abstract.indices, minlength=self.abstract.shape[1])
+        a = self.abstract
+        df_sum = np.concatenate(([0], np.cumsum(self._abs_df[a.indices], dtype=np.int64)))
+        self._candidate_order = (df_sum[a.indptr[1:]] - df_sum[a.indptr[:-1]]) * 8 > a.nnz
         self._ac_indptr: np.ndarray | None = None  # column access (built on first use): who shares a feature
         self._ac_indices = self._ac_data = np.zeros(0)
         by_env = self.full[self.order]
@@ -149,9 +153,7 @@ class SimilarityIndex:
         mat-vec over the pool, products in float64 summed in each candidate's feature order; ``False``: a gather
         over the tasks sharing its features, products in the features' dtype summed (in float64) in ``s``'s
         feature order."""
-        m = self.abstract
-        total = int(self._abs_df[m.indices[m.indptr[s]:m.indptr[s + 1]]].sum())
-        return total * 8 > m.nnz
+        return bool(self._candidate_order[s])
 
     def cross(self, cands: np.ndarray, members: np.ndarray, candidate_order: np.ndarray) -> np.ndarray:
         """``S_abs`` of each candidate to each batch member, ``(len(cands), len(members))``, 0 for pairs in the
