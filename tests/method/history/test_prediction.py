@@ -237,33 +237,3 @@ def test_sampler_choices_equal_those_of_the_plain_prediction(preset, monkeypatch
             fast.update(t, rewards)
             plain.update(t, rewards)
     assert fast.predict().long.history.observed.mean() > 0.5
-
-
-def test_the_packed_key_sort_orders_every_kind_of_large_array():
-    """Large non-negative arrays sort by int64 keys (value bits high, index low) and re-sort the buckets whose values
-    came out of order: the result is a sort of ``x`` whatever the ties, near-ties (an ulp apart, same bucket),
-    infinities and NaN; arrays with a sign bit set go to numpy's argsort."""
-    from envsched.method.history.prediction import _argsort, _packed_argsort
-
-    rng = np.random.default_rng(4)
-    n = 20_000
-    base = np.repeat(rng.random(n // 10), 10)
-    near = rng.permutation(base * (1.0 + rng.integers(-3, 4, n) * 2.0**-52))  # many ulp-apart values
-    with_nan = rng.random(n)
-    with_nan[rng.integers(0, n, 30)] = np.nan
-    with_inf = rng.random(n)
-    with_inf[rng.integers(0, n, 30)] = np.inf
-    cases = {"distinct": rng.random(n) * 0.25, "ties": np.round(rng.random(n), 2), "near": near,
-             "nan": with_nan, "inf": with_inf, "constant": np.full(n, 0.125), "zeros": np.zeros(n),
-             "pow2": np.full(131_073, 0.5) * rng.random(131_073)}  # 2 ** 17 + 1 tasks: an 18-bit index
-    for name, x in cases.items():
-        order = _argsort(x)
-        assert np.array_equal(np.sort(order), np.arange(x.size)), name
-        assert np.array_equal(x[order], np.sort(x), equal_nan=True), name
-        assert np.array_equal(percentile_ranks(x, order), rankdata(x, method="average") / x.size, equal_nan=True)
-    packed = _packed_argsort(near)
-    assert packed is not None and np.array_equal(near[packed], np.sort(near))
-    # a sign bit: negative values, -0.0, the negative NaN of an invalid operation
-    for x in (rng.random(n) - 0.5, np.where(rng.random(n) < 0.5, -0.0, 0.0), np.array([0.0 * np.inf] * 5000)):
-        assert _packed_argsort(x) is None
-        assert np.array_equal(x[_argsort(x)], np.sort(x), equal_nan=True)

@@ -135,51 +135,11 @@ def _propagate_seen(seen: np.ndarray, x: np.ndarray, rel: RelationOperator,
     return est.T, has
 
 
-def _packed_argsort(x: np.ndarray) -> np.ndarray | None:
-    """Indices that sort ``x`` (float64 without a sign bit set: non-negative numbers, +inf, positive NaN; else
-    ``None``), by one sort of ``int64`` keys, which numpy sorts faster than it argsorts floats.
-
-    The bits of a non-negative double, read as an ``int64``, order as the double does. A key keeps the high bits
-    of the value and puts the task's index in the ``b`` low bits (``2 ** b >= N``): sorting the keys orders the
-    values exactly except inside a *bucket* (values sharing their high bits, within ``2 ** (b - 52)`` of each
-    other relative), where the order is by index. Buckets whose values came out of order (a descent) are sorted
-    again by value; buckets are contiguous and ordered, so sorting all their members together by value puts each
-    back into its own bucket's positions. Equal values share a bucket and never descend: ties cost nothing."""
-    n = x.size
-    bits = x.view(np.int64)
-    if bits.size and int(bits.min()) < 0:
-        return None
-    shift = max(1, (n - 1).bit_length())
-    low = (1 << shift) - 1
-    key = bits & ~low
-    key |= np.arange(n, dtype=np.int64)
-    key.sort()
-    order = key & low
-    xs = x[order]
-    descents = np.flatnonzero(xs[1:] < xs[:-1])  # (NaN compares false: NaN sorts last by its bits)
-    if descents.size:
-        high = key >> shift
-        starts = np.flatnonzero(high[1:] != high[:-1]) + 1  # bucket boundaries in sorted order
-        b = np.unique(np.searchsorted(starts, descents, side="right"))  # buckets with a descent
-        lo = np.concatenate(([0], starts))[b]
-        hi = np.append(starts, n)[b]
-        sizes = hi - lo
-        at = np.repeat(lo - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes) + np.arange(int(sizes.sum()))
-        fix = np.argsort(xs[at], kind="stable")
-        order[at] = order[at][fix]
-    return order
-
-
 def _argsort(x: np.ndarray) -> np.ndarray:
-    """Indices that sort ``x``. Large non-negative arrays (every score the prediction sorts): :func:`_packed_argsort`.
-    Otherwise ``numpy.argsort`` with the faster kind for ``x``: the default (SIMD quicksort) on mostly distinct
-    values, the stable sort when one value fills a large share (the quicksort then runs several times slower). A
-    strided sample of about 1,000 values tells which; the order of equal values, the only thing the kind changes,
-    is never used."""
-    if x.size > 4096 and x.dtype == np.float64:
-        order = _packed_argsort(np.ascontiguousarray(x))
-        if order is not None:
-            return order
+    """``numpy.argsort`` with the faster kind for ``x``: the default (SIMD quicksort) on mostly distinct values,
+    the stable sort when one value fills a large share (the quicksort then runs several times slower). A strided
+    sample of about 1,000 values tells which; the order of equal values, the only thing the kind changes, is
+    never used."""
     if x.size > 4096:
         sample = np.sort(x[:: x.size // 1024])
         if np.count_nonzero(sample[1:] == sample[:-1]) * 8 < sample.size:
