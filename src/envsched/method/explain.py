@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,10 +119,15 @@ def _neighbors(idx: np.ndarray, weight: np.ndarray, similarity: np.ndarray, pred
 
 def filter_snapshot(history: History, positions: list[int]) -> dict[int, tuple[int, float, bool, int]]:
     """What the explanation needs from the history, per selected task, taken right after the batch was
-    recorded: ``(scorable transitions, residual, progress-filtered, consecutive selections)``."""
-    filtered = history.progress_filtered()
-    return {p: (int(history.transitions[p]), float(history.residual[p]), bool(filtered[p]),
-                int(history.run_length[p])) for p in positions}
+    recorded: ``(scorable transitions, residual, progress-filtered, consecutive selections)``. Reads only the
+    picks' rows (``O(len(positions))``): the progress filter's rule (:meth:`History.progress_filtered`) is applied
+    to them alone, not to all N tasks."""
+    c = history.config
+    pos = np.asarray(positions, dtype=np.int64)
+    transitions, residual, run = history.transitions[pos], history.residual[pos], history.run_length[pos]
+    filtered = (transitions >= c.progress_min_transitions) & (residual <= c.progress_residual_threshold)
+    return dict(zip(positions, zip(transitions.tolist(), residual.tolist(), filtered.tolist(), run.tolist(),
+                                   strict=True), strict=True))
 
 
 def _prediction_fields(per_pick: list[dict[str, Any]], pos: np.ndarray, pr: Prediction, graph: DualRelationGraph,
@@ -237,14 +242,18 @@ def build_records(step: int, picks: list[Pick], *, graph: DualRelationGraph,
     return out
 
 
-def write_records(path: str | os.PathLike[str], records: list[dict[str, Any]], header: dict[str, Any]) -> None:
-    """Append ``records`` to the JSONL run file ``path`` (the header first when the file is new or empty)."""
+def write_records(path: str | os.PathLike[str], records: list[dict[str, Any]],
+                  header: dict[str, Any] | Callable[[], dict[str, Any]]) -> None:
+    """Append ``records`` to the JSONL run file ``path`` (the header first when the file is new or empty).
+    ``header``: the header's fields, or a function returning them, called only when the header is written (a
+    sampler writing every step then builds it once per file, not once per step)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists() or path.stat().st_size == 0
     with path.open("a", encoding="utf-8") as fh:
         if new:
-            fh.write(json.dumps({"format": EXPLAIN_FORMAT, "kind": "header", **header}) + "\n")
+            fields = header() if callable(header) else header
+            fh.write(json.dumps({"format": EXPLAIN_FORMAT, "kind": "header", **fields}) + "\n")
         fh.write("".join(_ENCODER.encode(r) + "\n" for r in records))
         fh.flush()
 

@@ -229,13 +229,16 @@ class EnvSchedSampler(BaseSampler):
         self._batch_totals["tools"] += n_tools
         if self.run_file is not None:
             try:
-                write_records(self.run_file, self._records(),
-                              {"sampler": type(self).__name__, "seed": self.seed, "num_tasks": len(self.tasks),
-                               "num_envs": len(self.envs), "config": self.config.to_dict()})
+                write_records(self.run_file, self._records(), self._run_header)
             except Exception as exc:
                 warnings.warn(f"could not append explanations to {self.run_file}: {type(exc).__name__}: {exc}",
                               RuntimeWarning, stacklevel=3)
         return positions
+
+    def _run_header(self) -> dict[str, Any]:
+        """The run file's header fields (built only when a header is written: a new or empty run file)."""
+        return {"sampler": type(self).__name__, "seed": self.seed, "num_tasks": len(self.tasks),
+                "num_envs": len(self.envs), "config": self.config.to_dict()}
 
     def _select_checkpoint(self) -> Any:
         # the fields _select sets before the batch is recorded; all are replaced, not edited

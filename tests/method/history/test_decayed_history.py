@@ -361,3 +361,25 @@ def test_a_live_window_without_signal_after_a_fold_is_read_without_error() -> No
     assert s._history.decayed.absorbed
     counts, scorable = signal.env_signal(s._history, s.config.long_half_life)
     assert counts.dtype == np.float64 and counts.sum() > 0 and scorable.sum() > counts.sum()
+
+
+def test_the_decayed_signal_sums_are_cached_until_the_history_changes_and_read_only():
+    g = synthetic_graph(N, E, seed=0)
+    s = EnvSchedSampler(synthetic_tasks(g), g, DEFAULT, seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(DECAYED_WINDOW + 8):  # past the first fold
+        for t in s.sample(BATCH):
+            s.update(t, (rng.random(8) < 0.5).astype(float).tolist())
+    h = s.history
+    first = h.decayed_signal(DEFAULT.long_half_life)
+    assert first is not None and h.decayed_signal(DEFAULT.long_half_life) is first  # one computation per step
+    fresh = h.decayed.signal(DEFAULT.long_half_life, h.step - 1)
+    assert np.array_equal(first.successes, fresh.successes) and np.array_equal(first.scorable, fresh.scorable)
+    with pytest.raises(ValueError):
+        first.signal[0] = 1.0  # shared between the readers of a step: nobody may change it
+    batch = s.sample(BATCH)
+    again = h.decayed_signal(DEFAULT.long_half_life)
+    assert again is not first  # a new step ages the sums: computed again
+    assert np.array_equal(again.failures, h.decayed.signal(DEFAULT.long_half_life, h.step - 1).failures)
+    s.update(batch[0], [1.0] * 8)
+    assert h.decayed_signal(DEFAULT.long_half_life) is not again

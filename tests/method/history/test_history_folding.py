@@ -246,3 +246,52 @@ def test_tasks_whose_weight_underflowed_are_dropped_entirely():
     kept = np.unique(o.col("pos"))
     assert np.all(age - newest[kept] < 60)  # no task keeps rows once its weight is 0.0
     assert len(o) < 0.2 * len(full.history.obs)
+
+
+def test_the_progress_points_load_by_the_fast_path_exactly_as_point_by_point(monkeypatch):
+    """A saved state's progress points are checked in a few passes over all of them when they are what
+    History.state writes; anything else goes through the per-point checks. Random states, valid and corrupted
+    (wrong types, ranges, lengths, NaN, bools, huge ints, out-of-order points), give the same points or the same
+    refusal either way."""
+    import json
+    import random
+
+    from envsched.method.history import statistics as st
+    from envsched.samplers._validate import StateError
+
+    def load(raw, fast):
+        if not fast:
+            monkeypatch.setattr(st, "_progress_points_fast", lambda *a: None)
+        try:
+            return "ok", st._load_progress(json.loads(json.dumps(raw)), 50, 100, 500, 4)
+        except StateError as exc:
+            return "refused", str(exc)
+        finally:
+            monkeypatch.undo()
+
+    rng = random.Random(0)
+    seen = set()
+    for _ in range(600):
+        pos = rng.sample(range(50), rng.randint(0, 6))
+        count = [rng.randint(1, 6) for _ in pos]
+        points = []
+        for c in count:
+            pts = [[rng.randint(0, 100), rng.randint(0, 499), rng.choice([0.0, 0.25, rng.random() / 4])]
+                   for _ in range(rng.randint(1, min(4, c)))]
+            if rng.random() < 0.5:
+                pts.sort()
+            points.append(pts)
+        if points and rng.random() < 0.3:
+            i = rng.randrange(len(points))
+            j, c = rng.randrange(len(points[i])), rng.randrange(3)
+            points[i][j][c] = rng.choice([-1, 101, 500, 0.3, float("nan"), True, "x", None, 2.0, 7, 10**30])
+        if points and rng.random() < 0.05:
+            points[0] = rng.choice([[], [[1, 2]], "x", [[1, 2, 0.1]] * 5])
+        raw = {"pos": pos, "count": count, "points": points}
+        fast, slow = load(raw, True), load(raw, False)
+        assert fast == slow
+        seen.add(fast[0])
+    assert seen == {"ok", "refused"}
+    # equal (step, sequence) with different variances, out of order: sorted as tuples
+    assert load({"pos": [1], "count": [3], "points": [[[5, 7, 0.2], [5, 7, 0.1], [4, 9, 0.0]]]}, True) == \
+        ("ok", [(1, 3, [(4, 9, 0.0), (5, 7, 0.1), (5, 7, 0.2)])])

@@ -367,3 +367,21 @@ def test_lazy_similarity_equals_the_eager_update_bit_for_bit(monkeypatch, dense_
     assert np.array_equal(lazy.max_sim(np.arange(400)), eager.max_sim)
     assert np.array_equal(lazy.max_within, eager.max_within)
     assert eager.max_sim.max() > 0
+
+
+def test_the_summation_order_of_each_task_is_decided_once_per_graph():
+    """SimilarityIndex.candidate_order (which arithmetic a pick's S_abs row used) is precomputed for every task:
+    the sum of its abstract features' document frequencies against the matrix's entries, as computed per pick."""
+    import scipy.sparse as sp
+
+    g = synthetic_graph(400, 8, seed=3)
+    a = g.abstract_features.tocsr().astype(np.float64)
+    rng = np.random.default_rng(0)
+    common = (rng.random(400) < 0.6).astype(np.float64)  # one feature most tasks share: some rows turn "common"
+    g = dataclasses.replace(g, abstract_features=sp.hstack([a, sp.csr_matrix(common[:, None])]).tocsr())
+    idx = SimilarityIndex(g)
+    m = idx.abstract
+    df = np.bincount(m.indices, minlength=m.shape[1])
+    expected = [int(df[m.indices[m.indptr[s]:m.indptr[s + 1]]].sum()) * 8 > m.nnz for s in range(400)]
+    got = [idx.candidate_order(s) for s in range(400)]
+    assert got == expected and 0 < sum(got) < 400

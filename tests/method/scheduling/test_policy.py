@@ -147,3 +147,49 @@ def test_the_builder_follows_the_policys_inputs_and_refuses_none_after_cold_star
     assert [p.pos for p in picks[1:]] == [17, 34, 0] and [p.exposure_discount for p in picks[1:]] == [1.0] * 3
     with pytest.raises(ValueError, match="needs the policy's inputs"):
         build_batch(dataclasses.replace(ctx, inputs=None), 4)
+
+
+def test_the_adaptive_coverage_score_is_computed_only_where_read_and_equals_the_whole_array():
+    """The default's coverage score is a LazyScores: a read computes only the tasks asked about, elementwise, so
+    every value equals the whole array's (the former eager computation) bit for bit."""
+    from envsched.method.history import signal
+    from envsched.method.scheduling.policy import LazyScores
+
+    g = synthetic_graph(160, 40, seed=2)  # 40 environments: a batch of 4 reads a small share (4 * 8 <= 40)
+    s = EnvSchedSampler(synthetic_tasks(g), g, SchedulerConfig(batch_size=4), seed=1)
+    rng = np.random.default_rng(0)
+    for _ in range(6):
+        for t in s.sample(4):
+            s.update(t, (rng.random(8) < 0.5).astype(float).tolist())
+    prediction = s.predict()
+    tiebreak = np.random.default_rng(3).random(len(s.tasks))
+    inputs, trace = s.policy.inputs(4, s.history, prediction, tiebreak, np.random.default_rng(0))
+    lazy = inputs.coverage_score
+    assert isinstance(lazy, LazyScores) and lazy.computed() == 0 and lazy.size == len(s.tasks)
+    assert lazy is trace.coverage_score
+    c, g = s.config, s.config.rollouts_per_task
+    a, b = trace.signal_alpha, trace.signal_beta
+    eager = (signal.optimistic_signal(a, b, g, c.ucb_quantile) + 1e-3 * signal.mixed_probability(a, b, g)
+             + 1e-12 * tiebreak)
+    some = np.array([5, 3, 5, 100])
+    assert np.array_equal(lazy[some], eager[some]) and lazy.computed() == 3
+    assert lazy[7] == eager[7] and lazy[-1] == eager[-1] and lazy.computed() == 5
+    assert np.array_equal(lazy[np.array([-2, 7])], eager[[-2, 7]]) and lazy.computed() == 6
+    assert np.array_equal(lazy[10:20], eager[10:20]) and lazy.computed() == 16  # 16 * 8 < 160: still lazy
+    assert np.array_equal(lazy[np.array([30, 31, 32, 33, 34])], eager[30:35])  # reaches N / 8: all of them
+    assert lazy.computed() == len(s.tasks) and np.array_equal(np.asarray(lazy), eager)
+    assert np.array_equal(lazy[np.arange(160) % 2 == 0], eager[::2])
+    # an array read before anything was computed
+    fresh = s.policy.inputs(4, s.history, prediction, tiebreak, np.random.default_rng(0))[0].coverage_score
+    assert np.array_equal(np.asarray(fresh), eager)
+    # a batch whose environments are a large share of the pool gets the whole array at once, the same values
+    whole = s.policy.inputs(8, s.history, prediction, tiebreak, np.random.default_rng(0))[0].coverage_score
+    assert isinstance(whole, np.ndarray) and np.array_equal(whole, eager)
+    # the batch builder draws the same batch from either
+    ctx = dict(graph=s.graph, history=s.history, prediction=prediction, config=s.config, env_codes=s.env_codes,
+               num_envs=len(s.envs), tiebreak=tiebreak, env_tiebreak=np.zeros(len(s.envs)),
+               identifier_flagged=np.zeros(160, dtype=bool), centrality=s._centrality, similarity=s._similarity)
+    fresh = s.policy.inputs(4, s.history, prediction, tiebreak, np.random.default_rng(0))[0]
+    picks = [build_batch(SchedulingContext(**ctx, inputs=dataclasses.replace(fresh, coverage_score=score)), 4)
+             for score in (fresh.coverage_score, eager)]
+    assert [p.pos for p in picks[0]] == [p.pos for p in picks[1]] and picks[0][0].phase == "coverage"

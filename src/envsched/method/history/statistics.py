@@ -816,10 +816,18 @@ class History:
 
     def decayed_signal(self, half_life: float) -> DecayedSignal | None:
         """The absorbed observations' signal sums for ``half_life``, aged to now; ``None`` in the exact forms
-        and before the first fold (everything is still in the log)."""
+        and before the first fold (everything is still in the log). Cached until the history changes (a step reads
+        it five times: the posterior, the declining tasks' two rates, the environments' and the phases' yields);
+        its arrays are read-only."""
         if self.decayed is None or not self.decayed.absorbed:
             return None
-        return self.decayed.signal(half_life, self.step - 1)
+        key = ("decayed_signal", float(half_life))
+        if key not in self._cache:
+            sig = self.decayed.signal(half_life, self.step - 1)
+            for arr in (sig.signal, sig.scorable, sig.successes, sig.failures, sig.phase_signal, sig.phase_scorable):
+                arr.setflags(write=False)
+            self._cache[key] = sig
+        return self._cache[key]
 
     # ------------------------------------------------------------------ counts for scheduling
     def outstanding_counts(self) -> np.ndarray:
@@ -892,7 +900,7 @@ class History:
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
         sel = np.flatnonzero(self.last_selected >= 0)
-        progress = sorted(self._progress.items())
+        progress = [(p, self._progress[p]) for p in sorted(self._progress)]  # (sorting the keys alone: faster)
         folded = np.flatnonzero(self._folded_obs | self._folded_scored | self._folded_scorable)
 
         def ref(x: np.ndarray | None) -> list[float] | None:
@@ -1123,7 +1131,10 @@ def _load_progress(raw: Any, n: int, last_step: int, observations: int,
         raise _check.StateError("progress.pos", "names a task twice")
     count = _check.int_array(p["count"], "progress.count", length=pos.size, low=1, high=max(observations, 1))
     raw_points = _check.sequence(p["points"], "progress.points", length=pos.size)
-    out = []
+    fast = _progress_points_fast(raw_points, count, last_step, observations, keep)
+    if fast is not None:
+        return [(int(pos[i]), int(count[i]), pts) for i, pts in enumerate(fast)]
+    out = []  # a point the fast path does not take: checked one by one (the refusal names it)
     for i, pts in enumerate(raw_points):
         field = f"progress.points[{i}]"
         pts = _check.sequence(pts, field, max_length=min(keep, int(count[i])))
@@ -1136,4 +1147,46 @@ def _load_progress(raw: Any, n: int, last_step: int, observations: int,
                            _check.whole(q, f"{field}[{j}][1]", high=max(observations - 1, 0)),
                            _check.finite(v, f"{field}[{j}][2]", low=0.0, high=0.25)))
         out.append((int(pos[i]), int(count[i]), sorted(points)))
+    return out
+
+
+def _progress_points_fast(raw_points: list[Any], count: np.ndarray, last_step: int, observations: int,
+                          keep: int) -> list[list[tuple[int, int, float]]] | None:
+    """:func:`_load_progress`'s points when every one is what :meth:`History.state` writes -- a list of a Python
+    ``int`` step and sequence number and a ``float`` variance, inside the ranges the checks allow, at most
+    ``min(keep, count)`` and at least one per task -- checked in a few passes over all points, then each task's
+    points sorted (a task whose points are in order, as written, is not sorted again). ``None`` when anything
+    else is found: the per-point checks then run and name the offending field. The result is the same."""
+    if not all(type(pts) is list for pts in raw_points):
+        return None
+    lengths = np.fromiter((len(pts) for pts in raw_points), dtype=np.int64, count=len(raw_points))
+    if lengths.size and (lengths.min() < 1 or np.any(lengths > np.minimum(keep, count))):
+        return None
+    flat = [pt for pts in raw_points for pt in pts]
+    if not all(type(pt) is list and len(pt) == 3 and type(pt[0]) is int and type(pt[1]) is int
+               and type(pt[2]) is float for pt in flat):
+        return None
+    try:
+        step = np.fromiter((pt[0] for pt in flat), dtype=np.int64, count=len(flat))
+        seq = np.fromiter((pt[1] for pt in flat), dtype=np.int64, count=len(flat))
+    except OverflowError:
+        return None
+    v = np.fromiter((pt[2] for pt in flat), dtype=np.float64, count=len(flat))
+    if flat and (step.min() < 0 or step.max() > last_step or seq.min() < 0 or seq.max() > max(observations - 1, 0)
+                 or not np.all((v >= 0.0) & (v <= 0.25))):  # (NaN fails the comparison)
+        return None
+    points = [tuple(pt) for pt in flat]
+    # which tasks' points are out of (step, sequence, variance) order: only those are sorted
+    ends = np.cumsum(lengths)
+    follows = np.ones(len(flat), dtype=bool)  # point i+1 of the same task does not come before point i
+    if len(flat) > 1:
+        a, b = slice(None, -1), slice(1, None)
+        follows[:-1] = (step[a] < step[b]) | ((step[a] == step[b]) & ((seq[a] < seq[b])
+                                                                        | ((seq[a] == seq[b]) & (v[a] <= v[b]))))
+    follows[ends - 1] = True  # a task's last point has no successor in it
+    unsorted = set(np.unique(np.searchsorted(ends, np.flatnonzero(~follows), side="right")).tolist())
+    out, start = [], 0
+    for i, end in enumerate(ends.tolist()):
+        out.append(sorted(points[start:end]) if i in unsorted else points[start:end])
+        start = end
     return out

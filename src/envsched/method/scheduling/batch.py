@@ -67,7 +67,7 @@ from envsched.method.config import SchedulerConfig
 from envsched.method.graph.dual_graph import DualRelationGraph
 from envsched.method.history.prediction import Prediction
 from envsched.method.history.statistics import History
-from envsched.method.scheduling.policy import BatchInputs
+from envsched.method.scheduling.policy import BatchInputs, LazyScores
 
 __all__ = ["BatchSimilarity", "Pick", "SchedulingContext", "SimilarityIndex", "build_batch",
            "representative_scores"]
@@ -93,8 +93,12 @@ class SimilarityIndex:
         self._dense_abs: np.ndarray | None = None
         if graph.num_nodes <= self.dense_abstract_max_nodes:  # small pools: all S_abs rows at once
             self._dense_abs = (self.abstract @ self.abstract.T).toarray().astype(np.float32)
-        # document frequency of each abstract feature: which summation order a pick's S_abs row uses
+        # document frequency of each abstract feature: which summation order a pick's S_abs row uses, decided once
+        # per task (candidate_order): the sum of its features' frequencies against the matrix's entries
         self._abs_df = np.bincount(self.abstract.indices, minlength=self.abstract.shape[1])
+        a = self.abstract
+        df_sum = np.concatenate(([0], np.cumsum(self._abs_df[a.indices], dtype=np.int64)))
+        self._candidate_order = (df_sum[a.indptr[1:]] - df_sum[a.indptr[:-1]]) * 8 > a.nnz
         self._ac_indptr: np.ndarray | None = None  # column access (built on first use): who shares a feature
         self._ac_indices = self._ac_data = np.zeros(0)
         by_env = self.full[self.order]
@@ -149,9 +153,7 @@ class SimilarityIndex:
         mat-vec over the pool, products in float64 summed in each candidate's feature order; ``False``: a gather
         over the tasks sharing its features, products in the features' dtype summed (in float64) in ``s``'s
         feature order."""
-        m = self.abstract
-        total = int(self._abs_df[m.indices[m.indptr[s]:m.indptr[s + 1]]].sum())
-        return total * 8 > m.nnz
+        return bool(self._candidate_order[s])
 
     def cross(self, cands: np.ndarray, members: np.ndarray, candidate_order: np.ndarray) -> np.ndarray:
         """``S_abs`` of each candidate to each batch member, ``(len(cands), len(members))``, 0 for pairs in the
@@ -372,11 +374,14 @@ class _Batch:
         if len(self.picks) < self.n:  # the last pick penalises nobody
             self.sim.add(pick.pos)
 
-    def penalised(self, base: np.ndarray) -> tuple[Scorer, Scorer]:
+    def penalised(self, base: np.ndarray | LazyScores) -> tuple[Scorer, Scorer]:
         """``(exact, bound)`` for the penalised score ``base * (1 - lambda * max_sim)``: ``exact(cands)`` is
-        ``(scores, max_sim)``; ``bound(cands)`` an upper bound from the similarities computed so far, free."""
+        ``(scores, max_sim)``; ``bound(cands)`` an upper bound from the similarities computed so far, free.
+        ``base`` is read only at the candidates asked about (a :class:`LazyScores` computes no other task)."""
         lam = self.ctx.config.similarity_penalty
-        negative = bool(base.size) and base.min() < 0  # a penalty would raise a negative score
+        # a penalty would raise a negative score: such a candidate has no bound. An array is checked once; a lazy
+        # score at each read (the same bounds: where no candidate read is negative, np.where changes nothing)
+        negative = None if isinstance(base, LazyScores) else bool(base.size) and base.min() < 0
 
         def exact(cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             ms = self.sim.max_sim(cands)
@@ -384,8 +389,10 @@ class _Batch:
 
         def bound(cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             ms = self.sim.partial(cands)
-            ub = base[cands] * (1.0 - lam * ms)
-            return (np.where(base[cands] < 0, np.inf, ub) if negative else ub), ms
+            bc = base[cands]
+            ub = bc * (1.0 - lam * ms)
+            below = negative if negative is not None else bool((bc < 0).any())
+            return (np.where(bc < 0, np.inf, ub) if below else ub), ms
         return exact, bound
 
 

@@ -24,7 +24,7 @@ preset it runs.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -35,7 +35,80 @@ from envsched.method.history import signal
 from envsched.method.history.prediction import Prediction
 from envsched.method.history.statistics import History
 
-__all__ = ["AdaptivePolicy", "BatchInputs", "PaperPolicy", "PolicyTrace", "SchedulingPolicy", "make_policy"]
+__all__ = ["AdaptivePolicy", "BatchInputs", "LazyScores", "PaperPolicy", "PolicyTrace", "SchedulingPolicy",
+           "make_policy"]
+
+
+class LazyScores:
+    """An ``(N,)`` float score computed task by task when first read, then kept.
+
+    ``compute(positions)`` returns the scores of ``positions`` (distinct, ascending ``int64``); it must be
+    elementwise -- a task's value may not depend on which other tasks are computed with it -- so every read gives
+    the value the whole array would hold. Reads: ``scores[i]`` (a float), ``scores[positions]`` (an array),
+    ``numpy.asarray(scores)`` (all N, computing the rest). The batch builder reads a score only for the
+    candidates it ranks: coverage looks at a few environments' tasks per batch, so a score over the whole pool
+    that only coverage reads (the adaptive coverage score: three log-beta and two square roots per task) costs
+    ``O(tasks read)`` instead of ``O(N)``. Once a read would bring the computed share to ``1 / eager_fraction``
+    of the pool, every remaining task is computed at once (a small pool, whose batch reads most of it, then pays
+    one computation, not one per read).
+    """
+
+    dtype = np.dtype(np.float64)
+    ndim = 1
+    #: a read that would bring the computed tasks to ``N / eager_fraction`` computes all of them
+    eager_fraction = 8
+
+    def __init__(self, n: int, compute: Callable[[np.ndarray], np.ndarray]) -> None:
+        self._values = np.empty(int(n))
+        self._known = np.zeros(int(n), dtype=bool)
+        self._count = 0
+        self._compute = compute
+
+    @property
+    def shape(self) -> tuple[int]:
+        return self._values.shape
+
+    @property
+    def size(self) -> int:
+        return self._values.size
+
+    def __len__(self) -> int:
+        return self._values.size
+
+    def _fill(self, missing: np.ndarray) -> None:
+        """Compute ``missing`` (positions not computed yet, maybe repeated), or every task left."""
+        if (self._count + missing.size) * self.eager_fraction >= self._values.size:
+            todo = np.flatnonzero(~self._known)
+        else:
+            todo = np.unique(missing)
+        self._values[todo] = self._compute(todo)
+        self._known[todo] = True
+        self._count += todo.size
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, np.ndarray) and index.dtype.kind in "iu" and index.ndim == 1:  # the batch builder's
+            known = self._known[index]
+            if not known.all():
+                self._fill(np.where(index < 0, index + self.size, index)[~known].astype(np.int64))
+            return self._values[index]
+        if isinstance(index, int | np.integer):
+            i = int(index)
+            if not self._known[i]:
+                self._fill(np.array([i if i >= 0 else i + self.size], dtype=np.int64))
+            return self._values[i]
+        positions = np.asarray(np.arange(self.size)[index], dtype=np.int64).reshape(-1)  # slices, masks, lists
+        if not self._known[positions].all():
+            self._fill(positions[~self._known[positions]])
+        return self._values[index]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        if self._count < self.size:
+            self._fill(np.flatnonzero(~self._known))
+        return self._values.astype(dtype) if dtype is not None else self._values.copy()
+
+    def computed(self) -> int:
+        """How many tasks' scores were computed so far."""
+        return self._count
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,7 +119,8 @@ class BatchInputs:
         coverage_slots: slots of the coverage phase (the rest goes to exploitation).
         env_order: ``(E,)`` coverage order of the environments after their current-step coverage level, the
             smaller first (the paper: cumulative selections).
-        coverage_score: ``(N,)`` the task score inside the chosen environments (the paper: informativeness).
+        coverage_score: ``(N,)`` the task score inside the chosen environments (the paper: informativeness); an
+            array or a :class:`LazyScores` (the default's, computed for the tasks coverage ranks).
         coverage_fewest_observed_first: whether coverage takes the fewest-observed tasks of the environments
             first and ranks them by ``coverage_score`` after that (the paper), or ranks by the score alone.
         exploitation_score: ``(N,)`` the base score of exploitation and fill (before the exposure discount and
@@ -57,7 +131,7 @@ class BatchInputs:
 
     coverage_slots: int
     env_order: np.ndarray
-    coverage_score: np.ndarray
+    coverage_score: np.ndarray | LazyScores
     coverage_fewest_observed_first: bool
     exploitation_score: np.ndarray
     caps_active: np.ndarray
@@ -91,7 +165,7 @@ class PolicyTrace:
     signal_alpha: np.ndarray | None = None
     signal_beta: np.ndarray | None = None
     exploitation_score: np.ndarray | None = None
-    coverage_score: np.ndarray | None = None
+    coverage_score: np.ndarray | LazyScores | None = None
     caps_active: np.ndarray | None = None
 
     def summary(self) -> dict[str, float]:
@@ -189,7 +263,7 @@ class AdaptivePolicy:
             g = c.rollouts_per_task
             trace.update(signal_alpha=alpha, signal_beta=beta)
         mixed = None
-        if need_posterior and (c.adaptive_coverage or c.exploitation_rule == "mean"):
+        if c.exploitation_score == "signal_probability" and c.exploitation_rule == "mean":
             mixed = signal.mixed_probability(alpha, beta, g)  # ~1.3 ms at 2,550 tasks: computed once
         exploitation = info
         if c.exploitation_score == "signal_probability":
@@ -202,9 +276,19 @@ class AdaptivePolicy:
             exploitation = trace["exploitation_score"] = score + 1e-12 * tiebreak
         coverage, env_order = info, env_counts
         if c.adaptive_coverage:
-            # optimistic signal probability; the predictive mean breaks the ties of wide posteriors
-            coverage = trace["coverage_score"] = (signal.optimistic_signal(alpha, beta, g, c.ucb_quantile)
-                                                  + 1e-3 * mixed + 1e-12 * tiebreak)
+            # optimistic signal probability; the predictive mean breaks the ties of wide posteriors. Elementwise,
+            # so in a large pool computed only for the tasks coverage ranks (LazyScores): coverage reads about one
+            # environment per slot, a small share of the pool where n environments are
+            def coverage_of(a: np.ndarray, b: np.ndarray, m: np.ndarray | None, tb: np.ndarray) -> np.ndarray:
+                m = signal.mixed_probability(a, b, g) if m is None else m
+                return signal.optimistic_signal(a, b, g, c.ucb_quantile) + 1e-3 * m + 1e-12 * tb
+
+            if n * LazyScores.eager_fraction <= self.env_size_weight.size:
+                coverage = LazyScores(info.shape[0], lambda p, a=alpha, b=beta, m=mixed: coverage_of(
+                    a[p], b[p], None if m is None else m[p], tiebreak[p]))
+            else:
+                coverage = coverage_of(alpha, beta, mixed, tiebreak)
+            trace["coverage_score"] = coverage
             s_e, k_e = signal.env_signal(h, c.long_half_life)
             ucb = signal.beta_quantile(1.0 + s_e, 1.0 + k_e - s_e, c.ucb_quantile)
             never = env_counts == 0
