@@ -307,8 +307,8 @@ def _write_explanations(sampler: Any, path: Path) -> None:
 
     inner = unwrap(sampler)  # a DurableSampler wraps the EnvSchedSampler
     write_records(path, inner.explanations(),
-                  {"sampler": type(inner).__name__, "seed": inner.seed, "num_tasks": len(inner.tasks),
-                   "num_envs": len(inner.envs), "config": inner.config.to_dict()})
+                  lambda: {"sampler": type(inner).__name__, "seed": inner.seed, "num_tasks": len(inner.tasks),
+                           "num_envs": len(inner.envs), "config": inner.config.to_dict()})
 
 
 def _make_sampler(name: str, pool: Any, *, seed: int, group_size: int) -> Any:
