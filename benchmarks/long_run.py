@@ -33,6 +33,7 @@ Run it in pieces on a shared machine, with nice::
     nice .venv/bin/python benchmarks/long_run.py --part long --sizes 10000 --at 50 1000 --json long-10k.json
     nice .venv/bin/python benchmarks/long_run.py --part scale --scale-sizes 2550 100000 --json scale.json
     nice .venv/bin/python benchmarks/long_run.py --quick      # 2,000 tasks, --at 20 100, a minute or less
+    python benchmarks/long_run.py --markdown long-10k.json long-2550.json   # docs/performance.md's table
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -271,6 +273,22 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """The long part's rows as the Markdown table of docs/performance.md (``--markdown``): one line per size,
+    preset and measured step, with the median wall and CPU step, RSS, state and dump / load times."""
+    head = ("| tasks | preset | after step | tasks observed | median step (CPU) | RSS | state | dump / load |\n"
+            "|---:|---|---:|---:|---:|---:|---:|---:|")
+    lines = [head]
+    for r in sorted((r for r in rows if r["part"] == "long"), key=lambda r: (r["tasks"], r["sampler"], r["step"])):
+        preset = r["sampler"].removeprefix("envsched-")
+        rss = f"{r['rss_current_mib']:.0f} MiB" if r["rss_current_mib"] is not None else "n/a"
+        lines.append(f"| {r['tasks']:,} | {preset} | {r['step']:,} | {r['observed_fraction']:.0%} | "
+                     f"{_ms(r['median_step_s'])} ({_ms(r['median_step_cpu_s'])}) | {rss} | "
+                     f"{r['state_json_bytes'] / 2**20:.2f} MiB | "
+                     f"{r['state_dump_s'] * 1e3:.0f} / {r['state_load_s'] * 1e3:.0f} ms |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--part", choices=("long", "scale", "both"), default="both")
@@ -294,7 +312,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--in-process", action="store_true", help="run every configuration in this process")
     ap.add_argument("--json", dest="json_out", default=None, help="write the rows to this JSON file")
     ap.add_argument("--job", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--markdown", nargs="+", metavar="JSON", default=None,
+                    help="print docs/performance.md's long-run table from earlier runs' --json files; runs nothing")
     args = ap.parse_args(argv)
+    if args.markdown:
+        rows = []
+        for path in args.markdown:
+            try:
+                rows.extend(json.loads(Path(path).read_text())["rows"])
+            except (OSError, ValueError, KeyError) as exc:
+                ap.error(f"cannot read the rows of {path}: {exc}")
+        print(markdown_table(rows))
+        return 0
     if args.job is not None:
         print(json.dumps(run_job(json.loads(args.job))))
         return 0

@@ -30,3 +30,11 @@ def test_quick_run_at_a_tiny_size(tmp_path, capsys):
     assert all(r["steps_timed"] == 2 for r in scales)
     assert "median step" in capsys.readouterr().out
     assert lr.default_steady_steps(2_550) == 200 and lr.default_steady_steps(100_000) == 1000
+    # --markdown renders the long rows of saved runs as docs/performance.md's table, sorted, running nothing
+    assert lr.main(["--markdown", str(out)]) == 0
+    table = capsys.readouterr().out.strip().splitlines()
+    assert table[0].startswith("| tasks | preset | after step |") and len(table) == 2 + len(longs)
+    first = longs[0]
+    assert table[2].startswith(f"| 100 | default | 3 | {first['observed_fraction']:.0%} | "
+                               f"{first['median_step_s'] * 1e3:.1f} ms ({first['median_step_cpu_s'] * 1e3:.1f} ms) |")
+    assert [line.split(" | ")[1] for line in table[2:]] == ["default", "default", "paper", "paper"]
