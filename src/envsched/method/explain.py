@@ -120,12 +120,10 @@ def _neighbors(idx: np.ndarray, weight: np.ndarray, similarity: np.ndarray, pred
 def filter_snapshot(history: History, positions: list[int]) -> dict[int, tuple[int, float, bool, int]]:
     """What the explanation needs from the history, per selected task, taken right after the batch was
     recorded: ``(scorable transitions, residual, progress-filtered, consecutive selections)``. Reads only the
-    picks' rows (``O(len(positions))``): the progress filter's rule (:meth:`History.progress_filtered`) is applied
-    to them alone, not to all N tasks."""
-    c = history.config
+    picks' rows (``O(len(positions))``), the progress filter's included."""
     pos = np.asarray(positions, dtype=np.int64)
     transitions, residual, run = history.transitions[pos], history.residual[pos], history.run_length[pos]
-    filtered = (transitions >= c.progress_min_transitions) & (residual <= c.progress_residual_threshold)
+    filtered = history.progress_filtered(pos)
     return dict(zip(positions, zip(transitions.tolist(), residual.tolist(), filtered.tolist(), run.tolist(),
                                    strict=True), strict=True))
 

@@ -862,10 +862,13 @@ class History:
         """Tasks selected in the last ``max_consecutive_selections`` batches in a row (not eligible now)."""
         return (self.last_selected == self.step - 1) & (self.run_length >= self.config.max_consecutive_selections)
 
-    def progress_filtered(self) -> np.ndarray:
-        """Tasks the progress filter keeps out of exploitation now."""
-        return (self.transitions >= self.config.progress_min_transitions) & \
-            (self.residual <= self.config.progress_residual_threshold)
+    def progress_filtered(self, positions: np.ndarray | None = None) -> np.ndarray:
+        """Tasks the progress filter keeps out of exploitation now: all N, or only ``positions`` (in their
+        order; ``O(len(positions))``)."""
+        transitions = self.transitions if positions is None else self.transitions[positions]
+        residual = self.residual if positions is None else self.residual[positions]
+        return (transitions >= self.config.progress_min_transitions) & \
+            (residual <= self.config.progress_residual_threshold)
 
     def batch_sizes(self) -> list[int]:
         """Sizes of the batches from :attr:`live_start` on (earlier ones are folded)."""
