@@ -1,15 +1,18 @@
 """What each mechanism of EnvSched's default contributes: the ablation table of the README (issue 25, item 3).
 
-Reads one ``envsched bench`` run folder (its ``metrics.jsonl``) that holds ``envsched``, ``uniform`` and
-EnvSched's ablations on the same seeds, and writes one table (``docs/tables/<NAME>.json``, rendered into the
-README by ``benchmarks/readme_tables.py``). Per ablation:
+Reads ``envsched bench`` run folders (their ``metrics.jsonl``) that hold ``envsched``, ``uniform`` and
+EnvSched's ablations and variants on the same seeds (one folder, or several whose samplers do not overlap),
+and writes one table (``docs/tables/<NAME>.json``, rendered into the README by ``benchmarks/readme_tables.py``).
+Per ablation or variant:
 
-* the component it removes (what the ablation switches off, ours or the paper's);
+* the component it concerns: what an ablation switches off, or what a variant adds back (the parts of the
+  paper's pipeline that the default leaves out since 2026-12-04), ours or the paper's;
 * held-out score at the end of the budget (x100, mean over seeds);
 * ``envsched - ablation``, paired by seed: mean and 95 % Student-t interval;
-* the verdict: **earns its place** when the interval is above 0 (removing it costs held-out score),
-  **removing it helps** when below 0, **not detected** otherwise (never "no effect": with few seeds an
-  interval that crosses 0 says only that no difference was detected);
+* the verdict, for an ablation: **earns its place** when the interval is above 0 (removing it costs held-out
+  score), **removing it helps** when below 0; for a variant that adds a component: **leaving it out helps**
+  when above 0, **adding it helps** when below 0; **not detected** otherwise (never "no effect": with few
+  seeds an interval that crosses 0 says only that no difference was detected);
 * batch reward variance and environments per batch, as a change from uniform's (the paper's batch figures:
   +34 % and +26 %).
 
@@ -39,22 +42,46 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Ablation sampler -> the component it removes (and whose rule that component is).
 COMPONENTS: dict[str, str] = {
-    "envsched-no-graph": "the graph (both relations; paper)",
-    "envsched-no-within": "within-environment edges (paper)",
-    "envsched-no-cross": "cross-environment edges (paper)",
+    # parts of the paper's pipeline the default leaves out since 2026-12-04: each variant adds one back
+    "envsched-with-graph": "the graph prior, both relations (paper; left out, variant adds it)",
+    "envsched-with-within": "the within-environment relation (paper; left out, variant adds it)",
+    "envsched-with-cross": "the cross-environment relation (paper; left out, variant adds it)",
+    "envsched-env-pooling": "a within-environment prior over the whole environment (ours; tried, variant adds it)",
+    "envsched-with-calibration": "calibration: percentile ranks and quantile mapping (paper; left out, variant "
+                                 "adds it)",
+    "envsched-with-decline": "the recent-decline term (paper; left out, variant adds it)",
+    "envsched-former-default": "graph prior, calibration and decline together (round 2's default; variant adds "
+                               "them)",
+    # the graph still shapes the default through the similarity penalty and cold start
     "envsched-shuffled-graph": "the graph's neighbours (control: shuffled, same degrees)",
     "envsched-noise-features": "the graph's features (control: noise features)",
     "envsched-exploitation-only": "coverage (paper)",
     "envsched-coverage-only": "exploitation (paper)",
-    "envsched-no-calibration": "calibration: percentile ranks and quantile mapping (paper)",
-    "envsched-no-decline": "the recent-decline term (paper)",
-    "envsched-signal-score": "the paper's calibrated score in exploitation (variant = our signal-probability "
-                             "score, the former default)",
+    "envsched-signal-score": "the variance prediction in exploitation (variant = our signal-probability score, "
+                             "the default before 2026-12-04)",
     "envsched-fixed-share": "online coverage share (ours; ablation = fixed share)",
     "envsched-paper-coverage": "UCB coverage ranking (ours; ablation = paper's ranking)",
     "envsched-caps-always": "caps only on decline (ours; ablation = caps every step)",
-    "envsched-paper": "all three of our rules (ablation = the paper preset)",
+    "envsched-paper": "all three of our rules, with the paper's pipeline (ablation = the paper preset)",
 }
+
+
+#: Variants that add a component to the default (the verdict's direction is the other way round).
+ADDS = frozenset({"envsched-with-graph", "envsched-with-within", "envsched-with-cross", "envsched-env-pooling",
+                  "envsched-with-calibration", "envsched-with-decline", "envsched-former-default"})
+
+
+def load_folders(run_dirs: list[Path]) -> dict[str, dict[int, list[dict[str, Any]]]]:
+    """:func:`load_runs` of several folders merged; a sampler in two folders is an error naming both."""
+    merged: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    origin: dict[str, Path] = {}
+    for run_dir in run_dirs:
+        for sampler, per_seed in load_runs(run_dir).items():
+            if sampler in merged:
+                raise SystemExit(f"sampler {sampler!r} is in both {origin[sampler]} and {run_dir}: give each "
+                                 "sampler's runs once")
+            merged[sampler], origin[sampler] = per_seed, run_dir
+    return merged
 
 
 def load_runs(run_dir: Path) -> dict[str, dict[int, list[dict[str, Any]]]]:
@@ -97,7 +124,7 @@ def ablation_rows(runs: dict[str, dict[int, list[dict[str, Any]]]]) -> list[dict
     def row(sampler: str, component: str) -> dict[str, Any]:
         out: dict[str, Any] = {
             "sampler": sampler,
-            "removes": component,
+            "component": component,
             "held-out": f"{np.nanmean(list(final[sampler].values())):.2f}",
             "batch variance vs uniform": pct(var[sampler], var["uniform"]),
             "envs/batch vs uniform": pct(envs[sampler], envs["uniform"]),
@@ -109,7 +136,8 @@ def ablation_rows(runs: dict[str, dict[int, list[dict[str, Any]]]]) -> list[dict
             return out
         diff = paired_difference(final["envsched"], final[sampler])
         out["envsched minus it"] = _interval(diff)
-        out["verdict"] = _verdict(diff, "earns its place", "removing it helps")
+        out["verdict"] = (_verdict(diff, "leaving it out helps", "adding it helps") if sampler in ADDS
+                          else _verdict(diff, "earns its place", "removing it helps"))
         return out
 
     rows = [row("envsched", "nothing (the default)"), row("uniform", "everything (uniform baseline)")]
@@ -129,11 +157,12 @@ def _verdict(diff: dict[str, Any], above: str, below: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dir", type=Path, help="folder of an `envsched bench` run (holds metrics.jsonl)")
+    parser.add_argument("run_dirs", type=Path, nargs="+", metavar="run_dir",
+                        help="folder of an `envsched bench` run (holds metrics.jsonl); several merge")
     parser.add_argument("--name", required=True, help="table name: writes docs/tables/<NAME>.json")
     args = parser.parse_args(argv)
-    rows = ablation_rows(load_runs(args.run_dir))
-    columns = ["sampler", "removes", "held-out", "envsched minus it", "verdict", "batch variance vs uniform",
+    rows = ablation_rows(load_folders(args.run_dirs))
+    columns = ["sampler", "component", "held-out", "envsched minus it", "verdict", "batch variance vs uniform",
                "envs/batch vs uniform"]
     table = {"columns": columns, "align": ["left", "left", "right", "right", "left", "right", "right"],
              "records": rows}

@@ -13,6 +13,7 @@ import pytest
 from envsched.errors import InvalidValueError
 from envsched.method.config import (
     PAPER_PRESET,
+    PAPER_RULES,
     SCHEDULER_GROUPS,
     SCHEDULER_TOP_FIELDS,
     AdaptiveConfig,
@@ -27,7 +28,7 @@ GOLDEN = Path(__file__).parent / "data" / "policy_golden.json"
 def test_every_field_is_in_exactly_one_group_or_top_level_with_the_same_default():
     flat = [f.name for f in dataclasses.fields(SchedulerConfig)]
     grouped = [f.name for g in SCHEDULER_GROUPS.values() for f in dataclasses.fields(g)]
-    assert len(flat) == 42 and sorted(grouped + list(SCHEDULER_TOP_FIELDS)) == sorted(flat)
+    assert len(flat) == 43 and sorted(grouped + list(SCHEDULER_TOP_FIELDS)) == sorted(flat)
     assert len(set(grouped)) == len(grouped) and not set(grouped) & set(SCHEDULER_TOP_FIELDS)
     default = SchedulerConfig()
     for name, group in SCHEDULER_GROUPS.items():
@@ -40,7 +41,8 @@ def test_views_carry_the_configs_values_and_are_frozen():
     assert c.caps.max_per_env_coverage == 3 and c.caps.env_quota_per_batch == 11
     assert c.history == HistoryConfig(long_half_life=6.0)
     assert c.exploitation.decline_penalty == 0.4
-    assert c.adaptive == AdaptiveConfig(**{k: v for k, v in PAPER_PRESET.items() if k != "coverage_share"})
+    assert c.adaptive == AdaptiveConfig(**{k: v for k, v in PAPER_PRESET.items() if k in PAPER_RULES})
+    assert (c.exploitation.use_within_edges, c.exploitation.use_calibration) == (True, True)
     assert c.coverage.coverage_share == 0.5
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.caps.max_per_env_coverage = 5  # type: ignore[misc]
@@ -54,7 +56,9 @@ def test_from_parts_equals_the_flat_constructor():
     assert SchedulerConfig.from_parts(caps=CapsConfig(max_per_env_coverage=3), max_per_env_coverage=2) == \
         SchedulerConfig(max_per_env_coverage=2)
     paper = SchedulerConfig.paper()
-    assert SchedulerConfig.from_parts(adaptive=paper.adaptive) == paper
+    # the paper preset is its rules (adaptive) and its prediction pipeline (exploitation)
+    assert SchedulerConfig.from_parts(adaptive=paper.adaptive, exploitation=paper.exploitation) == paper
+    assert SchedulerConfig.from_parts(adaptive=paper.adaptive).is_paper
     assert SchedulerConfig.from_parts(**{name: getattr(paper, name) for name in SCHEDULER_GROUPS},
                                       **{k: getattr(paper, k) for k in SCHEDULER_TOP_FIELDS}) == paper
 
@@ -71,14 +75,26 @@ def test_from_parts_validates_the_whole_config():
 
 def test_the_flat_format_is_unchanged_and_old_configs_load():
     saved = json.loads(GOLDEN.read_text())["states"]
-    # the stored "adaptive" state is the former default (signal-probability score); states written before
-    # use_calibration existed load with its default (the paper's calibration)
-    former = SchedulerConfig(exploitation_score="signal_probability")
-    for name, config in (("adaptive", former), ("paper", SchedulerConfig.paper())):
+    # the stored "adaptive" state is a former default (signal-probability score with the graph prior). States
+    # written before use_calibration existed load with the calibration on (the only behaviour then) and before
+    # within_relation with the K_within neighbours; the former defaults that such a config stored unread
+    # (decline_penalty=0.25 and that calibration, which the signal score never read) load as today's defaults
+    former = SchedulerConfig(use_within_edges=True, use_cross_edges=True, exploitation_score="signal_probability")
+    for name, config, reset in (("adaptive", former, {"decline_penalty": 0.0, "use_calibration": False}),
+                                ("paper", SchedulerConfig.paper(), {"use_calibration": True})):
         stored = saved[name]["state"]["extra"]["config"]  # written before the sub-configurations existed
-        assert "use_calibration" not in stored
-        assert config.to_dict() == {**stored, "use_calibration": True}
+        assert "use_calibration" not in stored and "within_relation" not in stored
+        assert stored["decline_penalty"] == 0.25
+        assert config.to_dict() == {**stored, **reset, "within_relation": "neighbours"}
         assert SchedulerConfig.from_dict(stored) == config
+    # the reset touches only a former default that is unread: a read one, or another value, is kept (and an
+    # unread value someone set is still refused)
+    read = {**SchedulerConfig.paper().to_dict(), "adaptive_share": True}
+    assert SchedulerConfig.from_dict(read).decline_penalty == 0.25
+    with pytest.raises(ValueError, match=r"decline_penalty=0\.3 changes no batch"):
+        SchedulerConfig.from_dict({**former.to_dict(), "decline_penalty": 0.3})
+    # a stored config that says use_calibration=False keeps it
+    assert not SchedulerConfig.from_dict(SchedulerConfig().to_dict()).use_calibration
     # a state from before the coverage share: the paper's rules with coverage_slots of batch_size
     old = {k: v for k, v in SchedulerConfig.paper().to_dict().items() if k not in PAPER_PRESET}
     old["coverage_slots"] = 16

@@ -95,7 +95,7 @@ VALUES: dict[str, tuple[Any, Any]] = {
     "adaptive_coverage": (True, False), "ucb_quantile": (0.6, 0.99), "env_size_power": (0.0, 1.0),
     "exploitation_score": ("variance", "signal_probability"), "exploitation_rule": ("mean", "upper_quantile"),
     "signal_prior_ess": (1.0, 16.0), "caps_on_decline_only": (True, False), "history_tolerance": (0.0, 0.5),
-    "use_calibration": (True, False),
+    "use_calibration": (True, False), "within_relation": ("neighbours", "environment"),
 }
 #: Read by explanations only (which records list how many neighbours), never by a batch: checked separately.
 EXPLANATION_ONLY = {"explain_max_neighbors"}
@@ -139,11 +139,17 @@ def test_the_read_lists_are_what_the_issue_measured():
     # measured on main before this change: these knobs of the former default (signal-probability score) changed
     # no batch (bit-identical runs); the default now decides exploitation by the paper's calibrated
     # informativeness, which reads them all, and leaves only the signal score's rule unread
-    former = SchedulerConfig(exploitation_score="signal_probability")
+    former = SchedulerConfig(use_within_edges=True, use_cross_edges=True, exploitation_score="signal_probability")
     assert set(former.unread_fields()) == set(INFORMATIVENESS_FIELDS)
     assert set(INFORMATIVENESS_FIELDS) == {"prior_strength", "reconstruction_weight", "decline_penalty",
                                            "use_calibration", "variance_clip", "dispersion_clip"}
-    assert set(SchedulerConfig().unread_fields()) == {"exploitation_rule"}
+    # the default leaves the graph prior out (2026-12-04): the relations' fusion weight and the within relation's
+    # kind are unread until a relation is switched back on
+    assert set(SchedulerConfig().unread_fields()) == {"exploitation_rule", "within_fusion_weight",
+                                                      "within_relation"}
+    assert "within_relation" not in SchedulerConfig(use_within_edges=True).unread_fields()
+    assert "within_fusion_weight" in SchedulerConfig(use_within_edges=True).unread_fields()
+    assert "within_fusion_weight" not in SchedulerConfig(use_within_edges=True, use_cross_edges=True).unread_fields()
     assert set(SchedulerConfig.paper().unread_fields()) == {"yield_half_life", "coverage_share_floor",
                                                             "ucb_quantile", "env_size_power",
                                                             "exploitation_rule", "signal_prior_ess"}
@@ -220,7 +226,8 @@ def _digest(batches: list[list[int]]) -> str:
 ])
 def test_presets_draw_what_main_drew(bench, preset, digest, third, last):
     pool, graph = bench
-    make = PRESETS.get(preset) or (lambda: SchedulerConfig(exploitation_score="signal_probability"))
+    make = PRESETS.get(preset) or (lambda: SchedulerConfig(use_within_edges=True, use_cross_edges=True,
+                                                           exploitation_score="signal_probability"))
     steps = [x[0] for x in _runs(pool, graph, [make()], 30)]
     assert steps[2][:8] == third and steps[-1][:8] == last
     assert _digest(steps) == digest

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from envsched.bench.rewards import StochasticRewardSource
 from envsched.cli.main import cli
 from envsched.envs.builders import build_combined_pool
+from envsched.method.config import SchedulerConfig
 from envsched.method.graph.build import build_graph
 from envsched.method.graph.synthetic import graph_from_arrays
 from envsched.method.sampler import EnvSchedSampler
@@ -62,7 +63,10 @@ def test_envsched_beats_uniform_on_batch_variance_and_environment_coverage(real)
 def test_explanations_run_file_and_cli(real, tmp_path):
     pool, graph = real
     run_file = tmp_path / "run.jsonl"
-    s = EnvSchedSampler(pool, graph, seed=0, run_file=run_file)
+    # the graph prior switched on, so the records explain both relations (the default leaves it out: its records
+    # say so, checked at the end)
+    s = EnvSchedSampler(pool, graph, SchedulerConfig(use_within_edges=True, use_cross_edges=True), seed=0,
+                        run_file=run_file)
     source = StochasticRewardSource(pool, seed=0)
     for _ in range(3):
         for t in s.sample(16):
@@ -109,6 +113,14 @@ def test_explanations_run_file_and_cli(real, tmp_path):
     assert res.exit_code != 0 and "line 1" in res.output
     res = runner.invoke(cli, ["explain", str(tmp_path / "missing.jsonl")])
     assert res.exit_code != 0 and "not found" in res.output
+    # the default leaves the graph prior out: its records say neither relation was used, and the estimate each
+    # would give is still reported
+    d = EnvSchedSampler(pool, graph, seed=0)
+    for _ in range(3):
+        for t in d.sample(16):
+            d.update(t, *source.rollout(t, 8))
+    picked = next(r for r in d.explanations() if r["phase"] == "exploitation")
+    assert [picked["relations"][rel]["used"] for rel in ("within", "cross")] == [False, False]
 
 
 def test_graph_is_built_when_not_given_and_registry_factory():

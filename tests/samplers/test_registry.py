@@ -144,14 +144,14 @@ def test_every_registered_class_is_resumable_and_only_those() -> None:
 
 
 def test_variants_build_through_their_record_and_names_are_unique() -> None:
-    record, variant = registry.resolve("envsched-no-within")
-    assert record.name == "envsched" and dict(variant.options) == {"use_within_edges": False}
+    record, variant = registry.resolve("envsched-with-within")
+    assert record.name == "envsched" and dict(variant.options) == {"use_within_edges": True}
     names = list(registry.benchmark_samplers())
     assert len(names) == len(set(names))
     assert set(registry.available_samplers()) < set(names)
     assert "uniform-ds" in names and "uniform-ds" not in registry.available_samplers()  # benchmark only
     with pytest.raises(ValueError, match="already registered"):
-        registry.register_sampler("envsched-no-cross", "a clash", "envsched.samplers.registry:_uniform")
+        registry.register_sampler("envsched-with-cross", "a clash", "envsched.samplers.registry:_uniform")
     with pytest.raises(ValueError, match="module:attribute"):
         registry.register_sampler("bad-target", "no colon", "envsched.samplers.registry._uniform")
     with pytest.raises(ValueError, match="unknown sampler 'no-such'"):
@@ -194,11 +194,14 @@ def test_envsched_bench_configuration_is_the_one_it_always_was() -> None:
     expected = SchedulerConfig.without_unread({**SchedulerConfig().to_dict(), "batch_size": 6,
                                                "rollouts_per_task": 4, **tuned})
     assert s.config == expected and s.config.exploitation_rule == SchedulerConfig().exploitation_rule
-    assert s.config.decline_penalty == 0.3  # read by the default's calibrated informativeness
+    assert s.config.decline_penalty == 0.3  # read by the default's variance prediction
     tuned = {"exposure_power": 0.2, "decline_penalty": 0.3}
     p = runner.make_bench_sampler("envsched-paper", pool, seed=1, batch_size=6, group_size=4, options=tuned)
     assert p.config == SchedulerConfig.paper(batch_size=6, rollouts_per_task=4, **tuned)
-    a = runner.make_bench_sampler("envsched-no-within", pool, seed=1, batch_size=6, group_size=4)
-    assert a.config.use_within_edges is False and a.config.batch_size == 6
+    a = runner.make_bench_sampler("envsched-with-within", pool, seed=1, batch_size=6, group_size=4)
+    assert a.config.use_within_edges is True and a.config.use_cross_edges is False and a.config.batch_size == 6
+    f = runner.make_bench_sampler("envsched-former-default", pool, seed=1, batch_size=6, group_size=4)
+    assert (f.config.use_within_edges, f.config.use_cross_edges, f.config.use_calibration) == (True, True, True)
+    assert f.config.decline_penalty == 0.25 and not f.config.is_paper
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['preset'\]"):
         runner.make_bench_sampler("envsched", pool, seed=1, options={"preset": "paper"})

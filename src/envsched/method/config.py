@@ -141,13 +141,16 @@ __all__ = [
     "DEFAULT_VIEW_WEIGHTS",
     "EXPLOITATION_RULES",
     "EXPLOITATION_SCORES",
+    "FORMER_PIPELINE_DEFAULTS",
     "FULL_VIEWS",
     "INFORMATIVENESS_FIELDS",
     "KNOB_READERS",
     "PAPER_PRESET",
+    "PAPER_RULES",
     "SCHEDULER_GROUPS",
     "SCHEDULER_MODES",
     "SCHEDULER_TOP_FIELDS",
+    "WITHIN_RELATIONS",
     "AdaptiveConfig",
     "CapsConfig",
     "CoverageConfig",
@@ -401,6 +404,9 @@ EXPLOITATION_SCORES: tuple[str, ...] = ("variance", "signal_probability")
 
 #: How the Beta posterior becomes the exploitation score (``exploitation_score="signal_probability"``).
 EXPLOITATION_RULES: tuple[str, ...] = ("mean", "thompson", "upper_quantile")
+#: What the within-environment relation averages (``SchedulerConfig.within_relation``): the graph's ``K_within``
+#: nearest same-environment neighbours (the paper), or every other task of the environment with equal weight.
+WITHIN_RELATIONS: tuple[str, ...] = ("neighbours", "environment")
 
 #: The field values that make :class:`SchedulerConfig` the faithful paper preset (every adaptive rule off, the
 #: 50/50 split). ``SchedulerConfig.paper(**overrides)`` is ``SchedulerConfig(**{**PAPER_PRESET, **overrides})``;
@@ -411,7 +417,24 @@ PAPER_PRESET: dict[str, Any] = {
     "adaptive_coverage": False,
     "exploitation_score": "variance",
     "caps_on_decline_only": False,
+    # the paper's prediction pipeline, which the default leaves out (measured: docs/envsched-sampler.md)
+    "use_within_edges": True,
+    "use_cross_edges": True,
+    "use_calibration": True,
+    "decline_penalty": 0.25,
 }
+
+#: The switches of the default's own rules (:attr:`SchedulerConfig.is_paper` is true when all four have their
+#: :data:`PAPER_PRESET` value); the rest of the preset is the paper's prediction pipeline, which either policy
+#: runs as configured.
+PAPER_RULES: tuple[str, ...] = ("adaptive_share", "adaptive_coverage", "exploitation_score", "caps_on_decline_only")
+
+#: Switches of the paper's prediction pipeline that the default turned off on 2026-12-04 (issue 25: the graph, the
+#: calibration and the decline term earned nothing on either learner). A state or run file written before that
+#: carries its own values of them; only ``use_calibration``, added on 2026-12-04 while the calibration was
+#: always on, can be missing from one, and then means ``True`` (:meth:`SchedulerConfig.from_dict`).
+FORMER_PIPELINE_DEFAULTS: dict[str, Any] = {"use_within_edges": True, "use_cross_edges": True,
+                                            "use_calibration": True, "decline_penalty": 0.25}
 
 #: Knobs read only by the calibrated informativeness of the paper's pipeline (fusion with the task's history,
 #: the reconstructed variance, the recent-decline term, the calibration, the clips of ``v`` and ``d``). They act
@@ -436,6 +459,10 @@ KNOB_READERS: dict[str, str] = {
     "exploitation_rule": "the signal-probability exploitation score (exploitation_score='signal_probability')",
     "signal_prior_ess": "the signal posterior (adaptive_coverage=True, the default preset SchedulerConfig(), or "
                         "exploitation_score='signal_probability')",
+    "within_fusion_weight": "the fusion of the two graph relations (use_within_edges=True and use_cross_edges=True, "
+                            "the paper preset SchedulerConfig.paper())",
+    "within_relation": "the within-environment relation of the graph prior (use_within_edges=True, the paper "
+                       "preset SchedulerConfig.paper())",
 }
 
 #: Search space of the adaptive mode's knobs for the symmetric tuning protocol: ``(low, high)`` for a number,
@@ -484,9 +511,10 @@ class ExploitationConfig:
     filters that take tasks out of exploitation."""
 
     within_fusion_weight: float = 0.5
+    within_relation: str = "neighbours"
     prior_strength: float = 0.5
     reconstruction_weight: float = 0.5
-    decline_penalty: float = 0.25
+    decline_penalty: float = 0.0
     progress_min_transitions: int = 3
     progress_residual_threshold: float = 0.0
     reference_min_fraction: float = 0.5
@@ -494,11 +522,11 @@ class ExploitationConfig:
     mean_clip: tuple[float, float] = (0.0, 1.0)
     dispersion_clip: tuple[float, float] = (0.0, 1.0)
     identifier_min_reward: float = 1.0
-    use_within_edges: bool = True
-    use_cross_edges: bool = True
+    use_within_edges: bool = False
+    use_cross_edges: bool = False
     use_progress_filter: bool = True
     use_identifier_filter: bool = True
-    use_calibration: bool = True
+    use_calibration: bool = False
 
 
 @dataclass(frozen=True)
@@ -702,6 +730,7 @@ class SchedulerConfig:
     long_half_life: float = HistoryConfig.long_half_life
     short_half_life: float = HistoryConfig.short_half_life
     within_fusion_weight: float = ExploitationConfig.within_fusion_weight
+    within_relation: str = ExploitationConfig.within_relation
     prior_strength: float = ExploitationConfig.prior_strength
     reconstruction_weight: float = ExploitationConfig.reconstruction_weight
     decline_penalty: float = ExploitationConfig.decline_penalty
@@ -799,7 +828,7 @@ class SchedulerConfig:
     @property
     def is_paper(self) -> bool:
         """Whether every adaptive rule is off (the paper's rules; the other fields may differ)."""
-        return all(getattr(self, k) == v for k, v in PAPER_PRESET.items() if k != "coverage_share")
+        return all(getattr(self, k) == PAPER_PRESET[k] for k in PAPER_RULES)
 
     def unread_fields(self) -> dict[str, str]:
         """Fields that no batch reads under this configuration's switches, each with the mechanism that reads
@@ -816,6 +845,8 @@ class SchedulerConfig:
             "env_size_power": self.adaptive_coverage,
             "exploitation_rule": signal,
             "signal_prior_ess": signal or self.adaptive_coverage,
+            "within_fusion_weight": self.use_within_edges and self.use_cross_edges,
+            "within_relation": self.use_within_edges,
         }
         return {name: KNOB_READERS[name] for name, is_read in read.items() if not is_read}
 
@@ -868,6 +899,9 @@ class SchedulerConfig:
         if self.exploitation_score not in EXPLOITATION_SCORES:
             problems.add("exploitation_score", f"exploitation_score must be one of {list(EXPLOITATION_SCORES)}, "
                             f"got {self.exploitation_score!r}")
+        if self.within_relation not in WITHIN_RELATIONS:
+            problems.add("within_relation", f"within_relation must be one of {list(WITHIN_RELATIONS)}, "
+                            f"got {self.within_relation!r}")
         if self.exploitation_rule not in EXPLOITATION_RULES:
             problems.add("exploitation_rule", f"exploitation_rule must be one of {list(EXPLOITATION_RULES)}, "
                             f"got {self.exploitation_rule!r}")
@@ -954,10 +988,29 @@ class SchedulerConfig:
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"unknown SchedulerConfig field(s): {sorted(unknown)}")
+        if "use_within_edges" in d and "use_calibration" not in d:  # written before the switch existed
+            d["use_calibration"] = True
+        d = cls._former_defaults_reset(d)
         for name in ("variance_clip", "mean_clip", "dispersion_clip"):
             if name in d and isinstance(d[name], list):
                 d[name] = tuple(d[name])
         return cls(**d)
+
+    @classmethod
+    def _former_defaults_reset(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """``d`` with each knob of :data:`FORMER_PIPELINE_DEFAULTS` that holds its former default and that ``d``'s
+        switches leave unread reset to today's default. A config written while those were the defaults carries
+        them whether or not they were read (the signal-probability default of before 2026-12-04 stored
+        ``decline_penalty=0.25`` unread); they changed no batch then and change none now, and keeping them would
+        make the stored config refuse to load as an unread knob. A value someone set is never touched."""
+        former = {k: v for k, v in FORMER_PIPELINE_DEFAULTS.items() if d.get(k) == v}
+        if not former:
+            return d
+        probe = object.__new__(cls)  # unread_fields reads only the switches
+        for name, default in _DEFAULTS.items():
+            object.__setattr__(probe, name, d.get(name, default))
+        unread = probe.unread_fields()
+        return {**d, **{k: _DEFAULTS[k] for k in former if k in unread}}
 
     @classmethod
     def without_unread(cls, data: dict[str, Any]) -> SchedulerConfig:

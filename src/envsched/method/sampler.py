@@ -103,7 +103,7 @@ class EnvSchedSampler(BaseSampler):
         self._history = History(len(self.tasks), self.env_codes, len(self.envs), self.config)
         self._centrality = representative_scores(graph)
         self._similarity = SimilarityIndex(graph, self.env_codes)
-        self._operators = relation_operators(graph)
+        self._operators = relation_operators(graph, self.config.within_relation)
         self._tool_indptr, self._tool_codes, self.num_tools = self._tool_table()
         self._flags: dict[int, str] = {}
         self._last_picks: list[Pick] = []

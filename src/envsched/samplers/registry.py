@@ -229,28 +229,37 @@ register_sampler("dps", "DPS: per-task HMM of the solving state, top tasks predi
 register_sampler("sec", "SEC: Boltzmann bandit over environments, TD(0) values of mean |advantage|",
                  f"{_HERE}:_sec", sampler_class="envsched.samplers.sec:SECSampler")
 register_sampler(
-    "envsched", "EnvSched, adaptive default: the paper's graph, calibrated predictions and batches plus an online "
-    "coverage share, UCB coverage and caps on decline", "envsched.method.sampler:make_envsched_sampler",
+    "envsched", "EnvSched, adaptive default: environment-aware coverage (online share, UCB environment order, "
+    "quotas) and exploitation by each task's predicted reward variance; caps on decline",
+    "envsched.method.sampler:make_envsched_sampler",
     sampler_class=_ENVSCHED, restore=_ENVSCHED_RESTORE,
     variants=(SamplerVariant("envsched-coverage-only", "EnvSched ablation: coverage only", {"mode": "coverage_only"}),
               SamplerVariant("envsched-exploitation-only", "EnvSched ablation: exploitation only",
                              {"mode": "exploitation_only"}),
-              SamplerVariant("envsched-no-within", "EnvSched ablation: without within-environment edges",
-                             {"use_within_edges": False}),
-              SamplerVariant("envsched-no-cross", "EnvSched ablation: without cross-environment edges",
-                             {"use_cross_edges": False}),
-              # no graph: each task's own history, the global reference where it has none (no propagated prior)
-              SamplerVariant("envsched-no-graph", "EnvSched ablation: no graph (each task's own history and the "
-                             "global reference only)", {"use_within_edges": False, "use_cross_edges": False}),
-              # the paper's calibration (percentile ranks and quantile mapping) and its recent-decline term
-              SamplerVariant("envsched-no-calibration", "EnvSched ablation: no calibration (the variance estimates' "
-                             "blend, no percentile ranks or quantile mapping)", {"use_calibration": False}),
-              SamplerVariant("envsched-no-decline", "EnvSched ablation: no recent-decline term (decline_penalty=0)",
-                             {"decline_penalty": 0.0}),
+              # the paper's prediction pipeline, which the default leaves out since 2026-12-04 (issue 25: it earned
+              # nothing on either learner); each variant adds one part back to measure it
+              SamplerVariant("envsched-with-graph", "EnvSched variant: the default plus the graph prior (both "
+                             "relations, the paper's propagation)", {"use_within_edges": True,
+                                                                     "use_cross_edges": True}),
+              SamplerVariant("envsched-with-within", "EnvSched variant: the default plus the within-environment "
+                             "relation (K_within nearest neighbours)", {"use_within_edges": True}),
+              SamplerVariant("envsched-with-cross", "EnvSched variant: the default plus the cross-environment "
+                             "relation", {"use_cross_edges": True}),
+              SamplerVariant("envsched-env-pooling", "EnvSched variant: the default plus a within-environment "
+                             "prior that averages every other task of the environment",
+                             {"use_within_edges": True, "within_relation": "environment"}),
+              SamplerVariant("envsched-with-calibration", "EnvSched variant: the default plus the paper's "
+                             "calibration (percentile ranks and quantile mapping)", {"use_calibration": True}),
+              SamplerVariant("envsched-with-decline", "EnvSched variant: the default plus the recent-decline "
+                             "term (decline_penalty=0.25)", {"decline_penalty": 0.25}),
+              SamplerVariant("envsched-former-default", "EnvSched variant: the default of 2026-12-04's round 2 "
+                             "(graph prior, calibration and decline term on)",
+                             {"use_within_edges": True, "use_cross_edges": True, "use_calibration": True,
+                              "decline_penalty": 0.25}),
               # the former default's exploitation score (until 2026-12-04)
               SamplerVariant("envsched-signal-score", "EnvSched variant: exploitation by the probability that a "
                              "group has signal (Beta posterior; the default before 2026-12-04) instead of the "
-                             "paper's calibrated prediction", {"exploitation_score": "signal_probability"}),
+                             "predicted variance", {"exploitation_score": "signal_probability"}),
               # the default with one of its own rules (docs/envsched-sampler.md) switched back to the paper's
               SamplerVariant("envsched-fixed-share", "EnvSched ablation: the fixed coverage share instead of the "
                              "online one", {"adaptive_share": False}),

@@ -9,9 +9,10 @@ import scipy.sparse as sp
 from scipy.stats import rankdata
 
 import envsched.method.sampler as sampler_module
-from envsched.method.config import SchedulerConfig
+from envsched.method.config import FORMER_PIPELINE_DEFAULTS, SchedulerConfig
 from envsched.method.graph.synthetic import synthetic_graph, synthetic_tasks
 from envsched.method.history.prediction import (
+    EnvironmentOperator,
     HalfLifePrediction,
     Prediction,
     RelationOperator,
@@ -123,6 +124,45 @@ def test_relation_operator_row_totals_cached_and_propagation_unchanged():
         RelationOperator.of(np.eye(3))
 
 
+def test_environment_relation_is_the_complete_within_environment_graph():
+    """``within_relation="environment"``: every other task of the environment with weight 1, from per-environment
+    sums; equal to propagating along the explicit block matrix (a singleton environment has no neighbour)."""
+    rng = np.random.default_rng(3)
+    codes = np.concatenate([rng.integers(0, 6, 300), [6]])  # environment 6 holds one task
+    n = codes.size
+    block = (codes[:, None] == codes[None, :]).astype(float)
+    np.fill_diagonal(block, 0.0)
+    op = EnvironmentOperator.of_codes(codes)
+    assert np.array_equal(op.row_total, block.sum(axis=1))
+    values, ref = rng.random((n, 3)), rng.random(3)
+    for share in (0.0, 0.02, 0.5, 1.0):
+        observed = rng.random(n) < share
+        est, has = propagate(values, observed, op, ref)
+        plain, plain_has = _plain_propagate(values, observed, sp.csc_matrix(block), ref)
+        assert np.array_equal(has, plain_has)
+        np.testing.assert_allclose(est, plain, rtol=0, atol=1e-12)
+        assert not has[-1] and np.array_equal(est[-1], ref)  # alone in its environment: the reference
+    # one observed task moves the others of its environment by 1 / (n_e - 1) of its deviation, itself not at all
+    observed = np.zeros(n, dtype=bool)
+    observed[0] = True
+    est, has = propagate(values, observed, op, ref)
+    same = np.flatnonzero(codes == codes[0])
+    np.testing.assert_allclose(est[same[1]], ref + (values[0] - ref) / (same.size - 1))
+    assert not has[0] and np.array_equal(est[0], ref)
+    assert np.array_equal(est[codes != codes[0]], np.broadcast_to(ref, ((codes != codes[0]).sum(), 3)))
+
+
+def test_the_sampler_propagates_along_the_relation_its_config_names():
+    g = synthetic_graph(400, 8, seed=1)
+    tasks = synthetic_tasks(g)
+    for relation, kind in (("neighbours", RelationOperator), ("environment", EnvironmentOperator)):
+        config = SchedulerConfig(use_within_edges=True, within_relation=relation, batch_size=16)
+        s = EnvSchedSampler(tasks, g, config, seed=0)
+        assert isinstance(s._operators[0], kind) and isinstance(s._operators[1], RelationOperator)
+    with pytest.raises(ValueError, match="within_relation must be one of"):
+        SchedulerConfig(within_relation="everything")
+
+
 def _plain_propagate(values, observed, operator, reference):
     """The propagation as it was before issue 18 (row totals and the csc conversion on every call)."""
     seen = np.flatnonzero(observed)
@@ -158,8 +198,12 @@ def _plain_half_life(hist, relations, reference, config):
     v_rec = d * m * (1.0 - m)
     a = config.reconstruction_weight
     n = v.size
-    q = (1.0 - a) * rankdata(v, method="average") / n + a * rankdata(v_rec, method="average") / n
-    score = np.quantile(v, np.clip(q, 0.0, 1.0), method="linear")
+    if config.use_calibration:
+        q = (1.0 - a) * rankdata(v, method="average") / n + a * rankdata(v_rec, method="average") / n
+        score = np.quantile(v, np.clip(q, 0.0, 1.0), method="linear")
+    else:  # the blend of the two estimates on their own scale (the default since 2026-12-04)
+        score = (1.0 - a) * v + a * v_rec
+        q = rankdata(score, method="average") / n
     return HalfLifePrediction(history=hist, within=within, within_has=within_has, cross=cross, cross_has=cross_has,
                               prior=prior, posterior=posterior, v_direct=v, v_reconstructed=v_rec, q=q, score=score)
 
@@ -204,12 +248,13 @@ def _assert_same_prediction(a: Prediction | None, b: Prediction | None) -> None:
             assert np.array_equal(getattr(x, f), getattr(y, f)), (hl, f)
 
 
-@pytest.mark.parametrize("preset", ["default", "paper"])
+@pytest.mark.parametrize("preset", ["default", "former-default", "paper"])
 def test_sampler_choices_equal_those_of_the_plain_prediction(preset, monkeypatch):
     """Two samplers over the same rewards, one predicting with the plain formulas: the same batches every step
     and the same predictions, from the benchmark state (most tasks share the reference) to a late one (most
     tasks observed; 4,500 tasks so the sorts take their large-array paths)."""
-    config = SchedulerConfig.paper() if preset == "paper" else SchedulerConfig()
+    config = {"paper": SchedulerConfig.paper(), "default": SchedulerConfig(),
+              "former-default": SchedulerConfig(**FORMER_PIPELINE_DEFAULTS)}[preset]
     g = synthetic_graph(4_500, 90, seed=4)
     tasks = synthetic_tasks(g)
     fast = EnvSchedSampler(tasks, g, config, seed=3, require_dispatch=False)

@@ -74,6 +74,36 @@ class RelationOperator:
         op = sp.csc_matrix(operator)
         return cls(matrix=op, row_total=np.asarray(op.sum(axis=1)).ravel())
 
+    def aggregate(self, seen: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """``(N, C)``: each task's neighbour-weighted sum of ``x`` (the rows of the observed tasks ``seen``)."""
+        return np.asarray(self.matrix[:, seen] @ x)
+
+
+@dataclass(frozen=True)
+class EnvironmentOperator:
+    """The within relation as the whole environment (``within_relation="environment"``): every other task of a
+    task's environment is a neighbour of weight 1. Aggregated from per-environment sums, ``O(N)`` whatever the
+    environments' sizes (a sparse matrix would hold ``sum n_e^2`` entries)."""
+
+    env_codes: np.ndarray  # (N,)
+    num_envs: int
+    row_total: np.ndarray  # (N,): n_e - 1
+
+    @classmethod
+    def of_codes(cls, env_codes: np.ndarray, num_envs: int | None = None) -> EnvironmentOperator:
+        codes = np.asarray(env_codes, dtype=np.int64)
+        e = int(codes.max()) + 1 if num_envs is None and codes.size else int(num_envs or 0)
+        sizes = np.bincount(codes, minlength=e).astype(float)
+        return cls(env_codes=codes, num_envs=e, row_total=sizes[codes] - 1.0)
+
+    def aggregate(self, seen: np.ndarray, x: np.ndarray) -> np.ndarray:
+        codes = self.env_codes[seen]
+        sums = np.column_stack([np.bincount(codes, weights=x[:, j], minlength=self.num_envs)
+                                for j in range(x.shape[1])])
+        agg = sums[self.env_codes]
+        agg[seen] -= x  # a task is not its own neighbour
+        return agg
+
 
 def propagate(values: np.ndarray, observed: np.ndarray, operator: sp.spmatrix | RelationOperator,
               reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -101,16 +131,16 @@ def propagate(values: np.ndarray, observed: np.ndarray, operator: sp.spmatrix | 
     seen = np.flatnonzero(observed)
     if seen.size == 0:
         return np.broadcast_to(reference, values.shape).copy(), np.zeros(values.shape[0], dtype=bool)
-    return _propagate_seen(seen, np.column_stack([np.ones(seen.size), values[seen]]), RelationOperator.of(operator),
-                           reference)
+    rel = operator if isinstance(operator, EnvironmentOperator) else RelationOperator.of(operator)
+    return _propagate_seen(seen, np.column_stack([np.ones(seen.size), values[seen]]), rel, reference)
 
 
-def _propagate_seen(seen: np.ndarray, x: np.ndarray, rel: RelationOperator,
+def _propagate_seen(seen: np.ndarray, x: np.ndarray, rel: RelationOperator | EnvironmentOperator,
                     reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`propagate` from the observed positions ``seen`` (non-empty) and ``x = [1, values[seen]]``, which
     both relations share."""
     # only observed tasks contribute: O(K * observed + N) instead of O(K * N) random reads
-    agg = np.asarray(rel.matrix[:, seen] @ x)
+    agg = rel.aggregate(seen, x)
     total = agg[:, 0]
     has = total > 0
     missing = np.maximum(rel.row_total - total, 0.0)
@@ -317,10 +347,16 @@ def _one_half_life(hist: TaskHistory, relations: tuple[tuple[np.ndarray, np.ndar
                               score=score)
 
 
-def relation_operators(graph: DualRelationGraph) -> tuple[RelationOperator, RelationOperator]:
-    """``(within, cross)`` operators of a graph with their row totals (build once, reuse every step)."""
+def relation_operators(graph: DualRelationGraph, within: str = "neighbours",
+                       ) -> tuple[RelationOperator | EnvironmentOperator, RelationOperator]:
+    """``(within, cross)`` operators of a graph with their row totals (build once, reuse every step);
+    ``within``: :data:`~envsched.method.config.WITHIN_RELATIONS`."""
     n = graph.num_nodes
-    return (RelationOperator.of(relation_operator(graph.within_index, graph.within_weight, n)),
+    if within == "environment":
+        within_op: RelationOperator | EnvironmentOperator = EnvironmentOperator.of_codes(graph.env_codes)
+    else:
+        within_op = RelationOperator.of(relation_operator(graph.within_index, graph.within_weight, n))
+    return (within_op,
             RelationOperator.of(relation_operator(graph.cross_index, graph.cross_weight, n)))
 
 
@@ -335,7 +371,8 @@ def predict(history: History, graph: DualRelationGraph, config: SchedulerConfig,
     reference = history.global_reference()
     if reference is None:
         return None
-    ops = tuple(RelationOperator.of(op) for op in operators) if operators is not None else relation_operators(graph)
+    ops = (tuple(op if isinstance(op, EnvironmentOperator) else RelationOperator.of(op) for op in operators)
+           if operators is not None else relation_operators(graph, config.within_relation))
     centered = history.centered_observations(reference)
     h_long = history.task_history(config.long_half_life, reference, centered)
     h_short = history.task_history(config.short_half_life, reference, centered)
