@@ -4,7 +4,7 @@ say predict whether a task's group has signal?
 Data (:func:`envsched.bench.neural.probe.probe_run`): the benchmark's neural learner (``envsched bench --learner
 neural``: the default task families, ``NeuralConfig`` defaults, the benchmark's held-out split) trained with the
 uniform sampler for ``--steps`` (200) steps of 32 groups x 8 completions on development seeds (default 0-4; the
-evaluation seeds 5000-5079 are refused). After 25, 50 and 75 % of the steps, a group of 8 completions of every
+evaluation seeds 5000-5119 are refused). After 25, 50 and 75 % of the steps, a group of 8 completions of every
 task of the training pool (624 tasks, 13 environments) is sampled from the current policy without updating it.
 A task "has signal" at a checkpoint when its 8 rewards are mixed.
 
@@ -62,7 +62,7 @@ from variance_auc import (
     knn_prediction,
 )
 
-EVALUATION_SEEDS = range(5000, 5080)
+EVALUATION_SEEDS = range(5000, 5120)
 #: The predictors of the contemporaneous table, in order (name, what it reads).
 METHODS = ("envsched[tfidf]", "knn[tfidf]", "env_mean", "envsched[difficulty]", "knn[difficulty]",
            "envsched[tfidf,k16]", "envsched[difficulty,k16]", "env_tier_mean")
@@ -88,7 +88,7 @@ def log_outcomes(seeds: list[int], *, steps: int = 200, checkpoints: list[int] |
 
     bad = sorted(set(seeds) & set(EVALUATION_SEEDS))
     if bad:
-        raise ValueError(f"seeds {bad} are evaluation seeds (5000-5079); use development seeds")
+        raise ValueError(f"seeds {bad} are evaluation seeds (5000-5119); use development seeds")
     checkpoints = checkpoints or [round(steps * q) for q in (0.25, 0.5, 0.75)]
     config = {"steps": steps, "checkpoints": checkpoints, "batch_size": batch_size, "group_size": group_size,
               "families": families, "learner": learner or {}, "sampler": "uniform"}

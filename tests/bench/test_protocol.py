@@ -107,6 +107,7 @@ def test_the_committed_protocol_is_what_the_code_runs() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "evaluation-protocol.md").read_text()
     assert cfg.eval_seeds == tuple(range(5000, 5040)) and "5000-5039" in doc
     assert proto.EVALUATION_ROUNDS[2] == tuple(range(5040, 5080)) and "| 2 | 5040-5079 |" in doc
+    assert proto.EVALUATION_ROUNDS[3] == tuple(range(5080, 5120)) and "| 3 | 5080-5119 |" in doc
     assert "Status: in force" in doc and "DRAFT" not in doc
     assert cfg.primary == ("uniform", "plr", "mopps", "dps", "sec")
     assert cfg.margin == 2.0 and "2.0 points" in doc
@@ -144,7 +145,7 @@ def test_evaluation_rounds_have_disjoint_fresh_seeds_and_a_folder_keeps_its_roun
     rounds = proto.EVALUATION_ROUNDS
     assert ProtocolConfig.for_round(1).eval_seeds == tuple(range(5000, 5040)) == ProtocolConfig().eval_seeds
     assert ProtocolConfig.for_round(2).eval_seeds == tuple(range(5040, 5080))
-    assert not set(rounds[1]) & set(rounds[2])
+    assert not set(rounds[1]) & set(rounds[2]) and not (set(rounds[1]) | set(rounds[2])) & set(rounds[3])
     with pytest.raises(ValueError, match="evaluation round 9"):
         ProtocolConfig.for_round(9)
     # a folder started with one configuration resumes it from the CLI, whatever the latest round is

@@ -48,7 +48,8 @@ DEV_SEEDS = range(0, 1000)
 TUNING_SEEDS = (1000, 1001)
 #: Each evaluation round's seeds (docs/evaluation-protocol.md, "Evaluation rounds"): a round evaluates the default
 #: of its date on seeds no earlier round used, so no evaluation seed is seen twice.
-EVALUATION_ROUNDS: dict[int, tuple[int, ...]] = {1: tuple(range(5000, 5040)), 2: tuple(range(5040, 5080))}
+EVALUATION_ROUNDS: dict[int, tuple[int, ...]] = {1: tuple(range(5000, 5040)), 2: tuple(range(5040, 5080)),
+                                                 3: tuple(range(5080, 5120))}
 #: The first round's seeds (``ProtocolConfig()``); ``envsched bench --protocol`` runs the latest round.
 EVAL_SEEDS = EVALUATION_ROUNDS[1]
 
