@@ -11,8 +11,9 @@ Per ablation or variant:
 * ``envsched - ablation``, paired by seed: mean and 95 % Student-t interval;
 * the verdict, for an ablation: **earns its place** when the interval is above 0 (removing it costs held-out
   score), **removing it helps** when below 0; for a variant that adds a component: **leaving it out helps**
-  when above 0, **adding it helps** when below 0; **not detected** otherwise (never "no effect": with few
-  seeds an interval that crosses 0 says only that no difference was detected);
+  when above 0, **adding it helps** when below 0; **identical on every seed** when the final scores are
+  equal on every seed (the switch changes nothing this learner reaches); **not detected** otherwise (never
+  "no effect": with few seeds an interval that crosses 0 says only that no difference was detected);
 * batch reward variance and environments per batch, as a change from uniform's (the paper's batch figures:
   +34 % and +26 %).
 
@@ -136,6 +137,10 @@ def ablation_rows(runs: dict[str, dict[int, list[dict[str, Any]]]]) -> list[dict
             return out
         diff = paired_difference(final["envsched"], final[sampler])
         out["envsched minus it"] = _interval(diff)
+        seeds = set(final["envsched"]) & set(final[sampler])
+        if seeds and all(final["envsched"][k] == final[sampler][k] for k in seeds):
+            out["verdict"] = "identical on every seed"  # the switch changes nothing this learner reaches
+            return out
         out["verdict"] = (_verdict(diff, "leaving it out helps", "adding it helps") if sampler in ADDS
                           else _verdict(diff, "earns its place", "removing it helps"))
         return out
