@@ -61,7 +61,7 @@ equal-weight relation fusion (F)       ``SchedulerConfig.within_fusion_weight`` 
 fusion with own history (2.3)          ``SchedulerConfig.prior_strength``       0.5 (pseudo-groups)
 second variance ``d m (1 - m)`` (B.1)  ``SchedulerConfig.reconstruction_``      0.5
                                        ``weight``
-recent decline (2.3, B.1)              ``SchedulerConfig.decline_penalty``      0.25
+recent decline (2.3, B.1)              ``SchedulerConfig.decline_penalty``      0.25 (paper preset; default 0)
 batch-similarity penalty (2.4, C)      ``SchedulerConfig.similarity_penalty``   0.2
 exposure discounting (2.4)             ``SchedulerConfig.exposure_power``       0.1
 progress filter: >= 3 scorable         ``SchedulerConfig.progress_min_``        3
@@ -78,8 +78,8 @@ cold start novelty mix (C)             ``SchedulerConfig.cold_start_within_``   
 identifier filter "high reward" (C)    ``SchedulerConfig.identifier_min_``      1.0 (full marks)
                                        ``reward``
 ablations (3.4.1)                      ``mode`` (``coverage_only`` /            ``"full"``, True, True
-                                       ``exploitation_only``),
-                                       ``use_within_edges``, ``use_cross_edges``
+                                       ``exploitation_only``),                  (paper preset; the default
+                                       ``use_within_edges``, ``use_cross_edges``  leaves both relations off)
 =====================================  =======================================  ==========================
 
 Adaptive mode (not in the paper: "ours"; the default of ``SchedulerConfig()``; ``SchedulerConfig.paper()``
@@ -550,7 +550,7 @@ class ExplanationConfig:
 class AdaptiveConfig:
     """The default's own rules (ours; :data:`PAPER_PRESET` switches each off): the online coverage share, the UCB
     coverage and the caps on declining tasks only; and the switch to the signal-probability exploitation score
-    (off by default since 2026-12-04: the default's exploitation is the paper's calibrated informativeness)."""
+    (off by default since 2026-12-04: the default's exploitation ranks by the predicted variance)."""
 
     adaptive_share: bool = True
     yield_half_life: float = 8.0
@@ -582,9 +582,13 @@ class SchedulerConfig:
     symbol to its field; fields marked "not in the paper" are this implementation's choices.
 
     ``SchedulerConfig()`` is the **adaptive** mode (the default of :class:`EnvSchedSampler`): the paper's
-    pipeline (exploitation ranked by the calibrated informativeness) plus three rules of ours that act through
-    its mechanisms: the online coverage share, the UCB coverage ranking and the caps on declining tasks only.
-    ``SchedulerConfig.paper()`` is the faithful paper preset.
+    batches (coverage and exploitation phases, quotas, caps, filters, similarity penalty) with exploitation
+    ranked by each task's predicted variance, plus three rules of ours that act through those mechanisms: the
+    online coverage share, the UCB coverage ranking and the caps on declining tasks only. Since 2026-12-04 it
+    leaves out three parts of the paper's prediction, which earned nothing on either benchmark learner: the graph
+    prior (``use_within_edges`` / ``use_cross_edges``), the calibration (``use_calibration``) and the
+    recent-decline term (``decline_penalty=0``); :data:`FORMER_PIPELINE_DEFAULTS` switches them back on.
+    ``SchedulerConfig.paper()`` is the faithful paper preset, all of them on.
 
     Sub-configurations: the fields fall into frozen groups (:data:`SCHEDULER_GROUPS`), each readable as one
     value: :attr:`caps` (:class:`CapsConfig`), :attr:`coverage`, :attr:`exploitation` (the prediction pipeline
@@ -628,8 +632,9 @@ class SchedulerConfig:
             rank that is mapped through the quantile function (0.5; not in the paper).
         decline_penalty: how much a recent decline (short half-life score below the long one) lowers the
             priority: ``priority = mean(long, short) - decline_penalty * max(0, long - short)``. With 0.5 a
-            declining task would get its short-term score; the default 0.25 (not in the paper) goes a
-            quarter of the way, as the short-half-life score rests on about one group of 8 rollouts.
+            declining task would get its short-term score; the paper preset's 0.25 (not in the paper) goes a
+            quarter of the way, as the short-half-life score rests on about one group of 8 rollouts. The
+            default is 0 since 2026-12-04 (the term earned nothing on either benchmark learner).
         similarity_penalty: batch-similarity penalty ``lambda``: a candidate's score is multiplied by
             ``1 - lambda * max_sim`` where ``max_sim`` is its largest similarity to the tasks already in
             the batch (``S_full`` within an environment, ``S_abs`` across) (0.2; not in the paper: tasks of
@@ -658,12 +663,16 @@ class SchedulerConfig:
         identifier_min_reward: saved trajectories with a reward (scaled to [0, 1]) at least this high are
             checked by the identifier filter (1.0: full marks; "high-reward", appendix C).
         mode: ``"full"``, ``"coverage_only"`` or ``"exploitation_only"`` (ablations of 3.4.1).
-        use_within_edges, use_cross_edges: ablations "without within-environment edges" / "without
-            cross-environment edges" (3.4.1). With both off the prior is the global reference.
+        use_within_edges, use_cross_edges: the graph prior's two relations (3.4.1's ablations switch them off).
+            With both off (the default since 2026-12-04) the prior is the global reference.
+        within_relation: what the within relation averages: ``"neighbours"``, the graph's ``K_within``
+            nearest same-environment tasks with their weights (the paper), or ``"environment"``, every other
+            task of the environment with weight 1 (ours: tried on 2026-12-04, not adopted; read only with
+            ``use_within_edges``).
         use_progress_filter, use_identifier_filter: switch the two candidate filters off.
-        use_calibration: ablation "without calibration": each half-life's score is the blend
-            ``(1 - a) v + a d m (1 - m)`` of the two variance estimates themselves, without the percentile ranks
-            over all N pairs and the quantile mapping (B.1).
+        use_calibration: the paper's calibration (B.1): percentile ranks over all N pairs and the quantile
+            mapping. Off (the default since 2026-12-04), each half-life's score is the blend
+            ``(1 - a) v + a d m (1 - m)`` of the two variance estimates themselves.
         explain_max_neighbors: neighbours listed per relation in an explanation record (``None``: all).
 
     Adaptive mode (ours; all off in :data:`PAPER_PRESET`):
@@ -692,12 +701,12 @@ class SchedulerConfig:
             usual Bayes-UCB level; higher is more optimistic about little-observed environments and tasks).
         env_size_power: weight of an environment's size in coverage (0.5: the geometric mean of "every
             environment alike" (0, the paper) and "every task alike" (1, uniform sampling)).
-        exploitation_score: ``"variance"`` (the default: the paper's calibrated variance prediction) or
+        exploitation_score: ``"variance"`` (the default: the variance prediction) or
             ``"signal_probability"``: the probability that a group of ``rollouts_per_task`` rollouts has
             signal (not all rewards equal), ``1 - p^G - (1-p)^G`` for a per-rollout mean ``p``, under a
             Beta posterior per task on its mean reward mapped to [0, 1]. Prior ``Beta(ess * mu, ess *
-            (1 - mu))`` with ``mu`` the graph-propagated prior mean (within and cross relations fused, the
-            paper's prior) and ``ess = signal_prior_ess``; the task's own scored rollouts add their
+            (1 - mu))`` with ``mu`` the prior mean (graph-propagated where the relations are on, else the
+            global reference) and ``ess = signal_prior_ess``; the task's own scored rollouts add their
             recency-weighted (``long_half_life``) reward sums and complements as counts; ``None`` rewards are
             ignored. Binary and graded rewards and tasks with few observations go through one rule.
         exploitation_rule: ``"mean"`` (the posterior predictive probability of a mixed group, exact

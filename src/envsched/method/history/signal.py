@@ -14,7 +14,8 @@ are linear in the weights):
 * :func:`declining`: tasks whose short-half-life signal rate is below their long-half-life one (where the
   adaptive mode applies the task cap and the exposure discount);
 * :func:`signal_posterior`: a Beta posterior per task on its mean reward mapped to [0, 1], prior
-  ``Beta(ess * mu, ess * (1 - mu))`` from the graph-propagated prior mean ``mu``, the task's own scored
+  ``Beta(ess * mu, ess * (1 - mu))`` from the prior mean ``mu`` (graph-propagated, or the global reference
+  when the graph prior is off, as in the default), the task's own scored
   rollouts as counts (a graded reward ``r`` counts ``r`` successes and ``1 - r`` failures); ``None``
   rewards never enter the log's statistics, so they are ignored;
 * :func:`mixed_probability`, :func:`group_signal`, :func:`optimistic_signal`, :func:`beta_upper`: turning a

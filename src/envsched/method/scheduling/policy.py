@@ -14,7 +14,7 @@ the preset chose, and returns a :class:`PolicyTrace` of the values it computed (
   ablations of one rule): the online coverage share (``adaptive_share``), the UCB environment order and the
   optimistic task score of coverage (``adaptive_coverage``), the caps only on declining tasks
   (``caps_on_decline_only``); and, where ``exploitation_score="signal_probability"`` (off in the default since
-  2026-12-04), the group-signal probability in exploitation instead of the paper's calibrated informativeness.
+  2026-12-04), the group-signal probability in exploitation instead of the informativeness.
 
 :func:`make_policy` chooses the policy of a configuration. A new rule is a new field of :class:`BatchInputs`
 (with the paper's value supplied by :class:`PaperPolicy`) or a new policy; the batch builder never asks which
