@@ -41,9 +41,9 @@ from envsched.bench.report import paired_difference
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Ablation sampler -> the component it removes (and whose rule that component is).
-COMPONENTS: dict[str, str] = {
-    # parts of the paper's pipeline the default leaves out since 2026-12-04: each variant adds one back
+#: Variants that add a left-out part of the paper's pipeline back to the default (since 2026-12-04) -> that part;
+#: their verdict reads the other way round from an ablation's.
+ADDED_BACK: dict[str, str] = {
     "envsched-with-graph": "the graph prior, both relations (paper; left out, variant adds it)",
     "envsched-with-within": "the within-environment relation (paper; left out, variant adds it)",
     "envsched-with-cross": "the cross-environment relation (paper; left out, variant adds it)",
@@ -53,6 +53,10 @@ COMPONENTS: dict[str, str] = {
     "envsched-with-decline": "the recent-decline term (paper; left out, variant adds it)",
     "envsched-former-default": "graph prior, calibration and decline together (round 2's default; variant adds "
                                "them)",
+}
+
+#: Ablation sampler -> the component it removes (and whose rule that component is).
+REMOVED: dict[str, str] = {
     # the graph still shapes the default through the similarity penalty and cold start
     "envsched-shuffled-graph": "the graph's neighbours (control: shuffled, same degrees)",
     "envsched-noise-features": "the graph's features (control: noise features)",
@@ -66,10 +70,8 @@ COMPONENTS: dict[str, str] = {
     "envsched-paper": "all three of our rules, with the paper's pipeline (ablation = the paper preset)",
 }
 
-
-#: Variants that add a component to the default (the verdict's direction is the other way round).
-ADDS = frozenset({"envsched-with-graph", "envsched-with-within", "envsched-with-cross", "envsched-env-pooling",
-                  "envsched-with-calibration", "envsched-with-decline", "envsched-former-default"})
+#: Every row after ``envsched`` and ``uniform``, in table order.
+COMPONENTS: dict[str, str] = {**ADDED_BACK, **REMOVED}
 
 
 def load_folders(run_dirs: list[Path]) -> dict[str, dict[int, list[dict[str, Any]]]]:
@@ -141,7 +143,7 @@ def ablation_rows(runs: dict[str, dict[int, list[dict[str, Any]]]]) -> list[dict
         if seeds and all(final["envsched"][k] == final[sampler][k] for k in seeds):
             out["verdict"] = "identical on every seed"  # the switch changes nothing this learner reaches
             return out
-        out["verdict"] = (_verdict(diff, "leaving it out helps", "adding it helps") if sampler in ADDS
+        out["verdict"] = (_verdict(diff, "leaving it out helps", "adding it helps") if sampler in ADDED_BACK
                           else _verdict(diff, "earns its place", "removing it helps"))
         return out
 

@@ -203,5 +203,8 @@ def test_envsched_bench_configuration_is_the_one_it_always_was() -> None:
     f = runner.make_bench_sampler("envsched-former-default", pool, seed=1, batch_size=6, group_size=4)
     assert (f.config.use_within_edges, f.config.use_cross_edges, f.config.use_calibration) == (True, True, True)
     assert f.config.decline_penalty == 0.25 and not f.config.is_paper
+    # the registry (a lower layer) spells the former pipeline out; it must stay the config's definition of it
+    from envsched.method.config import FORMER_PIPELINE_DEFAULTS
+    assert dict(registry.resolve("envsched-former-default")[1].options) == FORMER_PIPELINE_DEFAULTS
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['preset'\]"):
         runner.make_bench_sampler("envsched", pool, seed=1, options={"preset": "paper"})

@@ -408,6 +408,14 @@ EXPLOITATION_RULES: tuple[str, ...] = ("mean", "thompson", "upper_quantile")
 #: nearest same-environment neighbours (the paper), or every other task of the environment with equal weight.
 WITHIN_RELATIONS: tuple[str, ...] = ("neighbours", "environment")
 
+#: Switches of the paper's prediction pipeline that the default turned off on 2026-12-04 (issue 25: the graph, the
+#: calibration and the decline term earned nothing on either learner); the paper preset keeps them on. A state or
+#: run file written before that carries its own values of them; only ``use_calibration``, added on 2026-12-04
+#: while the calibration was always on, can be missing from one, and then means ``True``
+#: (:meth:`SchedulerConfig.from_dict`).
+FORMER_PIPELINE_DEFAULTS: dict[str, Any] = {"use_within_edges": True, "use_cross_edges": True,
+                                            "use_calibration": True, "decline_penalty": 0.25}
+
 #: The field values that make :class:`SchedulerConfig` the faithful paper preset (every adaptive rule off, the
 #: 50/50 split). ``SchedulerConfig.paper(**overrides)`` is ``SchedulerConfig(**{**PAPER_PRESET, **overrides})``;
 #: the benchmark's ``envsched-paper`` variants merge this dict into their options.
@@ -418,23 +426,13 @@ PAPER_PRESET: dict[str, Any] = {
     "exploitation_score": "variance",
     "caps_on_decline_only": False,
     # the paper's prediction pipeline, which the default leaves out (measured: docs/envsched-sampler.md)
-    "use_within_edges": True,
-    "use_cross_edges": True,
-    "use_calibration": True,
-    "decline_penalty": 0.25,
+    **FORMER_PIPELINE_DEFAULTS,
 }
 
 #: The switches of the default's own rules (:attr:`SchedulerConfig.is_paper` is true when all four have their
 #: :data:`PAPER_PRESET` value); the rest of the preset is the paper's prediction pipeline, which either policy
 #: runs as configured.
 PAPER_RULES: tuple[str, ...] = ("adaptive_share", "adaptive_coverage", "exploitation_score", "caps_on_decline_only")
-
-#: Switches of the paper's prediction pipeline that the default turned off on 2026-12-04 (issue 25: the graph, the
-#: calibration and the decline term earned nothing on either learner). A state or run file written before that
-#: carries its own values of them; only ``use_calibration``, added on 2026-12-04 while the calibration was
-#: always on, can be missing from one, and then means ``True`` (:meth:`SchedulerConfig.from_dict`).
-FORMER_PIPELINE_DEFAULTS: dict[str, Any] = {"use_within_edges": True, "use_cross_edges": True,
-                                            "use_calibration": True, "decline_penalty": 0.25}
 
 #: Knobs read only by the calibrated informativeness of the paper's pipeline (fusion with the task's history,
 #: the reconstructed variance, the recent-decline term, the calibration, the clips of ``v`` and ``d``). They act
@@ -1012,14 +1010,20 @@ class SchedulerConfig:
         them whether or not they were read (the signal-probability default of before 2026-12-04 stored
         ``decline_penalty=0.25`` unread); they changed no batch then and change none now, and keeping them would
         make the stored config refuse to load as an unread knob. A value someone set is never touched."""
-        former = {k: v for k, v in FORMER_PIPELINE_DEFAULTS.items() if d.get(k) == v}
+        former = [k for k, v in FORMER_PIPELINE_DEFAULTS.items() if d.get(k) == v]
         if not former:
             return d
-        probe = object.__new__(cls)  # unread_fields reads only the switches
+        unread = cls._unread_under(d)
+        return {**d, **{k: _DEFAULTS[k] for k in former if k in unread}}
+
+    @classmethod
+    def _unread_under(cls, d: dict[str, Any]) -> dict[str, str]:
+        """:meth:`unread_fields` of the configuration ``d`` (missing fields: defaults), without validating it:
+        which knobs are unread depends on the switches alone."""
+        probe = object.__new__(cls)
         for name, default in _DEFAULTS.items():
             object.__setattr__(probe, name, d.get(name, default))
-        unread = probe.unread_fields()
-        return {**d, **{k: _DEFAULTS[k] for k in former if k in unread}}
+        return probe.unread_fields()
 
     @classmethod
     def without_unread(cls, data: dict[str, Any]) -> SchedulerConfig:
@@ -1034,10 +1038,7 @@ class SchedulerConfig:
         except ValueError as exc:  # invalid values are refused before unread ones: only the latter are reset
             if "changes no batch here" not in str(exc):
                 raise
-        probe = object.__new__(cls)  # unread_fields reads only the switches: no validation needed
-        for name, default in _DEFAULTS.items():
-            object.__setattr__(probe, name, d.get(name, default))
-        return cls.from_dict({**d, **{k: _DEFAULTS[k] for k in probe.unread_fields() if k in d}})
+        return cls.from_dict({**d, **{k: _DEFAULTS[k] for k in cls._unread_under(d) if k in d}})
 
 
 #: Field defaults of :class:`SchedulerConfig` (the default preset's values).

@@ -90,11 +90,11 @@ class EnvironmentOperator:
     row_total: np.ndarray  # (N,): n_e - 1
 
     @classmethod
-    def of_codes(cls, env_codes: np.ndarray, num_envs: int | None = None) -> EnvironmentOperator:
+    def of_codes(cls, env_codes: np.ndarray) -> EnvironmentOperator:
+        """The operator of the environments ``env_codes`` (``(N,)`` integer codes from 0)."""
         codes = np.asarray(env_codes, dtype=np.int64)
-        e = int(codes.max()) + 1 if num_envs is None and codes.size else int(num_envs or 0)
-        sizes = np.bincount(codes, minlength=e).astype(float)
-        return cls(env_codes=codes, num_envs=e, row_total=sizes[codes] - 1.0)
+        sizes = np.bincount(codes).astype(float)
+        return cls(env_codes=codes, num_envs=sizes.size, row_total=sizes[codes] - 1.0)
 
     def aggregate(self, seen: np.ndarray, x: np.ndarray) -> np.ndarray:
         codes = self.env_codes[seen]
@@ -105,7 +105,14 @@ class EnvironmentOperator:
         return agg
 
 
-def propagate(values: np.ndarray, observed: np.ndarray, operator: sp.spmatrix | RelationOperator,
+def _as_operator(operator: sp.spmatrix | RelationOperator | EnvironmentOperator,
+                 ) -> RelationOperator | EnvironmentOperator:
+    """An operator as :func:`_propagate_seen` takes it: a sparse matrix wrapped (:meth:`RelationOperator.of`),
+    an operator as is."""
+    return operator if isinstance(operator, EnvironmentOperator) else RelationOperator.of(operator)
+
+
+def propagate(values: np.ndarray, observed: np.ndarray, operator: sp.spmatrix | RelationOperator | EnvironmentOperator,
               reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Neighbour aggregation along one relation.
 
@@ -131,8 +138,8 @@ def propagate(values: np.ndarray, observed: np.ndarray, operator: sp.spmatrix | 
     seen = np.flatnonzero(observed)
     if seen.size == 0:
         return np.broadcast_to(reference, values.shape).copy(), np.zeros(values.shape[0], dtype=bool)
-    rel = operator if isinstance(operator, EnvironmentOperator) else RelationOperator.of(operator)
-    return _propagate_seen(seen, np.column_stack([np.ones(seen.size), values[seen]]), rel, reference)
+    return _propagate_seen(seen, np.column_stack([np.ones(seen.size), values[seen]]), _as_operator(operator),
+                           reference)
 
 
 def _propagate_seen(seen: np.ndarray, x: np.ndarray, rel: RelationOperator | EnvironmentOperator,
@@ -361,7 +368,8 @@ def relation_operators(graph: DualRelationGraph, within: str = "neighbours",
 
 
 def predict(history: History, graph: DualRelationGraph, config: SchedulerConfig,
-            operators: tuple[RelationOperator | sp.spmatrix, RelationOperator | sp.spmatrix] | None = None,
+            operators: tuple[RelationOperator | EnvironmentOperator | sp.spmatrix, RelationOperator | sp.spmatrix]
+            | None = None,
             ) -> Prediction | None:
     """Informativeness of every task from the history so far; ``None`` before any scored observation.
 
@@ -371,8 +379,8 @@ def predict(history: History, graph: DualRelationGraph, config: SchedulerConfig,
     reference = history.global_reference()
     if reference is None:
         return None
-    ops = (tuple(op if isinstance(op, EnvironmentOperator) else RelationOperator.of(op) for op in operators)
-           if operators is not None else relation_operators(graph, config.within_relation))
+    ops = (tuple(_as_operator(op) for op in operators) if operators is not None
+           else relation_operators(graph, config.within_relation))
     centered = history.centered_observations(reference)
     h_long = history.task_history(config.long_half_life, reference, centered)
     h_short = history.task_history(config.short_half_life, reference, centered)
