@@ -73,3 +73,37 @@ def test_sampler_options_are_checked_by_the_shared_checks(make, name: str, bad: 
     with pytest.raises(InvalidValueError, match=f"^{name} must be ") as info:
         make(bad)
     assert info.value.name == name
+
+
+def test_pack_writes_long_arrays_packed_and_both_forms_read_back_exactly():
+    import json
+
+    from envsched.samplers import _validate
+
+    short = np.array([0.1, -0.0, 5e-324])
+    assert _validate.pack(short) == [0.1, -0.0, 5e-324]  # below PACK_MIN_ENTRIES: a readable list
+    floats = np.random.default_rng(0).random(_validate.PACK_MIN_ENTRIES) / 3
+    floats[:3] = (0.1, 1 / 3, 5e-324)
+    packed = json.loads(json.dumps(_validate.pack(floats)))
+    assert packed["packed"] == "<f8" and set(packed) == {"packed", "base64"}
+    back = _validate.float_array(packed, "x", length=floats.size, low=0.0, high=0.5)
+    assert back.tobytes() == floats.tobytes() and back.flags.writeable
+    ints = np.arange(_validate.PACK_MIN_ENTRIES) * 3
+    got = _validate.int_array(json.loads(json.dumps(_validate.pack(ints))), "y", high=int(ints[-1]), dtype=np.int32)
+    assert got.dtype == np.int32 and np.array_equal(got, ints)
+    with pytest.raises(_validate.StateError, match=r"^y\[4\] must be a whole number in \[0, 10\], got 12$"):
+        _validate.int_array(_validate.pack(ints), "y", high=10)
+    with pytest.raises(_validate.StateError, match=r"^x must have at most 10 entries, got 1024$"):
+        _validate.float_array(packed, "x", max_length=10)
+    with pytest.raises(_validate.StateError, match=r"^y must be a packed array of dtype '<i8', got '<f8'$"):
+        _validate.int_array(packed, "y")
+    odd = {"packed": "<f8", "base64": __import__("base64").b64encode(b"\0" * 12).decode()}
+    with pytest.raises(_validate.StateError, match=r"^x\.base64 holds 12 bytes, not a whole number of <f8 entries$"):
+        _validate.float_array(odd, "x")
+    nan = floats.copy()
+    nan[7] = np.nan
+    with pytest.raises(_validate.StateError, match=r"^x\[7\] must be a finite number in \[0\.0, 0\.5\], got nan$"):
+        _validate.float_array(_validate.pack(nan), "x", low=0.0, high=0.5)
+    allowed = np.zeros(nan.size, dtype=bool)
+    allowed[7] = True
+    assert np.isnan(_validate.float_array(_validate.pack(nan), "x", allow_nan=allowed)[7])

@@ -11,10 +11,17 @@ the wrong length), and assigns only after the whole state passed. Every refusal 
 
 Numbers are checked with plain Python over the lists a JSON state holds (``numpy.asarray`` would turn
 ``None`` into NaN, ``"1"`` into 1.0 and ``True`` into 1), then converted with numpy in one call.
+
+A long array of numbers may instead be written **packed** (:func:`pack`): ``{"packed": "<f8", "base64": ...}``,
+its little-endian float64 or int64 bytes in base64, which JSON writes and reads some 30 times faster than a
+list of decimal numbers and in half the space (a checkpoint of a 100,000-task pool). :func:`float_array` and
+:func:`int_array` read either form and check a packed one just as strictly (its dtype, its length, every value).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -35,6 +42,7 @@ __all__ = [
     "int_array",
     "int_grid",
     "mapping",
+    "pack",
     "rng_from_state",
     "sequence",
     "text",
@@ -62,6 +70,53 @@ class StateError(EnvSchedError, ValueError):
     def within(self, prefix: str = "", owner: str | None = None) -> StateError:
         """The same refusal seen from an enclosing state: ``prefix`` goes before the field name."""
         return StateError(prefix + self.field, self.problem, owner or self.owner)
+
+
+#: Arrays of at least this many entries are written packed by :func:`pack` (shorter ones stay readable lists).
+PACK_MIN_ENTRIES = 1024
+_PACKED_DTYPES = {"<f8": np.dtype("<f8"), "<i8": np.dtype("<i8")}
+
+
+def pack(values: np.ndarray) -> list[Any] | dict[str, str]:
+    """A 1-D float or integer array as a JSON value: a list below :data:`PACK_MIN_ENTRIES` entries, else
+    ``{"packed": "<f8" or "<i8", "base64": <its little-endian bytes>}`` (exact: the same float64 bits)."""
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"pack takes a 1-D array, got shape {arr.shape}")
+    if arr.size < PACK_MIN_ENTRIES:
+        return arr.tolist()
+    code = "<i8" if np.issubdtype(arr.dtype, np.integer) else "<f8"
+    return {"packed": code, "base64": base64.b64encode(np.ascontiguousarray(arr, dtype=code).tobytes()).decode("ascii")}
+
+
+def _is_packed(value: Any) -> bool:
+    return isinstance(value, Mapping) and "packed" in value
+
+
+def _unpack(value: Mapping[str, Any], field: str, code: str, length: int | None,
+            max_length: int | None) -> np.ndarray:
+    """The array of a packed value, checked for its form (keys, dtype ``code``, base64, whole entries, length)."""
+    extra = sorted(map(str, set(value) - {"packed", "base64"}))
+    if extra:
+        raise StateError(field, f"is a packed array with unknown keys {extra[:5]}")
+    if value["packed"] != code:
+        raise StateError(field, f"must be a packed array of dtype {code!r}, got {_show(value['packed'])}")
+    data = value.get("base64")
+    if not isinstance(data, str):
+        raise StateError(f"{field}.base64", f"must be a base64 string, got {type(data).__name__}")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise StateError(f"{field}.base64", "is not valid base64") from None
+    dtype = _PACKED_DTYPES[code]
+    if len(raw) % dtype.itemsize:
+        raise StateError(f"{field}.base64", f"holds {len(raw)} bytes, not a whole number of {code} entries")
+    arr = np.frombuffer(raw, dtype=dtype).astype(dtype.newbyteorder("="))  # a writable native copy
+    if length is not None and arr.size != length:
+        raise StateError(field, f"must have {length} entries, got {arr.size}")
+    if max_length is not None and arr.size > max_length:
+        raise StateError(field, f"must have at most {max_length} entries, got {arr.size}")
+    return arr
 
 
 def _show(value: Any) -> str:
@@ -149,7 +204,11 @@ def float_array(value: Any, field: str, *, length: int | None = None, max_length
                 low: float | None = None, high: float | None = None, low_open: bool = False,
                 high_open: bool = False, allow_nan: np.ndarray | None = None) -> np.ndarray:
     """A list of finite numbers in the interval as a float64 array. ``allow_nan``: a boolean mask of the
-    entries that may (and then must) be NaN -- e.g. the statistics of a group without a scored reward."""
+    entries that may (and then must) be NaN -- e.g. the statistics of a group without a scored reward. A
+    packed value (:func:`pack`) must be float64."""
+    if _is_packed(value):
+        arr = _unpack(value, field, "<f8", length, max_length)
+        return _check_floats(arr, arr, _flat_names(field), low, high, low_open, high_open, allow_nan)
     items = _elements(value, field, length, max_length)
     return _floats(items, _flat_names(field), low, high, low_open, high_open, allow_nan)
 
@@ -166,6 +225,12 @@ def _floats(items: list[Any], at: Callable[[int], str], low: float | None, high:
     except OverflowError:  # an int beyond the float range
         i = next(i for i, x in enumerate(items) if isinstance(x, int) and abs(x) > 2**1023)
         raise StateError(at(i), f"must be a finite number, got {_show(items[i])}") from None
+    return _check_floats(arr, items, at, low, high, low_open, high_open, allow_nan)
+
+
+def _check_floats(arr: np.ndarray, items: Any, at: Callable[[int], str], low: float | None, high: float | None,
+                  low_open: bool, high_open: bool, allow_nan: np.ndarray | None) -> np.ndarray:
+    """``arr`` (float64) when every entry is finite and in the interval, NaN exactly where ``allow_nan``."""
     ok = np.isfinite(arr)
     if low is not None:
         ok &= (arr > low) if low_open else (arr >= low)
@@ -178,13 +243,22 @@ def _floats(items: list[Any], at: Callable[[int], str], low: float | None, high:
         i = int(np.flatnonzero(~ok)[0])
         want = "NaN" if allow_nan is not None and allow_nan[i] else \
             f"a finite number in {interval_text(low, high, low_open, high_open)}"
-        raise StateError(at(i), f"must be {want}, got {_show(items[i])}")
+        shown = float(items[i]) if isinstance(items, np.ndarray) else items[i]
+        raise StateError(at(i), f"must be {want}, got {_show(shown)}")
     return arr
 
 
 def int_array(value: Any, field: str, *, length: int | None = None, max_length: int | None = None,
               low: int = 0, high: int = MAX_COUNT, dtype: Any = np.int64) -> np.ndarray:
-    """A list of integers in ``[low, high]`` as an array of ``dtype`` (no floats, bools or ``None``)."""
+    """A list of integers in ``[low, high]`` as an array of ``dtype`` (no floats, bools or ``None``). A packed
+    value (:func:`pack`) must be int64."""
+    if _is_packed(value):
+        arr = _unpack(value, field, "<i8", length, max_length)
+        bad = np.flatnonzero((arr < low) | (arr > high))
+        if bad.size:
+            raise StateError(f"{field}[{int(bad[0])}]", f"must be a whole number in [{low}, {high}], "
+                                                        f"got {_show(int(arr[bad[0]]))}")
+        return arr.astype(dtype, copy=False)
     items = _elements(value, field, length, max_length)
     return _ints(items, _flat_names(field), low, high, dtype)
 

@@ -383,3 +383,82 @@ def test_the_decayed_signal_sums_are_cached_until_the_history_changes_and_read_o
     assert np.array_equal(again.failures, h.decayed.signal(DEFAULT.long_half_life, h.step - 1).failures)
     s.update(batch[0], [1.0] * 8)
     assert h.decayed_signal(DEFAULT.long_half_life) is not again
+
+
+def _unpacked(state):
+    """``state`` with every packed array written as a list (what the same state is below the packing size)."""
+    from envsched.samplers import _validate
+
+    if isinstance(state, dict) and "packed" in state:
+        code = state["packed"]
+        arr = np.frombuffer(__import__("base64").b64decode(state["base64"]), dtype=_validate._PACKED_DTYPES[code])
+        return arr.tolist()
+    if isinstance(state, dict):
+        return {k: _unpacked(v) for k, v in state.items()}
+    if isinstance(state, list):
+        return [_unpacked(v) for v in state]
+    return state
+
+
+def test_a_packed_checkpoint_holds_the_same_state_and_continues_the_same_draws(monkeypatch):
+    from envsched.samplers import _validate
+
+    s = EnvSchedSampler(TASKS, G, DEFAULT, seed=4)
+    trainer = _Trainer(seed=5)
+    for step in range(300):
+        trainer.step([s], step)
+    as_lists = json.loads(json.dumps(s.state_dict()))
+    monkeypatch.setattr(_validate, "PACK_MIN_ENTRIES", 1)  # every per-task array packed (120 tasks here)
+    packed = json.loads(json.dumps(s.state_dict()))
+    hist = packed["extra"]["history"]
+    assert hist["decayed"]["pos"]["packed"] == "<i8" and hist["progress"]["v"]["packed"] == "<f8"
+    assert hist["decayed"]["half_lives"][0]["mean"][1]["packed"] == "<f8"
+    assert _unpacked(packed) == as_lists  # the same numbers, bit for bit
+    r = EnvSchedSampler(TASKS, G, DEFAULT, seed=0)
+    r.load_state_dict(packed)
+    assert json.dumps(r.state_dict()) == json.dumps(s.state_dict())
+    assert np.array_equal(r.predict().informativeness, s.predict().informativeness)
+    for step in range(300, 360):
+        trainer.step([s, r], step)  # identical draws
+    assert json.dumps(r.state_dict()) == json.dumps(s.state_dict())
+
+
+def test_malformed_packed_arrays_are_refused_by_name_and_change_nothing(monkeypatch):
+    import base64
+
+    from envsched.samplers import _validate
+
+    monkeypatch.setattr(_validate, "PACK_MIN_ENTRIES", 1)
+    s = EnvSchedSampler(TASKS, G, DEFAULT, seed=1)
+    trainer = _Trainer(seed=2)
+    for step in range(80):
+        trainer.step([s], step)
+    good = json.loads(json.dumps(s.state_dict()))
+    before = json.dumps(s.state_dict())
+
+    def with_values(packed, change):
+        arr = np.frombuffer(base64.b64decode(packed["base64"]), dtype=_validate._PACKED_DTYPES[packed["packed"]]).copy()
+        change(arr)
+        return {**packed, "base64": base64.b64encode(arr.tobytes()).decode()}
+
+    for mutate, words in (
+        (lambda h: h["decayed"].update(pos={**h["decayed"]["pos"], "packed": "<f8"}), r"decayed\.pos must be a packed"),
+        (lambda h: h["decayed"]["pos"].update(base64="not base64!"), r"decayed\.pos\.base64 is not valid"),
+        (lambda h: h["decayed"]["pos"].update(base64=h["decayed"]["pos"]["base64"][:-4]),
+         r"decayed\.pos"),
+        (lambda h: h["decayed"]["pos"].update(extra=1), r"unknown keys"),
+        (lambda h: h["decayed"]["half_lives"][0].update(
+            weight=with_values(h["decayed"]["half_lives"][0]["weight"], lambda a: a.__setitem__(0, np.nan))),
+         r"weight\[0\] must be a finite number"),
+        (lambda h: h["progress"].update(step=with_values(h["progress"]["step"], lambda a: a.__setitem__(1, -3))),
+         r"progress\.step\[1\] must be a whole number"),
+        (lambda h: h["progress"].update(step=with_values(h["progress"]["step"], lambda a: a.sort() or a[::-1].sort())),
+         r"progress\.step\[\d+\] is before the task's previous point"),
+        (lambda h: h["progress"].update(length=with_values(h["progress"]["length"], lambda a: a.__setitem__(0, 9))),
+         r"progress\.length\[0\]"),
+    ):
+        bad = json.loads(json.dumps(good))
+        mutate(bad["extra"]["history"])
+        with pytest.raises(ValueError, match=words):
+            s.load_state_dict(bad)
+        assert json.dumps(s.state_dict()) == before

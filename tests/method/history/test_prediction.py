@@ -15,6 +15,7 @@ from envsched.method.history.prediction import (
     EnvironmentOperator,
     HalfLifePrediction,
     Prediction,
+    RelationEstimates,
     RelationOperator,
     percentile_ranks,
     predict,
@@ -163,6 +164,32 @@ def test_the_sampler_propagates_along_the_relation_its_config_names():
         SchedulerConfig(within_relation="everything")
 
 
+def test_relations_the_config_leaves_out_are_propagated_only_when_read():
+    """The default uses neither relation: its prediction does not propagate, and an explanation reading the
+    estimates later gets what propagating the same histories gives (the history has moved on since)."""
+    g = synthetic_graph(400, 8, seed=1)
+    s = EnvSchedSampler(synthetic_tasks(g), g, SchedulerConfig(batch_size=16), seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        for t in s.sample(16):
+            s.update(t, (rng.random(8) < 0.4).astype(float).tolist())
+    pred = s.predict()
+    assert pred.long.relations._done == {} and pred.short.relations._done == {}
+    ref = pred.reference
+    h_long, h_short = pred.long.history, pred.short.history
+    for t in s.sample(16):  # the history changes before the estimates are read
+        s.update(t, (rng.random(8) < 0.4).astype(float).tolist())
+    for i, op in enumerate(s._operators):
+        for hl, h in ((pred.long, h_long), (pred.short, h_short)):
+            est, has = propagate(h.values, h_long.observed, op, ref)
+            got, got_has = (hl.within, hl.within_has) if i == 0 else (hl.cross, hl.cross_has)
+            np.testing.assert_allclose(got, est, rtol=1e-12, atol=1e-15)
+            assert np.array_equal(got_has, has) and has.any() and not has.all()
+    paper = EnvSchedSampler(synthetic_tasks(g), g, SchedulerConfig.paper(batch_size=16), seed=0)
+    paper.update(paper.sample(16)[0], [1.0, 0.0] * 4)
+    assert set(paper.predict().long.relations._done) == {0, 1}  # a config using both computes both at once
+
+
 def _plain_propagate(values, observed, operator, reference):
     """The propagation as it was before issue 18 (row totals and the csc conversion on every call)."""
     seen = np.flatnonzero(observed)
@@ -204,7 +231,7 @@ def _plain_half_life(hist, relations, reference, config):
     else:  # the blend of the two estimates on their own scale (the default since 2026-12-04)
         score = (1.0 - a) * v + a * v_rec
         q = rankdata(score, method="average") / n
-    return HalfLifePrediction(history=hist, within=within, within_has=within_has, cross=cross, cross_has=cross_has,
+    return HalfLifePrediction(history=hist, relations=RelationEstimates.of(within, within_has, cross, cross_has),
                               prior=prior, posterior=posterior, v_direct=v, v_reconstructed=v_rec, q=q, score=score)
 
 

@@ -32,6 +32,7 @@ read, are computed when first read.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -270,21 +271,58 @@ def _quantiles_of_sorted(x: np.ndarray, q: np.ndarray) -> np.ndarray:
     return out
 
 
+class RelationEstimates:
+    """The within (0) and cross (1) relations' estimates of one half-life: ``(estimates (N, 3), has (N,))``, the
+    propagated ``m, v, d`` and which tasks have an observed neighbour. Each is computed on first read: the
+    prediction reads only the relations the configuration uses, explanations read both (the same values, as
+    the history they are computed from does not change while the prediction is in use)."""
+
+    def __init__(self, compute: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> None:
+        self._compute = compute
+        self._done: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    @classmethod
+    def of(cls, within: np.ndarray, within_has: np.ndarray, cross: np.ndarray,
+           cross_has: np.ndarray) -> RelationEstimates:
+        """Estimates already computed."""
+        return cls(lambda i: ((within, within_has), (cross, cross_has))[i])
+
+    def get(self, relation: int) -> tuple[np.ndarray, np.ndarray]:
+        if relation not in self._done:
+            self._done[relation] = self._compute(relation)
+        return self._done[relation]
+
+
 @dataclass
 class HalfLifePrediction:
     """The complete score for one half-life (arrays over all N tasks; stats columns are ``m, v, d``)."""
 
     history: TaskHistory
-    within: np.ndarray
-    within_has: np.ndarray
-    cross: np.ndarray
-    cross_has: np.ndarray
+    relations: RelationEstimates = field(repr=False)
     prior: np.ndarray
     posterior: np.ndarray
     v_direct: np.ndarray
     v_reconstructed: np.ndarray
     q: np.ndarray
     score: np.ndarray
+
+    @property
+    def within(self) -> np.ndarray:
+        """The within relation's propagated estimates (``(N, 3)``)."""
+        return self.relations.get(0)[0]
+
+    @property
+    def within_has(self) -> np.ndarray:
+        return self.relations.get(0)[1]
+
+    @property
+    def cross(self) -> np.ndarray:
+        """The cross relation's propagated estimates (``(N, 3)``)."""
+        return self.relations.get(1)[0]
+
+    @property
+    def cross_has(self) -> np.ndarray:
+        return self.relations.get(1)[1]
 
 
 @dataclass
@@ -319,20 +357,19 @@ class Prediction:
         return self.long.v_direct
 
 
-def _one_half_life(hist: TaskHistory, relations: tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
-                   reference: np.ndarray, config: SchedulerConfig, shared: np.ndarray) -> HalfLifePrediction:
+def _one_half_life(hist: TaskHistory, relations: RelationEstimates, reference: np.ndarray, config: SchedulerConfig,
+                   shared: np.ndarray) -> HalfLifePrediction:
     """``shared``: tasks without own history and without an observed neighbour in a relation in use, whose
     predictions are all the same (sorted as one block, see :func:`sort_order`)."""
-    (within, within_has), (cross, cross_has) = relations
     if config.use_within_edges and config.use_cross_edges:
         w = config.within_fusion_weight
-        prior = w * within + (1.0 - w) * cross
+        prior = w * relations.get(0)[0] + (1.0 - w) * relations.get(1)[0]
     elif config.use_within_edges:
-        prior = within
+        prior = relations.get(0)[0]
     elif config.use_cross_edges:
-        prior = cross
+        prior = relations.get(1)[0]
     else:
-        prior = np.broadcast_to(reference, within.shape).copy(order="F")
+        prior = np.broadcast_to(reference, hist.values.shape).copy(order="F")
     n0 = config.prior_strength
     W = hist.weight
     posterior = np.empty((prior.shape[1], prior.shape[0])).T  # Fortran order, as propagate's estimates
@@ -349,9 +386,8 @@ def _one_half_life(hist: TaskHistory, relations: tuple[tuple[np.ndarray, np.ndar
     else:  # the ablation "without calibration": the blend of the two estimates on their own scales
         score = (1.0 - a) * v + a * v_rec
         q = percentile_ranks(score, sort_order(score, shared))
-    return HalfLifePrediction(history=hist, within=within, within_has=within_has, cross=cross, cross_has=cross_has,
-                              prior=prior, posterior=posterior, v_direct=v, v_reconstructed=v_rec, q=q,
-                              score=score)
+    return HalfLifePrediction(history=hist, relations=relations, prior=prior, posterior=posterior, v_direct=v,
+                              v_reconstructed=v_rec, q=q, score=score)
 
 
 def relation_operators(graph: DualRelationGraph, within: str = "neighbours",
@@ -384,23 +420,31 @@ def predict(history: History, graph: DualRelationGraph, config: SchedulerConfig,
     centered = history.centered_observations(reference)
     h_long = history.task_history(config.long_half_life, reference, centered)
     h_short = history.task_history(config.short_half_life, reference, centered)
-    # both half-lives propagate in one sparse product per relation (the observed set is the same)
+    # both half-lives propagate in one sparse product per relation (the observed set is the same), a relation
+    # the configuration leaves out only when an explanation reads it
     seen = np.flatnonzero(h_long.observed)
     both_reference = np.concatenate([reference, reference])
-    if seen.size:
-        x = np.column_stack([np.ones(seen.size), h_long.values[seen], h_short.values[seen]])
-        estimates = [_propagate_seen(seen, x, op, both_reference) for op in ops]
-    else:  # no task with history weight: every estimate is the reference
-        n = graph.num_nodes
-        estimates = [(np.broadcast_to(both_reference, (n, 6)).copy(), np.zeros(n, dtype=bool)) for _ in ops]
-    rel = [((est[:, :3], has), (est[:, 3:], has)) for est, has in estimates]
+    both: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def propagated(relation: int) -> tuple[np.ndarray, np.ndarray]:
+        if relation not in both:
+            if seen.size:
+                x = np.column_stack([np.ones(seen.size), h_long.values[seen], h_short.values[seen]])
+                both[relation] = _propagate_seen(seen, x, ops[relation], both_reference)
+            else:  # no task with history weight: every estimate is the reference
+                n = graph.num_nodes
+                both[relation] = (np.broadcast_to(both_reference, (n, 6)).copy(), np.zeros(n, dtype=bool))
+        return both[relation]
+
+    long_rel = RelationEstimates(lambda i: (propagated(i)[0][:, :3], propagated(i)[1]))
+    short_rel = RelationEstimates(lambda i: (propagated(i)[0][:, 3:], propagated(i)[1]))
     shared = ~h_long.observed
     if config.use_within_edges:
-        shared &= ~rel[0][0][1]
+        shared &= ~long_rel.get(0)[1]
     if config.use_cross_edges:
-        shared &= ~rel[1][0][1]
-    long = _one_half_life(h_long, (rel[0][0], rel[1][0]), reference, config, shared)
-    short = _one_half_life(h_short, (rel[0][1], rel[1][1]), reference, config, shared)
+        shared &= ~long_rel.get(1)[1]
+    long = _one_half_life(h_long, long_rel, reference, config, shared)
+    short = _one_half_life(h_short, short_rel, reference, config, shared)
     decline = np.maximum(0.0, long.score - short.score)
     info = 0.5 * (long.score + short.score) - config.decline_penalty * decline
     info = np.maximum(info, 0.0)

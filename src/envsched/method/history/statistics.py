@@ -81,7 +81,6 @@ preset keeps the bounded form (issue 25: its batches stay bit for bit).
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -357,10 +356,11 @@ class DecayedStatistics:
         per = []
         for h in self.half_lives:
             a = self.arrays[h]
-            per.append({"half_life": h, **{k: a[k][pos].tolist() for k in self.FIELDS},
-                        "mean": self.mean[h][pos].T.tolist(), "share": self.share[h][pos].tolist(),
+            per.append({"half_life": h, **{k: _check.pack(a[k][pos]) for k in self.FIELDS},
+                        "mean": [_check.pack(self.mean[h][pos, j]) for j in range(3)],
+                        "share": _check.pack(self.share[h][pos]),
                         "phase_signal": self.phase[h][0].tolist(), "phase_scorable": self.phase[h][1].tolist()})
-        return {"at": self.at, "absorbed": self.absorbed, "pos": pos.tolist(), "half_lives": per}
+        return {"at": self.at, "absorbed": self.absorbed, "pos": _check.pack(pos), "half_lives": per}
 
     @classmethod
     def from_state(cls, raw: Any, num_tasks: int, half_lives: tuple[float, ...], step: int, scored: np.ndarray,
@@ -463,9 +463,14 @@ class History:
         self._fifo: dict[int, list[int]] = {}
         self.last_selected = np.full(self.n, -10, dtype=np.int64)
         self.run_length = np.zeros(self.n, dtype=np.int64)
-        # progress filter: the last progress_min_transitions + 1 points (step, sequence, v) and the count
-        self._progress: dict[int, list[tuple[int, int, float]]] = {}
-        self._progress_points = np.zeros(self.n, dtype=np.int64)
+        # progress filter: per task its last progress_min_transitions + 1 points (step, v), oldest first, how
+        # many of them are stored, and the count of all its points; flat arrays, written once here so that
+        # the process's memory does not grow as tasks get observed
+        keep = config.progress_min_transitions + 1
+        self._progress_step = np.full((self.n, keep), -1, dtype=np.int64)
+        self._progress_v = np.full((self.n, keep), 0.0)
+        self._progress_len = np.full(self.n, 0, dtype=np.int64)
+        self._progress_points = np.full(self.n, 0, dtype=np.int64)
         self.transitions = np.zeros(self.n, dtype=np.int64)
         self.residual = np.full(self.n, np.inf)
         self._batch_sizes: list[int] = []  # sizes of the steps from live_start on
@@ -530,20 +535,28 @@ class History:
         m, v, d = stats if stats is not None else (math.nan, math.nan, math.nan)
         self.obs.append(pos=pos, step=step, phase=phase, n_scored=int(scored01.size), n_rollouts=n_rollouts,
                         m=m, v=v, d=d, raw_var=raw_var, **ref)
-        seq = self._num_observations
         self._num_observations += 1
         self._latest_observed_step = max(self._latest_observed_step, step)
         self._cache.clear()
         if stats is not None and scored01.size >= self.config.min_scored_rollouts:
-            self._add_progress_point(pos, step, seq, v)
+            self._add_progress_point(pos, step, v)
         return {"step": step, "phase": PHASES[phase], "m": m, "v": v, "d": d, "n_scored": int(scored01.size)}
 
-    def _add_progress_point(self, pos: int, step: int, seq: int, v: float) -> None:
-        pts = self._progress.setdefault(pos, [])
-        bisect.insort(pts, (step, seq, v))
-        keep = self.config.progress_min_transitions + 1  # all the filter reads; older points only count
-        if len(pts) > keep:
-            del pts[:-keep]
+    def _add_progress_point(self, pos: int, step: int, v: float) -> None:
+        """Insert a point in the task's points in dispatch order: after every point of its step or earlier
+        (those arrived before it), before any of a later step (a late group). Only the last
+        ``progress_min_transitions + 1`` are kept (all the filter reads); older points only count."""
+        stored = int(self._progress_len[pos])
+        steps, values = self._progress_step[pos], self._progress_v[pos]
+        at = stored if stored == 0 or steps[stored - 1] <= step else \
+            int(np.searchsorted(steps[:stored], step, side="right"))
+        if stored < steps.size:  # room left: shift the later points right
+            steps[at + 1:stored + 1], values[at + 1:stored + 1] = steps[at:stored], values[at:stored]
+            steps[at], values[at] = step, v
+            self._progress_len[pos] = stored + 1
+        elif at > 0:  # full: the oldest point goes (a point older than all kept ones is dropped at once)
+            steps[:at - 1], values[:at - 1] = steps[1:at], values[1:at]
+            steps[at - 1], values[at - 1] = step, v
         self._progress_points[pos] += 1
         self._update_residual(pos)
 
@@ -556,15 +569,26 @@ class History:
         ``<= 0`` when the task has stopped producing reward differences (all-pass or all-fail groups) or
         its variance is falling to zero; a new observation with variance brings it back above 0.
         """
-        pts = self._progress.get(pos, [])
         t = max(0, int(self._progress_points[pos]) - 1)
         self.transitions[pos] = t
         if t == 0:
             self.residual[pos] = np.inf
             return
         k = min(t, self.config.progress_min_transitions)
-        window = [p[2] for p in pts[-(k + 1):]]
-        self.residual[pos] = window[-1] + (window[-1] - window[0]) / k
+        stored = int(self._progress_len[pos])
+        first, last = self._progress_v[pos, max(stored - k - 1, 0)], self._progress_v[pos, stored - 1]
+        self.residual[pos] = last + (last - first) / k
+
+    def _update_residuals(self, pos: np.ndarray) -> None:
+        """:meth:`_update_residual` of the tasks ``pos`` at once (the same arithmetic, on arrays)."""
+        t = np.maximum(0, self._progress_points[pos] - 1)
+        self.transitions[pos] = t
+        k = np.minimum(t, self.config.progress_min_transitions)
+        stored = self._progress_len[pos]
+        first = self._progress_v[pos, np.maximum(stored - k - 1, 0)]
+        last = self._progress_v[pos, np.maximum(stored - 1, 0)]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.residual[pos] = np.where(t == 0, np.inf, last + (last - first) / np.maximum(k, 1))
 
     # ------------------------------------------------------------------ folding
     def fold(self, new_live_start: int, *, centre: np.ndarray | None = None) -> None:
@@ -902,9 +926,14 @@ class History:
 
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
+        """The history as JSON data; per-task arrays over the tasks they concern, long ones packed
+        (:func:`~envsched.samplers._validate.pack`), so that writing and reading it costs O(N) numpy work."""
+        pack = _check.pack
         sel = np.flatnonzero(self.last_selected >= 0)
-        progress = [(p, self._progress[p]) for p in sorted(self._progress)]  # (sorting the keys alone: faster)
         folded = np.flatnonzero(self._folded_obs | self._folded_scored | self._folded_scorable)
+        has_points = np.flatnonzero(self._progress_len)
+        lengths = self._progress_len[has_points]
+        stored = np.arange(self._progress_step.shape[1]) < lengths[:, None]
 
         def ref(x: np.ndarray | None) -> list[float] | None:
             return None if x is None else [float(v) for v in x]
@@ -915,17 +944,17 @@ class History:
             "batch_sizes": list(self._batch_sizes),
             "dispatch": self.dispatch.to_lists(),
             "obs": self.obs.to_lists(),
-            "last_selected": {"pos": sel.tolist(), "step": self.last_selected[sel].tolist(),
-                              "run": self.run_length[sel].tolist()},
-            "progress": {"pos": [p for p, _ in progress],
-                         "count": [int(self._progress_points[p]) for p, _ in progress],
-                         "points": [[list(x) for x in pts] for _, pts in progress]},
+            "last_selected": {"pos": pack(sel), "step": pack(self.last_selected[sel]),
+                              "run": pack(self.run_length[sel])},
+            "progress": {"pos": pack(has_points), "count": pack(self._progress_points[has_points]),
+                         "length": pack(lengths), "step": pack(self._progress_step[has_points][stored]),
+                         "v": pack(self._progress_v[has_points][stored])},
             "observations": self._num_observations,
             "latest_observed_step": self._latest_observed_step,
-            "folded": {"pos": folded.tolist(), "observations": self._folded_obs[folded].tolist(),
-                       "scored": self._folded_scored[folded].tolist(),
-                       "scorable": self._folded_scorable[folded].tolist(),
-                       "env_selections": self._folded_env_selections.tolist(),
+            "folded": {"pos": pack(folded), "observations": pack(self._folded_obs[folded]),
+                       "scored": pack(self._folded_scored[folded]),
+                       "scorable": pack(self._folded_scorable[folded]),
+                       "env_selections": pack(self._folded_env_selections),
                        "exploitation": self._folded_exploitation.tolist(),
                        "reference": ref(self._folded_reference), "first_reference": ref(self._first_reference)},
         }
@@ -1017,13 +1046,14 @@ class History:
         if progress is None:  # a state from before folding: the progress points are the log's
             o = h.obs
             for seq in np.flatnonzero(o.col("n_scored") >= config.min_scored_rollouts):
-                h._add_progress_point(int(o.col("pos")[seq]), int(o.col("step")[seq]), int(seq),
-                                      float(o.col("v")[seq]))
+                h._add_progress_point(int(o.col("pos")[seq]), int(o.col("step")[seq]), float(o.col("v")[seq]))
         else:
-            for p, count, points in progress:
-                h._progress[p] = points
-                h._progress_points[p] = count
-                h._update_residual(p)
+            pos, count, lengths, steps, values = progress
+            rows = np.repeat(pos, lengths)
+            cols = np.arange(steps.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+            h._progress_step[rows, cols], h._progress_v[rows, cols] = steps, values
+            h._progress_len[pos], h._progress_points[pos] = lengths, count
+            h._update_residuals(pos)
         if decayed is not None:
             h.decayed = decayed
         elif h.decayed is not None:
@@ -1127,35 +1157,62 @@ def _load_folded(raw: Any, n: int, num_envs: int) -> dict[str, Any]:
 
 
 def _load_progress(raw: Any, n: int, last_step: int, observations: int,
-                   keep: int) -> list[tuple[int, int, list[tuple[int, int, float]]]]:
-    p = _check.mapping(raw, "progress", keys=("pos", "count", "points"))
+                   keep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The progress filter's saved points: ``(pos, count, length, step, v)``, each task's ``length`` points
+    (step, variance) in dispatch order, flattened. Reads the flat form :meth:`History.state` writes and the
+    earlier one (a list of ``[step, sequence, v]`` points per task)."""
+    p = _check.mapping(raw, "progress", keys=("pos", "count"))
     pos = _check.int_array(p["pos"], "progress.pos", high=n - 1)
     if np.unique(pos).size != pos.size:
         raise _check.StateError("progress.pos", "names a task twice")
     count = _check.int_array(p["count"], "progress.count", length=pos.size, low=1, high=max(observations, 1))
-    raw_points = _check.sequence(p["points"], "progress.points", length=pos.size)
-    fast = _progress_points_fast(raw_points, count, last_step, observations, keep)
-    if fast is not None:
-        return [(int(pos[i]), int(count[i]), pts) for i, pts in enumerate(fast)]
-    out = []  # a point the fast path does not take: checked one by one (the refusal names it)
-    for i, pts in enumerate(raw_points):
-        field = f"progress.points[{i}]"
-        pts = _check.sequence(pts, field, max_length=min(keep, int(count[i])))
-        if not pts:
-            raise _check.StateError(field, "is empty (a task enters the progress filter with its first point)")
+    if "points" in p:
+        return (pos, count, *_load_progress_points(p["points"], pos.size, count, last_step, observations, keep))
+    p = _check.mapping(raw, "progress", keys=("length", "step", "v"))
+    lengths = _check.int_array(p["length"], "progress.length", length=pos.size, low=1, high=keep)
+    over = np.flatnonzero(lengths > count)
+    if over.size:
+        raise _check.StateError(f"progress.length[{int(over[0])}]", "is more than the task's count of points")
+    total = int(lengths.sum())
+    steps = _check.int_array(p["step"], "progress.step", length=total, high=last_step)
+    values = _check.float_array(p["v"], "progress.v", length=total, low=0.0, high=0.25)
+    task = np.repeat(np.arange(pos.size), lengths)
+    back = np.flatnonzero((steps[1:] < steps[:-1]) & (task[1:] == task[:-1]))
+    if back.size:
+        raise _check.StateError(f"progress.step[{int(back[0]) + 1}]",
+                                "is before the task's previous point (each task's points are in dispatch order)")
+    return pos, count, lengths, steps, values
+
+
+def _load_progress_points(raw: Any, size: int, count: np.ndarray, last_step: int, observations: int,
+                          keep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(length, step, v)`` of the earlier form's points, each task's sorted by (step, sequence)."""
+    raw_points = _check.sequence(raw, "progress.points", length=size)
+    points = _progress_points_fast(raw_points, count, last_step, observations, keep)
+    if points is None:  # a point the fast path does not take: checked one by one (the refusal names it)
         points = []
-        for j, pt in enumerate(pts):
-            s_, q, v = _check.sequence(pt, f"{field}[{j}]", length=3)
-            points.append((_check.whole(s_, f"{field}[{j}][0]", high=last_step),
-                           _check.whole(q, f"{field}[{j}][1]", high=max(observations - 1, 0)),
-                           _check.finite(v, f"{field}[{j}][2]", low=0.0, high=0.25)))
-        out.append((int(pos[i]), int(count[i]), sorted(points)))
-    return out
+        for i, pts in enumerate(raw_points):
+            field = f"progress.points[{i}]"
+            pts = _check.sequence(pts, field, max_length=min(keep, int(count[i])))
+            if not pts:
+                raise _check.StateError(field, "is empty (a task enters the progress filter with its first point)")
+            checked = []
+            for j, pt in enumerate(pts):
+                s_, q, v = _check.sequence(pt, f"{field}[{j}]", length=3)
+                checked.append((_check.whole(s_, f"{field}[{j}][0]", high=last_step),
+                                _check.whole(q, f"{field}[{j}][1]", high=max(observations - 1, 0)),
+                                _check.finite(v, f"{field}[{j}][2]", low=0.0, high=0.25)))
+            points.append(sorted(checked))
+    lengths = np.fromiter(map(len, points), dtype=np.int64, count=len(points))
+    flat = [pt for pts in points for pt in pts]
+    steps = np.fromiter((pt[0] for pt in flat), dtype=np.int64, count=len(flat))
+    values = np.fromiter((pt[2] for pt in flat), dtype=np.float64, count=len(flat))
+    return lengths, steps, values
 
 
 def _progress_points_fast(raw_points: list[Any], count: np.ndarray, last_step: int, observations: int,
                           keep: int) -> list[list[tuple[int, int, float]]] | None:
-    """:func:`_load_progress`'s points when every one is what :meth:`History.state` writes -- a list of a Python
+    """The earlier form's points when every one is what :meth:`History.state` wrote then -- a list of a Python
     ``int`` step and sequence number and a ``float`` variance, inside the ranges the checks allow, at most
     ``min(keep, count)`` and at least one per task -- checked in a few passes over all points, then each task's
     points sorted (a task whose points are in order, as written, is not sorted again). ``None`` when anything
