@@ -175,6 +175,9 @@ def test_relations_the_config_leaves_out_are_propagated_only_when_read():
             s.update(t, (rng.random(8) < 0.4).astype(float).tolist())
     pred = s.predict()
     assert pred.long.relations._done == {} and pred.short.relations._done == {}
+    assert "q" not in pred.long.__dict__ and "q" not in pred.short.__dict__  # the ranks, also read only by explanations
+    for hl in (pred.long, pred.short):
+        assert np.array_equal(hl.q, percentile_ranks(hl.score, sort_order(hl.score, pred.shared)))
     ref = pred.reference
     h_long, h_short = pred.long.history, pred.short.history
     for t in s.sample(16):  # the history changes before the estimates are read
@@ -232,7 +235,7 @@ def _plain_half_life(hist, relations, reference, config):
         score = (1.0 - a) * v + a * v_rec
         q = rankdata(score, method="average") / n
     return HalfLifePrediction(history=hist, relations=RelationEstimates.of(within, within_has, cross, cross_has),
-                              prior=prior, posterior=posterior, v_direct=v, v_reconstructed=v_rec, q=q, score=score)
+                              prior=prior, posterior=posterior, v_direct=v, v_reconstructed=v_rec, ranks=q, score=score)
 
 
 def plain_predict(history, graph, config, operators=None):

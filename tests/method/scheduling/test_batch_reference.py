@@ -385,3 +385,26 @@ def test_the_summation_order_of_each_task_is_decided_once_per_graph():
     expected = [int(df[m.indices[m.indptr[s]:m.indptr[s + 1]]].sum()) * 8 > m.nnz for s in range(400)]
     got = [idx.candidate_order(s) for s in range(400)]
     assert got == expected and 0 < sum(got) < 400
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_an_environment_row_computed_alone_equals_its_row_of_the_block_bit_for_bit(dtype):
+    """Before an environment has its block (its first ``rows_before_block`` requests), ``within`` multiplies one
+    sparse row by the environment's transposed rows; the block is the same product for all its rows at once."""
+    g = synthetic_graph(900, 12, seed=5)
+    g = dataclasses.replace(g, full_features=g.full_features.astype(dtype))
+    alone, block = SimilarityIndex(g), SimilarityIndex(g)
+    alone.rows_before_block, block.rows_before_block = 10**9, 0
+    for s in range(900):
+        rows_a, sims_a = alone.within(s)
+        rows_b, sims_b = block.within(s)
+        assert np.array_equal(rows_a, rows_b) and sims_a.tobytes() == sims_b.tobytes()
+    assert not alone._blocks and len(block._blocks) == 12
+    index = SimilarityIndex(g)  # the default: rows first, then the block from the request after
+    e = int(g.env_codes[0])
+    members = np.flatnonzero(g.env_codes == e)
+    for k in range(index.rows_before_block + 1):
+        _rows, sims = index.within(int(members[k % members.size]))
+        assert (e in index._blocks) == (k == index.rows_before_block)  # built by the request after the first 8
+        assert sims.tobytes() == block.within(int(members[k % members.size]))[1].tobytes()
+    assert e in index._blocks and e not in index._transposed

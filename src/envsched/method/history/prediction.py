@@ -303,8 +303,14 @@ class HalfLifePrediction:
     posterior: np.ndarray
     v_direct: np.ndarray
     v_reconstructed: np.ndarray
-    q: np.ndarray
+    ranks: np.ndarray | Callable[[], np.ndarray] = field(repr=False)
     score: np.ndarray
+
+    @cached_property
+    def q(self) -> np.ndarray:
+        """Percentile ranks behind the score: the blend of ranks the calibration maps to a quantile, or without
+        calibration the ranks of the score itself, which only explanations read (computed on first read)."""
+        return self.ranks if isinstance(self.ranks, np.ndarray) else self.ranks()
 
     @property
     def within(self) -> np.ndarray:
@@ -383,11 +389,11 @@ def _one_half_life(hist: TaskHistory, relations: RelationEstimates, reference: n
         v_sorted = v[order]  # one gather shared by the ranks and the quantile mapping
         q = (1.0 - a) * _ranks_of_sorted(v_sorted, order) + a * percentile_ranks(v_rec, sort_order(v_rec, shared))
         score = _quantiles_of_sorted(v_sorted, q)
-    else:  # the ablation "without calibration": the blend of the two estimates on their own scales
+    else:  # without calibration: the blend of the two estimates on their own scales (ranks only for explanations)
         score = (1.0 - a) * v + a * v_rec
-        q = percentile_ranks(score, sort_order(score, shared))
+        q = lambda: percentile_ranks(score, sort_order(score, shared))  # noqa: E731
     return HalfLifePrediction(history=hist, relations=relations, prior=prior, posterior=posterior, v_direct=v,
-                              v_reconstructed=v_rec, q=q, score=score)
+                              v_reconstructed=v_rec, ranks=q, score=score)
 
 
 def relation_operators(graph: DualRelationGraph, within: str = "neighbours",

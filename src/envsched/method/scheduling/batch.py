@@ -108,6 +108,8 @@ class SimilarityIndex:
         self._slot[self.order] = np.arange(self.n) - self.starts[codes[self.order]]
         self._blocks: dict[int, np.ndarray] = {}
         self._cached = 0
+        self._requests: dict[int, int] = {}  # rows asked of an environment with no block yet
+        self._transposed: dict[int, sp.csr_matrix] = {}  # its S_full rows, transposed, for one row at a time
 
     @staticmethod
     def _dense_row(m: sp.csr_matrix, i: int) -> np.ndarray:
@@ -118,6 +120,9 @@ class SimilarityIndex:
 
     #: Dense per-environment ``S_full`` blocks are cached up to this many entries in all (64 MiB).
     block_cache_entries: int = 8_000_000
+    #: An environment's first rows are computed one at a time (a sparse row times its transposed rows); its whole
+    #: block, which costs about as much as that many rows of a large environment, from the request after these.
+    rows_before_block: int = 8
     #: Pools up to this size keep ``S_abs`` as a dense float32 matrix (at most 36 MB).
     dense_abstract_max_nodes: int = 3_000
 
@@ -135,10 +140,18 @@ class SimilarityIndex:
         lo, hi = self.starts[e], self.starts[e + 1]
         block = self._blocks.get(e)
         if block is None and (hi - lo) ** 2 + self._cached <= self.block_cache_entries:
-            sub = self.full[self.order[lo:hi]]
-            block = (sub @ sub.T).toarray()
+            # the same sparse product either way (scipy multiplies each row of the left operand on its own, in the
+            # order of its entries), so a row computed alone equals its row of the block bit for bit
+            transposed = self._transposed.get(e)
+            if transposed is None:
+                transposed = self._transposed[e] = self.full[self.order[lo:hi]].T.tocsr()
+            self._requests[e] = self._requests.get(e, 0) + 1
+            if self._requests[e] <= self.rows_before_block:
+                return self.order[lo:hi], (self.full[s] @ transposed).toarray().ravel()
+            block = (self.full[self.order[lo:hi]] @ transposed).toarray()
             self._blocks[e] = block
             self._cached += block.size
+            del self._transposed[e], self._requests[e]
         if block is not None:
             return self.order[lo:hi], block[self._slot[s]]
         x = self._dense_row(self.full, s)
