@@ -8,10 +8,17 @@ of the benchmark's learner model (``envsched.bench.learner.LearnerModel``, shari
 configuration's) is fed the same dispatches and reports as the full one, folding as a decayed run folds. Before
 each draw, a default sampler loads the full sampler's state (the generator and everything else) and takes a copy
 of that decayed history; both predict and draw from the same generator state. Reported per step, from the first
-fold (step 20) on: the Spearman correlation and the largest absolute difference of the informativeness, the
+fold (the draw of step 20) on: the Spearman correlation and the largest absolute difference of the informativeness, the
 largest difference of the long-half-life task means, and the overlap of the two batches (shared tasks / 64).
 
+``--pool tau-bench``: the real-outcome check instead. The 50 tasks of the recorded GPT-4o tau-bench airline
+episodes (``benchmarks/variance_auc.py``'s data and task specs, one environment; ``--data`` or
+``$ENVSCHED_TAU_BENCH``), batches of 8 groups of 4 rollouts, each group's rewards drawn with replacement from the
+task's 4 recorded trials (a bootstrap replay: the agent does not learn, so every difference comes from the
+history's form), the graph of ``build_graph``.
+
     python benchmarks/decayed_history_deviation.py --steps 200 --json out.json
+    python benchmarks/decayed_history_deviation.py --pool tau-bench --steps 200 --json out-tau.json
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import copy
 import json
 import statistics
 import sys
+from pathlib import Path
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -32,6 +40,7 @@ from envsched.method.config import SchedulerConfig
 from envsched.method.history.statistics import History
 
 BATCH, GROUP = 64, 8
+TAU_BATCH, TAU_GROUP = 8, 4
 
 
 def _mirrored(original, mirror):
@@ -41,16 +50,56 @@ def _mirrored(original, mirror):
     return call
 
 
+def _bench_setup(seed: int):
+    pool, source = load_bench_pool("default")
+    learner = LearnerModel(pool, {"sharing": 0.5}, seed=seed)
+    full = make_bench_sampler("envsched", pool, seed=seed, options={"history_tolerance": 0.0})
+    decayed = make_bench_sampler("envsched", pool, seed=seed)
+
+    def rollout(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        r, c = learner.rollout(pos, GROUP)
+        learner.train(pos, r)
+        return r, c
+
+    return source, full, decayed, rollout, BATCH
+
+
+def _tau_setup(seed: int, data: Path | None):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import variance_auc
+
+    from envsched.method.graph.build import build_graph
+    from envsched.method.sampler import EnvSchedSampler
+    from envsched.pool.pool import TaskPool
+
+    path = data or variance_auc.DEFAULT_DATA
+    tasks, recorded = variance_auc.load_outcomes(path)
+    pool = TaskPool(variance_auc.task_specs(tasks))
+    graph = build_graph(pool)
+    rng = np.random.default_rng(seed + 1)
+
+    def make(**options):
+        config = SchedulerConfig(batch_size=TAU_BATCH, rollouts_per_task=TAU_GROUP, **options)
+        return EnvSchedSampler(pool, graph, config, seed=seed)
+
+    def rollout(pos: np.ndarray) -> tuple[np.ndarray, None]:
+        picks = rng.integers(0, recorded.shape[1], size=(pos.size, TAU_GROUP))
+        return recorded[pos[:, None], picks], None
+
+    return f"tau-bench GPT-4o airline ({path.name}, {len(tasks)} tasks)", make(history_tolerance=0.0), make(), \
+        rollout, TAU_BATCH
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pool", choices=["bench", "tau-bench"], default="bench")
+    ap.add_argument("--data", type=Path, help="tau-bench episodes (with --pool tau-bench)")
     ap.add_argument("--json", dest="json_out")
     args = ap.parse_args(argv)
-    pool, source = load_bench_pool("default")
-    learner = LearnerModel(pool, {"sharing": 0.5}, seed=args.seed)
-    full = make_bench_sampler("envsched", pool, seed=args.seed, options={"history_tolerance": 0.0})
-    decayed = make_bench_sampler("envsched", pool, seed=args.seed)
+    source, full, decayed, rollout, batch = (_tau_setup(args.seed, args.data) if args.pool == "tau-bench"
+                                             else _bench_setup(args.seed))
     default_tolerance = SchedulerConfig().history_tolerance
     fh = full.history
     shadow = History(fh.n, fh.env_codes, fh.num_envs, decayed.config)
@@ -63,20 +112,20 @@ def main(argv: list[str] | None = None) -> int:
         decayed.load_state_dict(state)
         decayed._history = h = copy.deepcopy(shadow)
         pf, pd = full.predict(), decayed.predict()
-        tasks = full.sample(BATCH)
-        other = decayed.sample(BATCH)
-        if pf is not None and h.decayed is not None and h.decayed.absorbed:
+        absorbed = h.decayed is not None and h.decayed.absorbed  # (before the draw, which may fold)
+        tasks = full.sample(batch)
+        other = decayed.sample(batch)
+        if pf is not None and absorbed:
             a, b = pf.informativeness, pd.informativeness
             rows.append({"step": step, "spearman": float(spearmanr(a, b)[0]), "max_abs_informativeness":
                          float(np.abs(a - b).max()), "max_informativeness": float(a.max()),
                          "max_abs_long_values": float(np.abs(pf.long.history.values - pd.long.history.values).max()),
-                         "overlap": len({t["id"] for t in tasks} & {t["id"] for t in other}) / BATCH,
+                         "overlap": len({t["id"] for t in tasks} & {t["id"] for t in other}) / batch,
                          "live_rows": len(h.obs)})
         pos = np.array([full.position_of(t) for t in tasks])
-        r, c = learner.rollout(pos, GROUP)
-        for t, row, cc in zip(tasks, r, c, strict=True):
-            full.update(t, row.tolist(), cc.tolist())
-        learner.train(pos, r)
+        r, c = rollout(pos)
+        for i, (t, row) in enumerate(zip(tasks, r, strict=True)):
+            full.update(t, row.tolist(), None if c is None else c[i].tolist())
         if step % 20 == 19 and rows:
             x = rows[-1]
             print(f"step {step + 1}: spearman {x['spearman']:.5f}, max |d info| {x['max_abs_informativeness']:.2e} "

@@ -399,6 +399,8 @@ def test_an_environment_row_computed_alone_equals_its_row_of_the_block_bit_for_b
         rows_a, sims_a = alone.within(s)
         rows_b, sims_b = block.within(s)
         assert np.array_equal(rows_a, rows_b) and sims_a.tobytes() == sims_b.tobytes()
+        sub = g.full_features.tocsr()[rows_a]  # the plain product over the whole vocabulary
+        assert (sub @ sub.T).toarray()[int(np.flatnonzero(rows_a == s)[0])].tobytes() == sims_a.tobytes()
     assert not alone._blocks and len(block._blocks) == 12
     index = SimilarityIndex(g)  # the default: rows first, then the block from the request after
     e = int(g.env_codes[0])
@@ -407,4 +409,4 @@ def test_an_environment_row_computed_alone_equals_its_row_of_the_block_bit_for_b
         _rows, sims = index.within(int(members[k % members.size]))
         assert (e in index._blocks) == (k == index.rows_before_block)  # built by the request after the first 8
         assert sims.tobytes() == block.within(int(members[k % members.size]))[1].tobytes()
-    assert e in index._blocks and e not in index._transposed
+    assert e in index._blocks and e not in index._requests

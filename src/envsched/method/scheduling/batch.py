@@ -109,7 +109,6 @@ class SimilarityIndex:
         self._blocks: dict[int, np.ndarray] = {}
         self._cached = 0
         self._requests: dict[int, int] = {}  # rows asked of an environment with no block yet
-        self._transposed: dict[int, sp.csr_matrix] = {}  # its S_full rows, transposed, for one row at a time
 
     @staticmethod
     def _dense_row(m: sp.csr_matrix, i: int) -> np.ndarray:
@@ -140,18 +139,14 @@ class SimilarityIndex:
         lo, hi = self.starts[e], self.starts[e + 1]
         block = self._blocks.get(e)
         if block is None and (hi - lo) ** 2 + self._cached <= self.block_cache_entries:
-            # the same sparse product either way (scipy multiplies each row of the left operand on its own, in the
-            # order of its entries), so a row computed alone equals its row of the block bit for bit
-            transposed = self._transposed.get(e)
-            if transposed is None:
-                transposed = self._transposed[e] = self.full[self.order[lo:hi]].T.tocsr()
             self._requests[e] = self._requests.get(e, 0) + 1
+            rows, transposed = self._environment_rows(lo, hi)
             if self._requests[e] <= self.rows_before_block:
-                return self.order[lo:hi], (self.full[s] @ transposed).toarray().ravel()
-            block = (self.full[self.order[lo:hi]] @ transposed).toarray()
+                return self.order[lo:hi], (rows[int(self._slot[s])] @ transposed).toarray().ravel()
+            block = (rows @ transposed).toarray()
             self._blocks[e] = block
             self._cached += block.size
-            del self._transposed[e], self._requests[e]
+            del self._requests[e]
         if block is not None:
             return self.order[lo:hi], block[self._slot[s]]
         x = self._dense_row(self.full, s)
@@ -159,6 +154,19 @@ class SimilarityIndex:
         csum = np.concatenate(([0.0], np.cumsum(self._fe_data[a:z] * x[self._fe_indices[a:z]])))
         ptr = self._fe_indptr[lo:hi + 1] - a
         return self.order[lo:hi], csum[ptr[1:]] - csum[ptr[:-1]]
+
+    def _environment_rows(self, lo: int, hi: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+        """The ``S_full`` feature rows of one environment block and their transpose, over the features the
+        environment uses (renumbered in order, so each row keeps its entries in their order). ``rows[i] @
+        transposed`` is its block's row ``i`` bit for bit: scipy multiplies each row of the left operand on its
+        own, adding the products for each column in the order of that row's entries, with or without the
+        features no row uses, whose column indices alone the renumbering drops (and with them an index array
+        as long as the vocabulary)."""
+        a, z = self._fe_indptr[lo], self._fe_indptr[hi]
+        used, columns = np.unique(self._fe_indices[a:z], return_inverse=True)
+        rows = sp.csr_matrix((self._fe_data[a:z], columns.astype(np.int32), self._fe_indptr[lo:hi + 1] - a),
+                             shape=(hi - lo, used.size))
+        return rows, rows.T.tocsr()
 
     def candidate_order(self, s: int) -> bool:
         """Which arithmetic the ``S_abs`` row of task ``s`` used in the eager per-pick update this lazy one
