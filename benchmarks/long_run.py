@@ -274,8 +274,9 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """The long part's rows as the Markdown table of docs/performance.md (``--markdown``): one line per size,
-    preset and measured step, with the median wall and CPU step, RSS, state and dump / load times."""
+    """The rows as docs/performance.md's Markdown tables (``--markdown``): the long part, one line per size, preset
+    and measured step, with the median wall and CPU step, RSS, state and dump / load times; then, where there are
+    any, the scale part, one line per size, sampler and state."""
     head = ("| tasks | preset | after step | tasks observed | median step (CPU) | RSS | state | dump / load |\n"
             "|---:|---|---:|---:|---:|---:|---:|---:|")
     lines = [head]
@@ -286,6 +287,17 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
                      f"{_ms(r['median_step_s'])} ({_ms(r['median_step_cpu_s'])}) | {rss} | "
                      f"{r['state_json_bytes'] / 2**20:.2f} MiB | "
                      f"{r['state_dump_s'] * 1e3:.0f} / {r['state_load_s'] * 1e3:.0f} ms |")
+    scale = sorted((r for r in rows if r["part"] == "scale"),
+                   key=lambda r: (r["tasks"], r["sampler"], r["state"] != "benchmark"))
+    if scale:
+        lines += ["",
+                  "| tasks | sampler | state | after steps | tasks observed | median step (min, max) | RSS (peak) |",
+                  "|---:|---|---|---:|---:|---:|---:|"]
+        for r in scale:
+            rss = f"{r['rss_current_mib']:.0f}" if r["rss_current_mib"] is not None else "n/a"
+            lines.append(f"| {r['tasks']:,} | {r['sampler'].removeprefix('envsched-')} | {r['state']} | "
+                         f"{r['steps_before']:,} | {r['observed_fraction']:.0%} | {_ms(r['median_step_s'])} "
+                         f"({_ms(r['min_step_s'])}, {_ms(r['max_step_s'])}) | {rss} ({r['rss_peak_mib']:.0f}) MiB |")
     return "\n".join(lines)
 
 

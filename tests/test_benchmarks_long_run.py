@@ -32,8 +32,17 @@ def test_quick_run_at_a_tiny_size(tmp_path, capsys):
     assert lr.default_steady_steps(2_550) == 200 and lr.default_steady_steps(100_000) == 1000
     # --markdown renders the long rows of saved runs as docs/performance.md's table, sorted, running nothing
     assert lr.main(["--markdown", str(out)]) == 0
-    table = capsys.readouterr().out.strip().splitlines()
+    long_table, scale_table = (t.splitlines() for t in capsys.readouterr().out.strip().split("\n\n"))
+    table = long_table
     assert table[0].startswith("| tasks | preset | after step |") and len(table) == 2 + len(longs)
+    assert scale_table[0].startswith("| tasks | sampler | state | after steps |")
+    assert len(scale_table) == 2 + len(scales)
+    first_scale = scales[0]  # envsched-default's benchmark state: default sorts before mopps, paper, plr, uniform
+    assert scale_table[2] == (f"| 100 | default | benchmark | 1 | {first_scale['observed_fraction']:.0%} | "
+                              f"{first_scale['median_step_s'] * 1e3:.1f} ms ({first_scale['min_step_s'] * 1e3:.1f} ms, "
+                              f"{first_scale['max_step_s'] * 1e3:.1f} ms) | {first_scale['rss_current_mib']:.0f} "
+                              f"({first_scale['rss_peak_mib']:.0f}) MiB |")
+    assert [line.split(" | ")[1:3] for line in scale_table[2:4]] == [["default", "benchmark"], ["default", "steady"]]
     first = longs[0]
     assert table[2].startswith(f"| 100 | default | 3 | {first['observed_fraction']:.0%} | "
                                f"{first['median_step_s'] * 1e3:.1f} ms ({first['median_step_cpu_s'] * 1e3:.1f} ms) |")
