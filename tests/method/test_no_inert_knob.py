@@ -218,19 +218,27 @@ def _digest(batches: list[list[int]]) -> str:
 
 
 # expected values computed on main's code (commit ea1f7bc, before unread knobs were refused) with this driver;
-# they also depend on reasoning-gym's generated tasks (pinned in constraints/test.txt) and LearnerModel
-@pytest.mark.parametrize(("preset", "digest", "third", "last"), [
-    ("paper", "5481f47efc90d355", [190, 82, 0, 15, 146, 11, 117, 59], [2, 177, 11, 23, 136, 61, 46, 81]),
+# they also depend on reasoning-gym's generated tasks (pinned in constraints/test.txt) and LearnerModel. The same
+# code and packages draw differently on the machine of the project's sessions until 2026-12-04 (the first values)
+# and on the AMD EPYC machine with AVX-512 of the session after (the second, drawn by main at 29e7aed and by the
+# code after it alike). Why was not found: numpy's SIMD dispatch (NPY_DISABLE_CPU_FEATURES) and OpenBLAS's kernel
+# choice (OPENBLAS_CORETYPE) were ruled out. Both are pinned: a change of the draws changes either
+MAIN_DREW = {
+    "paper": [("5481f47efc90d355", [190, 82, 0, 15, 146, 11, 117, 59], [2, 177, 11, 23, 136, 61, 46, 81]),
+              ("e71a69ad31016233", [190, 82, 0, 15, 6, 117, 146, 59], [0, 15, 175, 98, 52, 143, 29, 9])],
     # the default before its exploitation score became the paper's calibrated informativeness (2026-12-04)
-    ("signal-score", "0fafb5686b1053d4", [182, 115, 90, 146, 72, 40, 7, 0], [139, 115, 177, 84, 77, 51, 27, 17]),
-])
-def test_presets_draw_what_main_drew(bench, preset, digest, third, last):
+    "signal-score": [("0fafb5686b1053d4", [182, 115, 90, 146, 72, 40, 7, 0], [139, 115, 177, 84, 77, 51, 27, 17]),
+                     ("bf6463e6329c73c6", [182, 115, 146, 72, 97, 40, 11, 0], [179, 159, 115, 72, 93, 48, 31, 7])],
+}
+
+
+@pytest.mark.parametrize("preset", list(MAIN_DREW))
+def test_presets_draw_what_main_drew(bench, preset):
     pool, graph = bench
     make = PRESETS.get(preset) or (lambda: SchedulerConfig(use_within_edges=True, use_cross_edges=True,
                                                            exploitation_score="signal_probability"))
     steps = [x[0] for x in _runs(pool, graph, [make()], 30)]
-    assert steps[2][:8] == third and steps[-1][:8] == last
-    assert _digest(steps) == digest
+    assert (_digest(steps), steps[2][:8], steps[-1][:8]) in [(d, third, last) for d, third, last in MAIN_DREW[preset]]
 
 
 def test_the_packaged_tuned_envsched_values_still_build_the_bench_sampler(bench):
