@@ -80,6 +80,8 @@ def test_pack_writes_long_arrays_packed_and_both_forms_read_back_exactly():
 
     from envsched.samplers import _validate
 
+    with pytest.raises(TypeError, match="integers or floats, got dtype bool"):
+        _validate.pack(np.ones(5000, dtype=bool))  # a bool array would read back as numbers
     short = np.array([0.1, -0.0, 5e-324])
     assert _validate.pack(short) == [0.1, -0.0, 5e-324]  # below PACK_MIN_ENTRIES: a readable list
     floats = np.random.default_rng(0).random(_validate.PACK_MIN_ENTRIES) / 3

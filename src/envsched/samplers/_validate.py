@@ -83,9 +83,11 @@ def pack(values: np.ndarray) -> list[Any] | dict[str, str]:
     arr = np.asarray(values)
     if arr.ndim != 1:
         raise ValueError(f"pack takes a 1-D array, got shape {arr.shape}")
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"pack takes integers or floats, got dtype {arr.dtype}")
     if arr.size < PACK_MIN_ENTRIES:
         return arr.tolist()
-    code = "<i8" if np.issubdtype(arr.dtype, np.integer) else "<f8"
+    code = "<i8" if arr.dtype.kind in "iu" else "<f8"
     return {"packed": code, "base64": base64.b64encode(np.ascontiguousarray(arr, dtype=code).tobytes()).decode("ascii")}
 
 
