@@ -4,7 +4,7 @@ The real ``AsyncGRPOTrainer`` with TRL's harness worker (``HarnessRolloutWorker`
 TRL samples each turn from the stand-in vLLM server and the adapter calls the session's ``answer`` tool) runs
 episodes against envsched's OpenEnv server (``envsched.envs.openenv_server``, served by uvicorn in a subprocess on
 127.0.0.1) through :class:`~envsched.integrations.openenv_harness.OpenEnvTaskSessionFactory`. The stand-in server
-holds some requests back, so groups finish late and out of order and some go stale. Run A trains 4 steps; run B
+holds some requests back, so groups finish late and out of order and some go stale. Run A trains 6 steps; run B
 resumes A's ``checkpoint-2`` with a fresh trainer and sampler and must draw what A drew after it.
 """
 
@@ -46,7 +46,7 @@ from envsched.samplers.simple import UniformSampler  # noqa: E402
 pytest.importorskip("reasoning_gym")
 
 G = 4
-MAX_STEPS = 4
+MAX_STEPS = 6  # A draws for 4 steps past checkpoint-2 (16 groups B drew too, in one run; 4 are required)
 ENVS = ["chain_sum", "basic_arithmetic", "leg_counting"]
 
 
