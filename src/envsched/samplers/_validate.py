@@ -114,10 +114,7 @@ def _unpack(value: Mapping[str, Any], field: str, code: str, length: int | None,
     if len(raw) % dtype.itemsize:
         raise StateError(f"{field}.base64", f"holds {len(raw)} bytes, not a whole number of {code} entries")
     arr = np.frombuffer(raw, dtype=dtype).astype(dtype.newbyteorder("="))  # a writable native copy
-    if length is not None and arr.size != length:
-        raise StateError(field, f"must have {length} entries, got {arr.size}")
-    if max_length is not None and arr.size > max_length:
-        raise StateError(field, f"must have at most {max_length} entries, got {arr.size}")
+    _check_length(arr.size, field, length, max_length)
     return arr
 
 
@@ -147,11 +144,16 @@ def sequence(value: Any, field: str, *, length: int | None = None, max_length: i
     """``value`` as a list (a JSON array: list or tuple), of exactly ``length`` or at most ``max_length`` items."""
     if not isinstance(value, list | tuple):
         raise StateError(field, f"must be a list, got {type(value).__name__}")
-    if length is not None and len(value) != length:
-        raise StateError(field, f"must have {length} entries, got {len(value)}")
-    if max_length is not None and len(value) > max_length:
-        raise StateError(field, f"must have at most {max_length} entries, got {len(value)}")
+    _check_length(len(value), field, length, max_length)
     return list(value)
+
+
+def _check_length(count: int, field: str, length: int | None, max_length: int | None) -> None:
+    """Refuse ``count`` entries unless exactly ``length`` / at most ``max_length`` (a list's or a packed array's)."""
+    if length is not None and count != length:
+        raise StateError(field, f"must have {length} entries, got {count}")
+    if max_length is not None and count > max_length:
+        raise StateError(field, f"must have at most {max_length} entries, got {count}")
 
 
 def whole(value: Any, field: str, *, low: int = 0, high: int = MAX_COUNT) -> int:

@@ -295,6 +295,18 @@ def test_checkpoint_round_trip_after_5000_asynchronous_steps_continues_the_same_
     assert json.dumps(r.state_dict()) == json.dumps(s.state_dict())
 
 
+def _refused_and_unchanged(s: EnvSchedSampler, good: dict, part: str, mutate, words: str) -> None:
+    """A copy of the state ``good`` with ``mutate`` applied to ``extra.history`` (``part``: a key below it, or "")
+    is refused with a message matching ``words`` and leaves the sampler's state as it was."""
+    before = json.dumps(s.state_dict())
+    bad = json.loads(json.dumps(good))
+    history = bad["extra"]["history"]
+    mutate(history[part] if part else history)
+    with pytest.raises(ValueError, match=words):
+        s.load_state_dict(bad)
+    assert json.dumps(s.state_dict()) == before
+
+
 def test_a_decayed_state_is_refused_by_the_exact_form_and_malformed_ones_change_nothing():
     s = EnvSchedSampler(TASKS, G, DEFAULT, seed=1)
     trainer = _Trainer(seed=2)
@@ -314,11 +326,8 @@ def test_a_decayed_state_is_refused_by_the_exact_form_and_malformed_ones_change_
         (lambda d: d.update(at=10**6), "at"),
         (lambda d: d.update(pos=d["pos"][:-1]), "entries"),
     ):
-        bad = json.loads(json.dumps(good))
-        mutate(bad["extra"]["history"]["decayed"])
-        with pytest.raises(ValueError, match=words):
-            s.load_state_dict(bad)
-        assert json.dumps(s.state_dict()) == before
+        _refused_and_unchanged(s, good, "decayed", mutate, words)
+    assert json.dumps(s.state_dict()) == before
 
 
 def test_a_late_group_of_an_absorbed_step_keeps_the_reference_when_it_is_the_only_one():
@@ -457,8 +466,5 @@ def test_malformed_packed_arrays_are_refused_by_name_and_change_nothing(monkeypa
         (lambda h: h["progress"].update(length=with_values(h["progress"]["length"], lambda a: a.__setitem__(0, 9))),
          r"progress\.length\[0\]"),
     ):
-        bad = json.loads(json.dumps(good))
-        mutate(bad["extra"]["history"])
-        with pytest.raises(ValueError, match=words):
-            s.load_state_dict(bad)
-        assert json.dumps(s.state_dict()) == before
+        _refused_and_unchanged(s, good, "", mutate, words)
+    assert json.dumps(s.state_dict()) == before
