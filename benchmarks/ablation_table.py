@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from envsched.bench.report import paired_difference
+from envsched_lab.report import paired_difference
 
 ROOT = Path(__file__).resolve().parents[1]
 

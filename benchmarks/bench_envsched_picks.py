@@ -16,9 +16,9 @@ import argparse
 import numpy as np
 from scipy.stats import spearmanr
 
-from envsched.bench.learner import LearnerModel
-from envsched.bench.pools import load_bench_pool
-from envsched.bench.runner import make_bench_sampler
+from envsched_lab.learner import LearnerModel
+from envsched_lab.pools import load_bench_pool
+from envsched_lab.runner import make_bench_sampler
 
 
 def main() -> None:

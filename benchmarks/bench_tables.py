@@ -7,7 +7,7 @@ Usage::
 
     python benchmarks/bench_tables.py --summary bench-runs/full/summary.json --prefix bench_default
     python benchmarks/bench_tables.py --matrix bench-runs/matrix-quick/matrix.json --prefix bench_matrix_quick
-    python benchmarks/bench_tables.py --tuned src/envsched/bench/tuned.json --prefix bench_tuning
+    python benchmarks/bench_tables.py --tuned src/envsched_lab/tuned.json --prefix bench_tuning
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _write(name: str, columns: list[str], rows: list[list[str]]) -> Path:
 
 
 def summary_tables(summary_file: Path, prefix: str) -> list[Path]:
-    from envsched.bench.report import summary_tables as tables
+    from envsched_lab.report import summary_tables as tables
 
     summary = json.loads(summary_file.read_text())
     cfg = SimpleNamespace(**summary["config"])
@@ -50,7 +50,7 @@ def summary_tables(summary_file: Path, prefix: str) -> list[Path]:
 
 
 def matrix_tables(matrix_file: Path, prefix: str) -> list[Path]:
-    from envsched.bench.matrix import _setting_label
+    from envsched_lab.matrix import _setting_label
 
     doc = json.loads(matrix_file.read_text())
     names = doc["samplers"]

@@ -28,9 +28,9 @@ from typing import Any
 def build_store(path: Path, *, steps: int, sampler_name: str, batch_size: int = 64, group_size: int = 8,
                 seed: int = 0) -> Path:
     """Write a run of ``steps`` batches to ``path`` (skipped when a complete one is already there)."""
-    from envsched.bench.rewards import StochasticRewardSource
     from envsched.envs.default_pool import default_pool
     from envsched.samplers.registry import make_sampler
+    from envsched.simulation.rewards import StochasticRewardSource
     from envsched.store import DurableSampler, HistoryStore
 
     done = path.with_suffix(".done")
@@ -64,9 +64,9 @@ def build_store(path: Path, *, steps: int, sampler_name: str, batch_size: int = 
 
 def _resume(path: Path, sampler_name: str, group_size: int = 8, seed: int = 0) -> tuple[object, object]:
     """The run's sampler, rebuilt from its store (to write more steps), and its reward source."""
-    from envsched.bench.rewards import StochasticRewardSource
     from envsched.envs.default_pool import default_pool
     from envsched.samplers.registry import make_sampler
+    from envsched.simulation.rewards import StochasticRewardSource
     from envsched.store import DurableSampler, HistoryStore
 
     pool = default_pool()

@@ -3,7 +3,7 @@ from the full history's, on the benchmark pool.
 
 Teacher-forced: the full-history sampler (``SchedulerConfig(history_tolerance=0)``, the default's rules; before
 step 268 it is also exactly today's bounded default, which folds nothing before then) drives ``--steps`` steps
-of the benchmark's learner model (``envsched.bench.learner.LearnerModel``, sharing 0.5, the pool of
+of the benchmark's learner model (``envsched_lab.learner.LearnerModel``, sharing 0.5, the pool of
 ``load_bench_pool("default")``, batches of 64 groups of 8). A decayed :class:`History` (the default
 configuration's) is fed the same dispatches and reports as the full one, folding as a decayed run folds. Before
 each draw, a default sampler loads the full sampler's state (the generator and everything else) and takes a copy
@@ -33,11 +33,11 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import spearmanr
 
-from envsched.bench.learner import LearnerModel
-from envsched.bench.pools import load_bench_pool
-from envsched.bench.runner import make_bench_sampler
 from envsched.method.config import SchedulerConfig
 from envsched.method.history.statistics import History
+from envsched_lab.learner import LearnerModel
+from envsched_lab.pools import load_bench_pool
+from envsched_lab.runner import make_bench_sampler
 
 BATCH, GROUP = 64, 8
 TAU_BATCH, TAU_GROUP = 8, 4

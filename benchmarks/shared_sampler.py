@@ -39,7 +39,7 @@ from envsched.pool import TaskPool
 
 def _pool(kind: str, n: int) -> TaskPool:
     if kind == "envsched":
-        from envsched.bench.pools import reasoning_gym_pool
+        from envsched_lab.pools import reasoning_gym_pool
 
         return reasoning_gym_pool(51, 50)
     return TaskPool([{"id": f"t{i}", "env": f"e{i % 20}", "difficulty": i % 5} for i in range(n)])

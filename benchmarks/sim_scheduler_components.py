@@ -3,7 +3,7 @@
 Runs EnvSched's paper preset (``SchedulerConfig.paper()``), its four ablations (coverage only, exploitation
 only, without within- / cross-environment edges), the adaptive default (``SchedulerConfig()``) and uniform
 selection for ``--steps`` batches of 64 groups of 8 rollouts against
-:class:`envsched.bench.rewards.StochasticRewardSource`, and prints per sampler the mean within-task reward
+:class:`envsched.simulation.rewards.StochasticRewardSource`, and prints per sampler the mean within-task reward
 variance per batch (after the first), environments and tool names covered per batch, and the exploitation
 hit rate. The reward source is a seeded simulation, not a model: this shows directions, not the paper's
 figures (those belong to the benchmark, ``envsched bench``)::
@@ -18,12 +18,12 @@ import math
 
 import numpy as np
 
-from envsched.bench.rewards import StochasticRewardSource
 from envsched.envs.default_pool import benchmark_pool
 from envsched.method.config import SchedulerConfig
 from envsched.method.graph.build import build_graph
 from envsched.method.sampler import EnvSchedSampler
 from envsched.samplers.simple import UniformSampler
+from envsched.simulation.rewards import StochasticRewardSource
 
 VARIANTS = {
     "envsched-paper": SchedulerConfig.paper(),

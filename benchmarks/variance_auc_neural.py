@@ -1,7 +1,7 @@
 """Held-out variance prediction on outcomes logged from the neural learner: does what other tasks' rollout groups
 say predict whether a task's group has signal?
 
-Data (:func:`envsched.bench.neural.probe.probe_run`): the benchmark's neural learner (``envsched bench --learner
+Data (:func:`envsched_lab.neural.probe.probe_run`): the benchmark's neural learner (``envsched bench --learner
 neural``: the default task families, ``NeuralConfig`` defaults, the benchmark's held-out split) trained with the
 uniform sampler for ``--steps`` (200) steps of 32 groups x 8 completions on development seeds (default 0-4; the
 evaluation seeds 5000-5119 are refused). After 25, 50 and 75 % of the steps, a group of 8 completions of every
@@ -84,7 +84,7 @@ def log_outcomes(seeds: list[int], *, steps: int = 200, checkpoints: list[int] |
                  batch_size: int = 32, group_size: int = 8, families: str | None = None,
                  learner: dict[str, Any] | None = None) -> dict[str, Any]:
     """Probed runs (JSON-able): the configuration and, per seed, every training task's group at each checkpoint."""
-    from envsched.bench.neural.probe import probe_run
+    from envsched_lab.neural.probe import probe_run
 
     bad = sorted(set(seeds) & set(EVALUATION_SEEDS))
     if bad:
@@ -103,8 +103,8 @@ def log_outcomes(seeds: list[int], *, steps: int = 200, checkpoints: list[int] |
 
 def training_specs(families: str | None = None) -> list[dict[str, Any]]:
     """The specs of the benchmark's training pool (the split every sampler draws from), in pool order."""
-    from envsched.bench.families import DEFAULT_FAMILIES_REF, build_family_pool
-    from envsched.bench.runner import bench_split
+    from envsched_lab.families import DEFAULT_FAMILIES_REF, build_family_pool
+    from envsched_lab.runner import bench_split
 
     return [dict(t) for t in bench_split(build_family_pool(families or DEFAULT_FAMILIES_REF).pool, None).train]
 

@@ -16,8 +16,8 @@ LAYERS: dict[str, int] = {
     "pool": 1,
     "samplers": 2, "envs": 2, "testing": 2,
     "method": 3,
-    "store": 4, "evaluation": 4, "integrations": 4, "ray": 4, "distributed": 4,
-    "bench": 5, "dashboard": 5,
+    "store": 4, "evaluation": 4, "integrations": 4, "ray": 4, "distributed": 4, "simulation": 4,
+    "dashboard": 5,
     "cli": 6,
 }
 
@@ -101,3 +101,41 @@ def test_the_check_finds_an_upward_import(tmp_path):
     (pkg / "pool").mkdir(parents=True)
     (pkg / "pool" / "default.py").write_text("def f():\n    from envsched.envs.builders import build_combined_pool\n")
     assert violations(pkg) == ["pool/default.py:2 (pool, layer 1) imports envsched.envs.builders (layer 2)"]
+
+
+def lab_imports(package: Path = PACKAGE) -> list[str]:
+    """``file:line`` of every import of the benchmark lab (``envsched_lab``) inside the library."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            if any(n == "envsched_lab" or n.startswith("envsched_lab.") for n in names):
+                out.append(f"{path.relative_to(package)}:{node.lineno}")
+    return out
+
+
+def test_the_library_never_imports_the_lab():
+    """The lab (envsched_lab) sits above the library: the CLI names its `bench` command by a string, loaded
+    only when that command runs."""
+    assert lab_imports() == []
+
+
+def test_the_lab_check_finds_an_import(tmp_path):
+    pkg = tmp_path / "envsched"
+    (pkg / "cli").mkdir(parents=True)
+    (pkg / "cli" / "x.py").write_text("def f():\n    from envsched_lab.runner import run_one\n")
+    assert lab_imports(pkg) == ["cli/x.py:2"]
+
+
+def test_importing_the_library_loads_neither_torch_nor_the_lab():
+    """Every public name of the package resolved, in a fresh interpreter: torch and envsched_lab stay out."""
+    import subprocess
+    import sys
+
+    code = ("import sys, envsched\n"
+            "[getattr(envsched, name) for name in envsched.__all__]\n"
+            "loaded = sorted(m for m in ('torch', 'envsched_lab') if m in sys.modules)\n"
+            "assert not loaded, loaded\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

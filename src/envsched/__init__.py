@@ -83,8 +83,8 @@ _LAZY: dict[str, str] = {
     "ChatCompletionsPolicy": "envsched.evaluation",
     "compare_eval_results": "envsched.evaluation",
     "pass_at_k": "envsched.evaluation",
-    "StochasticRewardSource": "envsched.bench.rewards",
-    "run_schedule": "envsched.bench.loop",
+    "StochasticRewardSource": "envsched.simulation.rewards",
+    "run_schedule": "envsched.simulation.loop",
 }
 
 __all__ = [
@@ -122,8 +122,6 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names come from __getattr__
-    from envsched.bench.loop import run_schedule
-    from envsched.bench.rewards import StochasticRewardSource
     from envsched.envs.default_pool import default_pool
     from envsched.errors import EnvSchedError, InvalidValueError
     from envsched.evaluation import (
@@ -141,6 +139,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names come from
     from envsched.pool import TaskPool, TaskSpecError
     from envsched.samplers import BaseSampler, CurriculumSampler, SequentialSampler, TaskSampler, UniformSampler
     from envsched.samplers.registry import available_samplers, make_sampler
+    from envsched.simulation.loop import run_schedule
+    from envsched.simulation.rewards import StochasticRewardSource
     from envsched.store import DurableSampler, HistoryStore, StoreError
     from envsched.testing import SamplerCheckError, check_sampler
 

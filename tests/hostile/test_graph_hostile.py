@@ -240,16 +240,16 @@ def test_a_good_file_still_loads(tmp_path: Path, good: Any) -> None:
 
 
 def test_a_planted_benchmark_graph_cache_file_runs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The benchmark's graph cache once held pickles: a planted cache file ran code when loaded."""
+    """A planted graph cache file (a pickle) runs no code: the cache is the validated graph file format."""
     import pickle
 
-    from envsched.bench import runner
+    from envsched.method.graph import cache
 
     monkeypatch.setenv("ENVSCHED_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(runner, "_GRAPH_CACHE", {})
+    monkeypatch.setattr(cache, "_MEMORY", {})
     pool = _pool()
-    first = runner.envsched_graph(pool)
-    (cached,) = (tmp_path / "cache" / "bench").glob("graph-*")
+    first = cache.cached_graph(pool)
+    (cached,) = (tmp_path / "cache" / "graphs").glob("graph-*")
     marker = tmp_path / "pwned"
 
     class Payload:
@@ -257,8 +257,8 @@ def test_a_planted_benchmark_graph_cache_file_runs_nothing(tmp_path: Path, monke
             return (open, (str(marker), "w"))
 
     cached.write_bytes(pickle.dumps(Payload()))
-    monkeypatch.setattr(runner, "_GRAPH_CACHE", {})
-    again = runner.envsched_graph(pool)
+    monkeypatch.setattr(cache, "_MEMORY", {})
+    again = cache.cached_graph(pool)
     assert not marker.exists(), "loading the cache ran code"
     assert again.task_ids == first.task_ids
 

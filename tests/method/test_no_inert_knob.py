@@ -20,14 +20,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from envsched.bench.learner import LearnerConfig, LearnerModel
-from envsched.bench.pools import reasoning_gym_pool
 from envsched.envs.base import Trajectory
 from envsched.method.config import INFORMATIVENESS_FIELDS, KNOB_READERS, SchedulerConfig
 from envsched.method.graph.build import build_graph
 from envsched.method.sampler import EnvSchedSampler
 from envsched.method.scheduling.identifier_filter import IdentifierVerdict
 from envsched.pool.pool import TaskPool
+from envsched_lab.learner import LearnerConfig, LearnerModel
+from envsched_lab.pools import reasoning_gym_pool
 
 BATCH = 24
 MAX_STEPS = 80  # the slowest knob measured (history_tolerance 0 vs 0.5) first differs at step 46
@@ -203,7 +203,7 @@ def test_without_unread_resets_only_what_the_switches_leave_unread():
 
 
 def test_tuned_envsched_space_tunes_only_what_the_default_reads():
-    from envsched.bench.tuning import tuning_space
+    from envsched_lab.tuning import tuning_space
 
     unread = SchedulerConfig().unread_fields()
     assert not set(tuning_space("envsched")) & set(unread)
@@ -262,8 +262,8 @@ def test_the_packaged_tuned_envsched_values_still_build_the_bench_sampler(bench)
     # tuned.json's envsched entry was drawn with (adaptive_share off) the share's knobs set: values that change no
     # batch; the bench resets them and runs what was tuned. The default's calibrated informativeness reads
     # decline_penalty and prior_strength, so those tuned values act.
-    from envsched.bench.runner import make_bench_sampler
-    from envsched.bench.tuning import TUNED_FILE
+    from envsched_lab.runner import make_bench_sampler
+    from envsched_lab.tuning import TUNED_FILE
 
     params = json.loads(TUNED_FILE.read_text())["samplers"]["envsched"]["params"]
     pool, _ = bench

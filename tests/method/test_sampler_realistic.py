@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from envsched.bench.rewards import StochasticRewardSource
 from envsched.cli.main import cli
 from envsched.envs.builders import build_combined_pool
 from envsched.method.config import SchedulerConfig
@@ -19,6 +18,7 @@ from envsched.method.graph.build import build_graph
 from envsched.method.graph.synthetic import graph_from_arrays
 from envsched.method.sampler import EnvSchedSampler
 from envsched.samplers.simple import UniformSampler
+from envsched.simulation.rewards import StochasticRewardSource
 
 DATA = Path("/work/shared/data")
 HAVE_BFCL = importlib.util.find_spec("bfcl_eval") is not None

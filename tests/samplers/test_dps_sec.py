@@ -348,11 +348,11 @@ def test_state_loader_refuses_bad_values_and_changes_nothing(cls):
 
 @pytest.mark.parametrize("name", ["dps", "sec"])
 def test_registered_everywhere(name, tmp_path: Path):
-    from envsched.bench.runner import DEFAULT_SAMPLERS, make_bench_sampler
-    from envsched.bench.runner import available_samplers as bench_samplers
-    from envsched.bench.tuning import tuning_space
     from envsched.cli.run import SAMPLER_NAMES
     from envsched.store import DurableSampler
+    from envsched_lab.runner import DEFAULT_SAMPLERS, make_bench_sampler
+    from envsched_lab.runner import available_samplers as bench_samplers
+    from envsched_lab.tuning import tuning_space
 
     pool = _pool(12, envs=3)
     assert name in available_samplers() and name in SAMPLER_NAMES

@@ -144,14 +144,19 @@ def test_every_registered_class_is_resumable_and_only_those() -> None:
 
 
 def test_variants_build_through_their_record_and_names_are_unique() -> None:
-    record, variant = registry.resolve("envsched-with-within")
-    assert record.name == "envsched" and dict(variant.options) == {"use_within_edges": True}
-    names = list(registry.benchmark_samplers())
-    assert len(names) == len(set(names))
-    assert set(registry.available_samplers()) < set(names)
-    assert "uniform-ds" in names and "uniform-ds" not in registry.available_samplers()  # benchmark only
-    with pytest.raises(ValueError, match="already registered"):
-        registry.register_sampler("envsched-with-cross", "a clash", "envsched.samplers.registry:_uniform")
+    registry.register_sampler("uniform-twice", "uniform with a variant", "envsched.samplers.registry:_uniform",
+                              variants=(registry.SamplerVariant("uniform-variant", "a variant", {}),))
+    try:
+        record, variant = registry.resolve("uniform-variant")
+        assert record.name == "uniform-twice" and variant.name == "uniform-variant"
+        names = list(registry.benchmark_samplers())
+        assert len(names) == len(set(names)) and "uniform-variant" in names
+        assert set(registry.available_samplers()) < set(names)
+        assert "uniform-ds" in names and "uniform-ds" not in registry.available_samplers()  # benchmark only
+        with pytest.raises(ValueError, match="already registered"):
+            registry.register_sampler("uniform-variant", "a clash", "envsched.samplers.registry:_uniform")
+    finally:
+        registry.SAMPLERS.pop("uniform-twice")
     with pytest.raises(ValueError, match="module:attribute"):
         registry.register_sampler("bad-target", "no colon", "envsched.samplers.registry._uniform")
     with pytest.raises(ValueError, match="unknown sampler 'no-such'"):
@@ -159,15 +164,18 @@ def test_variants_build_through_their_record_and_names_are_unique() -> None:
 
 
 def test_the_benchmark_the_tuning_and_the_cli_read_the_registry() -> None:
-    from envsched.bench import runner, tuning, variants
     from envsched.cli import run
+    from envsched_lab import runner, tuning, variants
 
     bench = runner.available_samplers()
     assert list(bench)[:len(registry.benchmark_samplers())] == list(registry.benchmark_samplers())
-    assert set(bench) - set(registry.benchmark_samplers()) == set(variants.ENVSCHED_CONTROLS)
+    lab_names = {v.name for v in variants.ENVSCHED_LAB_VARIANTS} | set(variants.ENVSCHED_CONTROLS)
+    assert set(bench) - set(registry.benchmark_samplers()) == lab_names
     assert set(run.SAMPLER_NAMES) == set(registry.available_samplers())
     assert set(tuning.TUNING_SPACES) <= set(bench)
-    assert tuple(v.name for v in registry.SAMPLERS["envsched"].variants) == variants.ENVSCHED_ABLATIONS
+    # the library lists samplers a user would choose; the ablations and controls are the lab's
+    assert not lab_names & set(registry.benchmark_samplers())
+    assert tuple(v.name for v in variants.ENVSCHED_LAB_VARIANTS) == variants.ENVSCHED_ABLATIONS
     pool = _pool()
     for name in ("uniform", "uniform-ds", "curriculum", "plr"):
         a = runner.make_bench_sampler(name, pool, seed=2, batch_size=4, group_size=4)
@@ -184,8 +192,8 @@ def test_envsched_bench_configuration_is_the_one_it_always_was() -> None:
     """The benchmark builds EnvSched through the registry's factory; its SchedulerConfig is still the preset
     with the benchmark's batch size, the variant's overrides and the options, unread knobs reset."""
     pytest.importorskip("envsched.method.sampler")
-    from envsched.bench import runner
     from envsched.method.config import SchedulerConfig
+    from envsched_lab import runner
 
     pool = _pool(30)
     # exploitation_rule is unread by the default (read only by the signal-probability score): reset
@@ -203,8 +211,8 @@ def test_envsched_bench_configuration_is_the_one_it_always_was() -> None:
     f = runner.make_bench_sampler("envsched-former-default", pool, seed=1, batch_size=6, group_size=4)
     assert (f.config.use_within_edges, f.config.use_cross_edges, f.config.use_calibration) == (True, True, True)
     assert f.config.decline_penalty == 0.25 and not f.config.is_paper
-    # the registry (a lower layer) spells the former pipeline out; it must stay the config's definition of it
     from envsched.method.config import FORMER_PIPELINE_DEFAULTS
-    assert dict(registry.resolve("envsched-former-default")[1].options) == FORMER_PIPELINE_DEFAULTS
+    from envsched_lab.variants import resolve_bench
+    assert dict(resolve_bench("envsched-former-default")[1].options) == FORMER_PIPELINE_DEFAULTS
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['preset'\]"):
         runner.make_bench_sampler("envsched", pool, seed=1, options={"preset": "paper"})

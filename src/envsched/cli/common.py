@@ -88,7 +88,7 @@ def shown(value: object) -> str:
 
 #: extra -> the import names it provides that commands check for before doing any work
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "bench": ("pyarrow", "matplotlib"),
+    "lab": ("pyarrow", "matplotlib", "statsmodels", "torch"),
     "postgres": ("sqlalchemy", "psycopg"),
     "graph": ("hnswlib", "jsonschema"),
     "openenv": ("openenv", "websockets", "uvicorn"),

@@ -18,7 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pool": ("envsched.cli.pool:pool", "Inspect, build and analyse task pools."),
     "explain": ("envsched.cli.explain:explain", "Why EnvSched selected each task (from run --explain FILE)."),
     "store": ("envsched.cli.store:store", "Inspect and verify history stores (from run --store PATH)."),
-    "bench": ("envsched.cli.bench:bench", "Compare samplers at a matched rollout budget."),
+    "bench": ("envsched_lab.cli:bench", "Compare samplers at a matched rollout budget."),
     "eval": ("envsched.cli.eval:eval_cmd", "Evaluate a checkpoint on an environment's split."),
     "dashboard": ("envsched.cli.dashboard:dashboard", "Live web page over a run's store (read-only, 127.0.0.1)."),
     "report": ("envsched.cli.report:report", "The dashboard's views as one self-contained HTML file."),

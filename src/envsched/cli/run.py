@@ -4,7 +4,7 @@ Rows go to stdout (a fixed-width line per step, or one JSON object per line with
 as each step ends, so a pipe (``| head``, ``| tee log``) sees them at once. Progress never shares a line with a
 row: on a terminal the rows scroll above rich's live progress bar; piped, progress is a plain stderr line every
 few seconds (see :class:`_Display`). Phases go to stderr. EnvSched's graph is cached by pool fingerprint and
-graph configuration (``envsched.bench.runner.envsched_graph``, the cache ``envsched bench`` uses).
+graph configuration (``envsched.method.graph.cache.cached_graph``, the cache ``envsched bench`` uses too).
 ``--explain FILE`` records why each task was picked (read it with ``envsched explain FILE``); ``--store PATH``
 runs the sampler on a durable history store (read it with ``envsched store info|verify PATH``).
 """
@@ -215,8 +215,8 @@ def run(pool_file: Path | None, sampler_name: str, steps: int, batch_size: int, 
     if store_target is not None:
         sampler = _on_store(sampler, store_target, group_size=group_size, resume=resume)
 
-    from envsched.bench.loop import StepStats, run_schedule
-    from envsched.bench.rewards import StochasticRewardSource
+    from envsched.simulation.loop import StepStats, run_schedule
+    from envsched.simulation.rewards import StochasticRewardSource
 
     source = StochasticRewardSource(pool, seed=seed, unscored_rate=unscored_rate)
     config = {"pool": pool.fingerprint(), "sampler": sampler_name, "batch_size": batch_size,
@@ -322,11 +322,11 @@ def _make_sampler(name: str, pool: Any, *, seed: int, group_size: int) -> Any:
         if len(pool) > GraphConfig().exact_max_nodes:
             require_extra("graph", f"EnvSched on a pool of {len(pool):,} tasks (approximate neighbours above "
                                    f"{GraphConfig().exact_max_nodes:,})")
-        from envsched.bench.runner import bench_cache_dir, envsched_graph
+        from envsched.method.graph.cache import cache_dir, cached_graph
 
         note(f"loading EnvSched's graph over {len(pool)} tasks (built on first use for this pool and "
-             f"configuration, then cached in {bench_cache_dir()})...")
-        options["graph"] = envsched_graph(pool)
+             f"configuration, then cached in {cache_dir()})...")
+        options["graph"] = cached_graph(pool)
     try:
         return make_sampler(name, pool, seed=seed, group_size=group_size, **options)
     except ValueError as exc:

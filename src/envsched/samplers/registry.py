@@ -2,7 +2,7 @@
 
 Each :class:`SamplerRecord` says what a sampler is called, what it is (one line), which factory builds it,
 which class that factory builds and which named variants (configurations) it has. The CLI (``envsched run``
-and ``envsched bench``), the benchmark (:func:`envsched.bench.runner.make_bench_sampler`), the tuning and the
+and ``envsched bench``), the benchmark lab (which adds EnvSched's ablation variants and its controls), and the
 history store (:meth:`envsched.store.DurableSampler.resume`, which constructs only the classes named here)
 read this table; adding a sampler is its code in one file plus one :func:`register_sampler` call.
 
@@ -232,41 +232,7 @@ register_sampler(
     "envsched", "EnvSched, adaptive default: environment-aware coverage (online share, UCB environment order, "
     "quotas) and exploitation by each task's predicted reward variance; caps on decline",
     "envsched.method.sampler:make_envsched_sampler",
-    sampler_class=_ENVSCHED, restore=_ENVSCHED_RESTORE,
-    variants=(SamplerVariant("envsched-coverage-only", "EnvSched ablation: coverage only", {"mode": "coverage_only"}),
-              SamplerVariant("envsched-exploitation-only", "EnvSched ablation: exploitation only",
-                             {"mode": "exploitation_only"}),
-              # the paper's prediction pipeline, which the default leaves out since 2026-12-04 (issue 25: it earned
-              # nothing on either learner); each variant adds one part back to measure it
-              SamplerVariant("envsched-with-graph", "EnvSched variant: the default plus the graph prior (both "
-                             "relations, the paper's propagation)", {"use_within_edges": True,
-                                                                     "use_cross_edges": True}),
-              SamplerVariant("envsched-with-within", "EnvSched variant: the default plus the within-environment "
-                             "relation (K_within nearest neighbours)", {"use_within_edges": True}),
-              SamplerVariant("envsched-with-cross", "EnvSched variant: the default plus the cross-environment "
-                             "relation", {"use_cross_edges": True}),
-              SamplerVariant("envsched-env-pooling", "EnvSched variant: the default plus a within-environment "
-                             "prior that averages every other task of the environment",
-                             {"use_within_edges": True, "within_relation": "environment"}),
-              SamplerVariant("envsched-with-calibration", "EnvSched variant: the default plus the paper's "
-                             "calibration (percentile ranks and quantile mapping)", {"use_calibration": True}),
-              SamplerVariant("envsched-with-decline", "EnvSched variant: the default plus the recent-decline "
-                             "term (decline_penalty=0.25)", {"decline_penalty": 0.25}),
-              SamplerVariant("envsched-former-default", "EnvSched variant: the default of 2026-12-04's round 2 "
-                             "(graph prior, calibration and decline term on)",
-                             {"use_within_edges": True, "use_cross_edges": True, "use_calibration": True,
-                              "decline_penalty": 0.25}),
-              # the former default's exploitation score (until 2026-12-04)
-              SamplerVariant("envsched-signal-score", "EnvSched variant: exploitation by the probability that a "
-                             "group has signal (Beta posterior; the default before 2026-12-04) instead of the "
-                             "predicted variance", {"exploitation_score": "signal_probability"}),
-              # the default with one of its own rules (docs/envsched-sampler.md) switched back to the paper's
-              SamplerVariant("envsched-fixed-share", "EnvSched ablation: the fixed coverage share instead of the "
-                             "online one", {"adaptive_share": False}),
-              SamplerVariant("envsched-paper-coverage", "EnvSched ablation: the paper's coverage ranking instead of "
-                             "the UCB one", {"adaptive_coverage": False}),
-              SamplerVariant("envsched-caps-always", "EnvSched ablation: concentration caps at every step, not only "
-                             "on decline", {"caps_on_decline_only": False})))
+    sampler_class=_ENVSCHED, restore=_ENVSCHED_RESTORE)
 register_sampler("envsched-paper", "EnvSched, the paper preset: variance prediction, 50/50 coverage-aware batches",
                  "envsched.method.sampler:make_envsched_sampler", options={"preset": "paper"},
                  sampler_class=_ENVSCHED, restore=_ENVSCHED_RESTORE)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from envsched.bench.pools import reasoning_gym_pool
 from envsched.method.graph.build import build_graph
 from envsched.method.graph.controls import noise_feature_graph, shuffled_graph
 from envsched.method.sampler import EnvSchedSampler
+from envsched_lab.pools import reasoning_gym_pool
 
 
 @pytest.fixture(scope="module")

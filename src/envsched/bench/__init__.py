@@ -1,1 +1,0 @@
-"""envsched.bench"""
