@@ -207,3 +207,78 @@ def test_the_help_lists_the_registry_samplers(monkeypatch):
     monkeypatch.setitem(registry.SAMPLERS, "newcomer-test", record)
     text = " ".join(CliRunner().invoke(cli, ["run", "--help"], terminal_width=400).output.split())
     assert "newcomer-test" in text  # one more sampler in the registry: one more in the help
+
+
+def _unwritable_dirs(tmp_path: Path) -> list[Path]:
+    """Directories in which no file can be created, as whoever runs the tests: root (CI) ignores permission
+    bits, so besides a read-only folder (for other users) this uses sysfs, where not even root may create a
+    file, when it refuses here."""
+    out = []
+    if os.geteuid() != 0:
+        ro = tmp_path / "read-only"
+        ro.mkdir()
+        ro.chmod(0o555)
+        out.append(ro)
+    sysfs = Path("/sys")
+    if sysfs.is_dir():
+        try:
+            (sysfs / "envsched-write-check").open("w").close()
+        except OSError:
+            out.append(sysfs)
+    return out
+
+
+@pytest.mark.parametrize("option", ["--explain", "--output", "--store"])
+def test_an_unwritable_output_path_is_refused_in_one_line_before_any_step(tmp_path, option):
+    """An output path under a regular file, or in a folder that refuses new files: one line naming the option,
+    the path and why; no step runs, and the other outputs of the command are not created either."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder\n")
+    targets = [a_file / "x.jsonl"] + [d / "envsched-x" for d in _unwritable_dirs(tmp_path)]
+    assert len(targets) >= 2 or os.geteuid() != 0  # as root, sysfs must be the second case
+    for target in targets:
+        good = tmp_path / "good-run"
+        args = [*ARGS, "--sampler", "envsched", "--steps", "2", option, str(target)]
+        if option != "--output":
+            args += ["--output", str(good)]  # a writable output given with the bad one is not created
+        res = CliRunner().invoke(cli, args)
+        assert res.exit_code == 1, res.output
+        lines = res.output.strip().splitlines()
+        assert lines == [lines[0]] and lines[0].startswith(f"Error: {option} {target}: "), res.output
+        assert lines[0].endswith("; nothing was run")
+        assert ("is a file, not a directory" in lines[0]) == (target.parent == a_file)
+        assert "Traceback" not in res.output and "step" not in res.stdout
+        assert not good.exists() and not target.exists()
+        assert not (tmp_path / "cache").exists()  # no pool loaded, no graph built
+    assert a_file.read_text() == "not a folder\n"
+
+
+def test_a_store_path_that_is_a_folder_is_refused_before_any_work(tmp_path):
+    """(click itself refuses an --explain folder and an --output file, as usage errors.)"""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    res = CliRunner().invoke(cli, [*ARGS, "--sampler", "envsched", "--steps", "1", "--store", str(folder)])
+    assert res.exit_code == 1 and res.output.strip() == f"Error: --store {folder}: {folder} is a directory; " \
+                                                      "nothing was run", res.output
+    assert not (tmp_path / "cache").exists()
+
+
+def test_writable_outputs_in_new_folders_still_run(tmp_path):
+    """The check creates nothing, and a path whose folders do not exist yet is fine when they can be made."""
+    deep = tmp_path / "new" / "deeper"
+    res = CliRunner().invoke(cli, [*ARGS, "--sampler", "envsched", "--steps", "2", "--json",
+                                   "--explain", str(deep / "x.jsonl"), "--output", str(deep / "run"),
+                                   "--store", str(tmp_path / "s.sqlite")])
+    assert res.exit_code == 0, res.output
+    assert (deep / "x.jsonl").stat().st_size > 0 and (deep / "run" / "steps.jsonl").exists()
+    assert [p.name for p in deep.iterdir() if p.name.startswith(".envsched")] == []
+
+
+def test_eval_refuses_an_unwritable_output_dir_before_reading_any_task(tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    res = CliRunner().invoke(cli, ["eval", "reasoning_gym:chain_sum", "--num-tasks", "2", "-o", str(a_file / "out"),
+                                   "--llm-endpoint", "http://127.0.0.1:9/v1", "--model", "m"])
+    assert res.exit_code == 1
+    assert res.output.strip() == f"Error: --output-dir {a_file / 'out'}: {a_file} is a file, not a directory; " \
+                                 "nothing was run", res.output

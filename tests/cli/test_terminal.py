@@ -45,7 +45,7 @@ class Pane:
                     "ENVSCHED_CACHE_DIR": str(tmp_path / "cache"), "TERM": "xterm-256color"}
         self.env.pop("COLUMNS", None)
         self.env.pop("LINES", None)
-        self.cwd = tmp_path
+        self.cwd = self.tmp = tmp_path
         self.n = 0
         # a session that lives as long as the fixture: the server would otherwise exit with each run's session
         self.tmux("new-session", "-d", "-s", "keep", "-x", str(WIDTH), "-y", str(HEIGHT), "sleep 3600")
@@ -54,14 +54,20 @@ class Pane:
         return subprocess.run(["tmux", "-S", self.sock, "-f", self.conf, *args], capture_output=True, text=True,
                               env=self.env, check=True).stdout
 
-    def run(self, args: list[str], timeout_s: float = 600) -> tuple[int, list[str]]:
+    def run(self, args: list[str], timeout_s: float = 600, record: Path | None = None) -> tuple[int, list[str]]:
         """Run ``envsched ARGS`` in a fresh WIDTH x HEIGHT pane; return its exit status and every screen line
-        (scrollback included), wrapped lines joined."""
+        (scrollback included), wrapped lines joined. ``record``: also write every byte the command sends to
+        the terminal to this file (tmux ``pipe-pane``, attached before the command starts)."""
         self.n += 1
         name = f"t{self.n}"
         cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "envsched.cli.main", *args])
+        if record is not None:  # the command waits until the pipe is attached
+            cmd = f"tmux -S {shlex.quote(self.sock)} wait-for {name}-go; {cmd}"
         self.tmux("new-session", "-d", "-s", name, "-x", str(WIDTH), "-y", str(HEIGHT), "-c", str(self.cwd),
                   f"{cmd}; echo __exit=$?; sleep 3600")
+        if record is not None:
+            self.tmux("pipe-pane", "-o", "-t", name, f"cat > {shlex.quote(str(record))}")
+            self.tmux("wait-for", "-S", f"{name}-go")
         deadline = time.monotonic() + timeout_s  # only a guard against a hang
         try:
             while time.monotonic() < deadline:
@@ -115,6 +121,38 @@ def test_run_rows_and_progress_on_separate_lines(pane):
     _assert_clean(lines)
     for nb in with_history["relations"]["within"]["neighbors"]:
         assert any(nb["id"] in x for x in lines)
+
+
+_CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_BAR = re.compile(r"^steps\b.*?\b(\d+)/(\d+)\b")
+_ROW = re.compile(r"^\s+(\d+)\s+\d+\s+\d+\s+[\d.-]+\s+[\d.-]+\s+\d+/\d+\s+\d+\s*$")
+
+
+def test_run_progress_bar_moves_with_the_rows(pane):
+    """Every byte `envsched run` sends to the terminal (tmux ``pipe-pane``), in order: each time a row is
+    printed, the bar drawn under it counts that row's step, and no bar ever counts fewer steps than the rows
+    above it (it used to show the count of its last timed refresh: 42/50 while rows 43-50 printed)."""
+    raw = pane.tmp / "raw.txt"
+    rc, lines = pane.run(["run", "--pool", str(TINY), "--batch-size", "8", "--group-size", "4", "--steps", "50",
+                          "--sampler", "uniform"], record=raw)
+    assert rc == 0, "\n".join(lines)
+    events = []  # ("row" | "bar", step) in the order they reached the terminal
+    for segment in re.split(r"[\r\n]", _CSI.sub("", raw.read_bytes().decode("utf-8", "replace"))):
+        if m := _ROW.match(segment):
+            events.append(("row", int(m.group(1))))
+        elif m := _BAR.match(segment):
+            assert int(m.group(2)) == 50, segment
+            events.append(("bar", int(m.group(1))))
+    assert [s for kind, s in events if kind == "row"] == list(range(1, 51))
+    last_row = 0
+    for (kind, step), nxt in zip(events, [*events[1:], None], strict=True):
+        if kind == "row":
+            last_row = step
+            assert nxt is not None and nxt[0] == "bar" and nxt[1] == step, \
+                f"row {step} was printed with the bar at {nxt}"
+        else:
+            assert step >= last_row, f"the bar showed {step}/50 under row {last_row}"
+    assert events[-1] == ("bar", 50)
 
 
 def test_store_info_shows_every_parameter_whole(pane):

@@ -128,6 +128,63 @@ def require_store_backend(target: str, what: str) -> None:
         require_extra("postgres", what)
 
 
+def _probe_directory(folder: Path) -> str | None:
+    """Why a new file cannot be created in the existing directory ``folder`` (``None`` when it can): tried
+    for real with a temporary file that is removed at once, because permission bits say nothing for root
+    (``os.access`` answers yes where the file system then refuses: a read-only mount, sysfs)."""
+    import os
+    import tempfile
+
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".envsched-write-check-")
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def output_path_problem(path: Path, *, directory: bool) -> str | None:
+    """Why ``path`` cannot be written as an output file (``directory=False``) or an output directory
+    (``directory=True``), or ``None`` when it can. Creates nothing: a missing path is judged by its nearest
+    existing parent, which must be a directory in which a file can be created."""
+    import os
+
+    path = Path(path)
+    if path.exists():
+        if directory and not path.is_dir():
+            return f"{path} exists and is not a directory"
+        if not directory and path.is_dir():
+            return f"{path} is a directory"
+        if directory:
+            problem = _probe_directory(path)
+            return f"cannot create files in {path} ({problem})" if problem else None
+        try:  # an existing file: opened for appending (its contents untouched), then closed
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+        except OSError as exc:
+            return f"cannot write to {path} ({exc.strerror or type(exc).__name__})"
+        return None
+    parent = path.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is a file, not a directory"
+    problem = _probe_directory(parent)
+    return f"cannot create {path} in {parent} ({problem})" if problem else None
+
+
+def check_output_paths(paths: list[tuple[str, Path | None, bool]]) -> None:
+    """Fail in one line, before any work, when an output path cannot be written: ``(option, path, directory)``
+    per output option (``path`` ``None``: not given). Nothing is created, so a refused command leaves nothing
+    behind."""
+    for option, path, directory in paths:
+        if path is None:
+            continue
+        problem = output_path_problem(path, directory=directory)
+        if problem is not None:
+            raise click.ClickException(f"{option} {visible(path)}: {visible(problem)}; nothing was run")
+
+
 def load_pool(path: Path) -> TaskPool:
     """Load a pool file, turning loader errors into clean CLI errors. An empty pool is an error too."""
     from envsched.pool.pool import TaskPool

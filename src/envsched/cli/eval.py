@@ -318,6 +318,9 @@ def eval_cmd(spec: str, split: str, base_url: str | None, provider: str, llm_end
     (--base-url, -o, -n, --provider, --llm-port, --dataset-config, --system-prompt, --keep-losses) keep
     their meaning.
     """
+    from envsched.cli.common import check_output_paths
+
+    check_output_paths([("--output-dir", output_dir, True)])  # before any task is read or episode run
     llm_endpoint, api_key = _teacher(provider, llm_endpoint, llm_port, model)
     stop_after_or_none = stop_after or None
     config_obj: dict[str, Any] | None = None

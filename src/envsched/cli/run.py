@@ -11,6 +11,7 @@ runs the sampler on a durable history store (read it with ``envsched store info|
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -25,9 +26,11 @@ from envsched.cli.common import (
     MAX_GROUP_SIZE,
     MAX_SEED,
     MAX_STEPS,
+    check_output_paths,
     echo_wrapped,
     float_range,
     int_range,
+    is_url,
     load_pool_or_default,
     note,
     require_extra,
@@ -121,19 +124,36 @@ class _Display:
         if self.progress is not None:
             self.progress.stop()
 
-    def line(self, text: str) -> None:
-        """One row: above the bar when the bar and the rows share the terminal, else a plain stdout line."""
-        if self.rows_on_console:
-            # a JSON line stays one line (the terminal may fold it, rich does not cut it)
-            self.progress.console.print(text, markup=False, highlight=False, soft_wrap=self.as_json)
-        else:
-            click.echo(text)
-            sys.stdout.flush()
+    def row(self, step: int, text: str | None) -> None:
+        """Step ``step`` has ended: the bar moves to it and its row (``None``: no row this step) is printed.
 
-    def step(self, step: int) -> None:
-        if self.progress is not None:
-            self.progress.update(self.task, completed=step - self.start)
+        On a terminal showing both, the bar's new count and the row reach the screen in one write, under the
+        live display's lock (so its refresh thread cannot draw in between): the bar never shows fewer steps
+        than the rows above it, nor more. (rich redraws the bar as last refreshed when a line is printed
+        above it, so updating the count alone would leave it behind the rows.)"""
+        if self.progress is None:
+            if text is not None:
+                click.echo(text)
+                sys.stdout.flush()
+            self._plain_progress(step)
             return
+        if not self.rows_on_console:  # rows on stdout (piped), the bar on the terminal's stderr
+            if text is not None:
+                click.echo(text)
+                sys.stdout.flush()
+            self.progress.update(self.task, completed=step - self.start, refresh=True)
+            return
+        lock = getattr(self.progress.live, "_lock", None) or contextlib.nullcontext()
+        console = self.progress.console
+        with lock, console:  # the console buffers what is printed inside and writes it once, on exit
+            self.progress.update(self.task, completed=step - self.start)
+            self.progress.refresh()
+            if text is not None:
+                # a JSON line stays one line (the terminal may fold it, rich does not cut it)
+                console.print(text, markup=False, highlight=False, soft_wrap=self.as_json)
+
+    def _plain_progress(self, step: int) -> None:
+        """A plain progress line on stderr every few seconds and at the last step."""
         now = time.monotonic()
         if now - self.last < self.interval and step < self.total:
             return
@@ -205,6 +225,9 @@ def run(pool_file: Path | None, sampler_name: str, steps: int, batch_size: int, 
     if run_dir is not None and not resume and any((run_dir / f).exists() for f in ("checkpoint.json", "steps.jsonl")):
         raise click.ClickException(f"{run_dir} already holds a run: continue it with --resume, or choose another "
                                    "--output directory")
+    check_output_paths([("--output", run_dir, True), ("--explain", explain_file, False),
+                        ("--store", Path(store_target) if store_target and not is_url(store_target) else None,
+                         False)])
     if store_target is not None:
         require_store_backend(store_target, "--store with a PostgreSQL URL")
     pool = load_pool_or_default(pool_file)
@@ -238,14 +261,15 @@ def run(pool_file: Path | None, sampler_name: str, steps: int, batch_size: int, 
         rows.append(stats)
         if explain_file is not None:
             _write_explanations(sampler, explain_file)
+        text = None
         if stats.step % log_every == 0 or stats.step == steps:
             if as_json:
-                display.line(json.dumps({"kind": "step", **stats.as_dict()}))
+                text = json.dumps({"kind": "step", **stats.as_dict()})
             else:
-                display.line(_row([str(stats.step), str(stats.envs_covered), str(stats.tools_covered),
-                                   _fmt(stats.mean_reward, 3), _fmt(stats.mean_within_task_variance),
-                                   f"{stats.signal_groups}/{stats.groups}", str(stats.unscored_episodes)]))
-        display.step(stats.step)
+                text = _row([str(stats.step), str(stats.envs_covered), str(stats.tools_covered),
+                             _fmt(stats.mean_reward, 3), _fmt(stats.mean_within_task_variance),
+                             f"{stats.signal_groups}/{stats.groups}", str(stats.unscored_episodes)])
+        display.row(stats.step, text)
 
     started = time.monotonic()
     try:
