@@ -171,6 +171,43 @@ def test_sec_td0_values_by_hand(zero_fill):
     assert s.values()["b"] == pytest.approx(0.25 * r_b if zero_fill else 0.5 * r_b, rel=1e-12)
 
 
+def test_sec_default_decays_unplayed_arms_as_the_code_does():
+    """The authors' ``BanditPriority.update`` gives every arm absent from the step's batch a reward of 0; with
+    51 environments and 64 groups a step about 14 arms are unplayed each step, so the rule matters."""
+    pool = TaskPool([{"id": f"{e}{i}", "env": e} for e in "abc" for i in range(3)])
+    runs = {}
+    for name in ("sec", "sec-played-arms"):
+        s = make_sampler(name, pool, seed=0)
+        s.sample(1)
+        state = s.state_dict()
+        state["extra"]["q"] = [0.8, 0.4, 0.2]
+        s.load_state_dict(state)
+        s.require_dispatch = False
+        s.update("a0", [1.0, 0.0])  # only "a" is played in this step: mean |A| = 0.5 / (sqrt(0.5) + 1e-6)
+        s.sample(1)
+        runs[name] = s.values()
+    r = 0.5 / (math.sqrt(0.5) + 1e-6)
+    assert runs["sec"] == pytest.approx({"a": 0.4 + 0.5 * r, "b": 0.2, "c": 0.1}, rel=1e-12)
+    assert runs["sec-played-arms"] == pytest.approx({"a": 0.4 + 0.5 * r, "b": 0.4, "c": 0.2}, rel=1e-12)
+    assert SECSampler(pool).zero_fill_unplayed is True
+
+
+def test_sec_a_step_without_a_scored_group_updates_nothing():
+    """The code updates once per trained batch; a step whose groups were all dropped or unscored trained on
+    nothing, so no value decays."""
+    pool = TaskPool([{"id": f"{e}{i}", "env": e} for e in "ab" for i in range(3)])
+    s = SECSampler(pool, seed=0, zero_fill_unplayed=True)
+    for t in s.sample(2):
+        s.update(t, [1.0, 0.0])
+    batch = s.sample(2)  # values updated from the first step
+    before = s.values()
+    assert max(before.values()) > 0
+    s.discard(batch[0])
+    s.update(batch[1], [None, 1.0])  # one scored rollout: no advantage
+    s.sample(1)
+    assert s.values() == before
+
+
 def test_sec_advantage_matches_grpo_with_bessel_std_and_its_epsilon():
     assert GRPO_EPSILON == 1e-6
     assert _abs_adv_mean([1.0, 1.0, 0.0, 0.0]) == pytest.approx(0.5 / (math.sqrt(1 / 3) + 1e-6))

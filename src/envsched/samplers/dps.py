@@ -34,7 +34,8 @@ The rules, with the code they follow (``task_sampler.py`` unless said otherwise)
   batch of ``candidate_ratio * n`` prompts, keep the ``n`` with the highest predicted probability of state 2.
   Candidates come from the trainer's data loader: the pool in a fresh random order every epoch, taken in
   consecutive slices, the last short slice dropped (``our_ray_trainer.py``: loader batch =
-  ``candidate_ratio * gen_batch_size``); ``candidate_ratio`` is 8 for Countdown and Geometry3k, 32 for MATH.
+  ``candidate_ratio * gen_batch_size``; :func:`~envsched.samplers.baselines.loader_batch`, MoPPS's stream
+  too); ``candidate_ratio`` is 8 for Countdown and Geometry3k, 32 for MATH.
   The ``topk+entropy`` strategy adds ``entropy_weight * H(prior)`` to the score (``hmm_entropy_weight``, 0).
 
 Envsched's protocol delivers groups one by one, possibly late; the code works in whole training steps. Here a
@@ -64,6 +65,7 @@ from envsched.errors import check_number, is_number
 from envsched.pool.pool import TaskPool
 from envsched.samplers import _validate as _check
 from envsched.samplers.base import BaseSampler, GroupResult
+from envsched.samplers.baselines import load_loader_state, loader_batch
 
 __all__ = ["NAMED_TRANSITION_PRIORS", "STATES", "DPSSampler"]
 
@@ -183,10 +185,7 @@ class DPSSampler(BaseSampler):
                 previous[idle] = prior[idle]
                 prior[idle] = nxt / nxt.sum(axis=1, keepdims=True)
                 alpha[idle] = a
-        order, cursor = self._order, self._cursor
-        if size - cursor < m:  # the epoch's last short slice is dropped, as the loader's drop_last does
-            order, cursor = self._rng.permutation(size).astype(np.int64), 0
-        cand = order[cursor:cursor + m]
+        cand, order, cursor = loader_batch(self._rng, self._order, self._cursor, m)
         p = prior[cand]
         score = p[:, 1]
         if self.entropy_weight > 0:
@@ -195,7 +194,7 @@ class DPSSampler(BaseSampler):
         chosen = cand[top]
         # commit
         self.alpha, self.prior, self.previous = alpha, prior, previous
-        self._order, self._cursor = order, cursor + m
+        self._order, self._cursor = order, cursor
         self.tracked[cand] = True
         self.observed_this_step[:] = False
         self.steps += 1
@@ -262,10 +261,7 @@ class DPSSampler(BaseSampler):
             raise _check.StateError("observed_this_step", "marks a task that is not tracked")
         observations = _check.int_array(extra["observations"], "observations", length=n)
         steps = _check.whole(extra["steps"], "steps")
-        order = _check.int_array(extra["order"], "order", length=n, high=max(n - 1, 0))
-        if not np.array_equal(np.sort(order), np.arange(n)):
-            raise _check.StateError("order", "is not a permutation of the tasks")
-        cursor = _check.whole(extra["cursor"], "cursor", high=n)
+        order, cursor = load_loader_state(extra, n)
         # the partial-solving probabilities of the last batch's picks: one per task of the last batch
         n_scores = len(getattr(self, "_incoming_last_batch", []))
         raw_scores = extra["last_scores"]

@@ -222,12 +222,20 @@ register_sampler("mopps", "MoPPS: Beta posterior per task, Thompson sampling tow
                  sampler_class="envsched.samplers.baselines:MoPPSSampler")
 register_sampler("greso", "GRESO: skip tasks with a run of zero-variance groups, exploration floor",
                  f"{_HERE}:_greso", sampler_class="envsched.samplers.baselines:GRESOSampler")
-register_sampler("plr", "prioritized level replay: rank prioritisation with staleness", f"{_HERE}:_plr",
-                 sampler_class="envsched.samplers.baselines:PLRSampler")
+register_sampler("plr", "prioritized level replay: rank prioritisation with staleness, every task played once "
+                 "before any replay (the authors' code)", f"{_HERE}:_plr",
+                 sampler_class="envsched.samplers.baselines:PLRSampler",
+                 variants=(SamplerVariant("plr-early-replay", "PLR replaying from the first step (replay "
+                                          "probability |seen| / |all| at once, the paper's rule without the code's "
+                                          "sweep of every task first)", {"min_seen_fraction": 0.0}),))
 register_sampler("dps", "DPS: per-task HMM of the solving state, top tasks predicted partially solved",
                  f"{_HERE}:_dps", sampler_class="envsched.samplers.dps:DPSSampler")
-register_sampler("sec", "SEC: Boltzmann bandit over environments, TD(0) values of mean |advantage|",
-                 f"{_HERE}:_sec", sampler_class="envsched.samplers.sec:SECSampler")
+register_sampler("sec", "SEC: Boltzmann bandit over environments, TD(0) values of mean |advantage| (unplayed "
+                 "environments decay, as the authors' code does)", f"{_HERE}:_sec",
+                 sampler_class="envsched.samplers.sec:SECSampler",
+                 variants=(SamplerVariant("sec-played-arms", "SEC updating only the environments played in a step "
+                                          "(the usual bandit rule) instead of decaying the others",
+                                          {"zero_fill_unplayed": False}),))
 register_sampler(
     "envsched", "EnvSched, adaptive default: environment-aware coverage (online share, UCB environment order, "
     "quotas) and exploitation by each task's predicted reward variance; caps on decline",

@@ -21,6 +21,12 @@ The rules:
   std, epsilon 1e-6), and the category's reward is the mean of ``|A|`` over its rollouts in the step's batch.
 * **Value update, TD(0)** (``update_q_values``): ``Q(c) <- Q(c) + alpha * (r(c) - Q(c))``, ``Q`` initialised
   to 0; ``alpha = learning_rate`` = 0.5 (every reproduction command of the README; the yaml default is 0.1).
+  Every category is updated each step: one *absent* from the step's batch gets a reward of 0, so its value
+  decays toward 0 (``zero_fill_unplayed=True``, the default). With the paper's few categories (difficulty
+  levels) and batches of hundreds of problems every arm is played each step and this never matters; with one
+  arm per environment it lowers an environment's value for not being drawn (51 environments of equal value
+  and 64 groups a step: about 37 played, 14 decayed). ``zero_fill_unplayed=False`` updates only the
+  categories played (TD(0) on the pulled arms, the usual bandit rule; registered as ``sec-played-arms``).
 * **Boltzmann selection** (``get_probs``, ``sample_arms``): ``p(c) = softmax(Q / tau)``, one category drawn
   per slot of the batch, with replacement; ``tau = temperature`` = 1.0 (Countdown, Zebra, ARC; 0.4 for math,
   0.2 for the 2D curriculum).
@@ -29,17 +35,13 @@ The rules:
 
 Envsched's protocol delivers groups one by one, possibly late; the code updates once per training step. Here
 a *step* ends at each :meth:`sample` call: the groups reported since the previous call are the step's batch,
-and each category that has scored rollouts among them gets one TD(0) update before the new draw.
-Deviations (ours):
+and every category gets one TD(0) update before the new draw (a reward of 0 for one without scored rollouts
+among them, unless ``zero_fill_unplayed=False``). Deviations (ours):
 
-* The code gives every category *absent* from a step's batch a reward of 0 (its values decay toward 0).
-  With the paper's few categories (difficulty levels) and batches of hundreds of problems every arm is
-  played each step and this never matters; with one arm per environment and 64 groups a step it would lower
-  an environment's value for not being drawn. The default therefore updates only the categories played
-  (TD(0) on the pulled arms, the usual bandit rule; the paper's own wording of this point could not be
-  checked here), and ``zero_fill_unplayed=True`` reproduces the code.
 * A group with fewer than two scored rollouts has no GRPO advantage and adds nothing (verl would use the
-  raw score of a lone rollout as its advantage); unscored rollouts (``None``) are left out.
+  raw score of a lone rollout as its advantage); unscored rollouts (``None``) are left out. A step in which
+  no group added anything (every group dropped or unscored) updates no value: the code updates once per
+  trained batch, and there was none.
 * A batch holds distinct tasks: when every task of a drawn category is already in the batch, the category is
   drawn again from the Boltzmann distribution over the categories that still have a task to give.
 * Rewards are mapped to [0, 1] through the reward range before the advantage (which is scale-free but for
@@ -87,13 +89,13 @@ class SECSampler(BaseSampler):
         category: the task field whose value is a task's category (``"env"``; the paper's ``"difficulty"``
             works too). Tasks without it share one category, labelled ``"None"``.
         zero_fill_unplayed: give categories absent from a step's batch a reward of 0, as the published code
-            does (False: only played categories are updated).
+            does (True, the default; False: only played categories are updated).
     """
 
     distinct_per_batch: ClassVar[bool] = True
 
     def __init__(self, tasks: TaskPool | Sequence[Any], seed: int | None = 0, *, learning_rate: float = 0.5,
-                 temperature: float = 1.0, category: str = "env", zero_fill_unplayed: bool = False,
+                 temperature: float = 1.0, category: str = "env", zero_fill_unplayed: bool = True,
                  reward_range: tuple[float, float] | None = None, require_dispatch: bool = True) -> None:
         super().__init__(tasks, seed=seed, reward_range=reward_range, require_dispatch=require_dispatch)
         check_number(learning_rate, "learning_rate", low=0, high=1, low_open=True)
@@ -172,9 +174,9 @@ class SECSampler(BaseSampler):
     def _end_step(self) -> np.ndarray:
         """The values after the TD(0) update of the step that ends now (a copy; nothing assigned)."""
         q = self.q.copy()
-        if self.steps == 0:
-            return q
         played = self._pending_count > 0
+        if self.steps == 0 or not played.any():  # no step yet, or a step that trained on nothing
+            return q
         reward = np.zeros_like(q)
         reward[played] = self._pending_sum[played] / self._pending_count[played]
         update = played | self.zero_fill_unplayed
