@@ -219,7 +219,7 @@ def test_data_sampler_class_path_naming_envsched_is_refused_on_verl_0_9(verl_env
     cfg = verl_env[2].copy()
     OmegaConf.set_struct(cfg, False)
     cfg.data.sampler = {"class_path": "pkg://envsched.integrations.verl", "class_name": "EnvSchedVerlSampler"}
-    with pytest.raises(ValueError, match=r"ignored by verl 0\.9\.1.*EnvSchedRayPPOTrainer.*EnvSchedReplayBuffer"):
+    with pytest.raises(ValueError, match=r"ignored by verl 0\.9\.1.*EnvSchedPPOTrainer.*EnvSchedReplayBuffer"):
         _trainer(verl_env, UniformSampler(_pool()), config=cfg)
     with pytest.raises(ValueError, match="ignored by verl"):
         EnvSchedVerlSampler(verl_env[1], data_config=cfg.data)
@@ -322,40 +322,59 @@ def test_unreported_groups_stay_bounded_when_batches_come_back_partly_and_out_of
     assert fresh.task_sampler.state_dict()["rng"] == inner.state_dict()["rng"]
 
 
-def _v1_trainer(root, **overrides):
+def _v1_config(root, *, command_line=True, **overrides):
+    """verl's composed ppo_trainer config; ``command_line``: with the overrides of verl's command line that name
+    envsched's replay buffer (else for EnvSchedPPOTrainer, which needs none)."""
     import verl.trainer.config as verl_config
-    from verl.trainer.ppo.v1 import get_trainer_cls
 
+    envsched = ["trainer.v1.sampler.custom_sampler.path=pkg://envsched.integrations.verl",
+                "trainer.v1.sampler.custom_sampler.name=EnvSchedReplayBuffer",
+                "+trainer.v1.sampler.sampler_kwargs.sampler=uniform"] if command_line else []
     with initialize_config_dir(config_dir=os.path.dirname(verl_config.__file__), version_base=None):
-        config = compose(config_name="ppo_trainer", overrides=[
+        return compose(config_name="ppo_trainer", overrides=[
             f"data.train_batch_size={BATCH}", f"actor_rollout_ref.rollout.n={N}", "trainer.device=cpu",
             f"data.train_files={root / 'train.parquet'}", f"data.val_files={root / 'train.parquet'}",
             "data.filter_overlong_prompts=false", "data.dataloader_num_workers=0", "algorithm.adv_estimator=grpo",
-            f"trainer.default_local_dir={root / 'v1ckpt'}",
-            "trainer.v1.sampler.custom_sampler.path=pkg://envsched.integrations.verl",
-            "trainer.v1.sampler.custom_sampler.name=EnvSchedReplayBuffer",
-            "+trainer.v1.sampler.sampler_kwargs.sampler=uniform", "+trainer.v1.sampler.sampler_kwargs.seed=0",
+            f"trainer.default_local_dir={root / 'v1ckpt'}", *envsched, "+trainer.v1.sampler.sampler_kwargs.seed=0",
             *[f"{k}={v}" for k, v in overrides.items()]])
-    trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config=config)
+
+
+def _v1_trainer(root, route="command_line", **overrides):
+    """The v1 trainer as verl's command line builds it (route ``command_line``: verl's get_trainer_cls, the
+    replay buffer from custom_sampler) or as a Python entrypoint does (``python``: EnvSchedPPOTrainer with a
+    ready task sampler)."""
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    if route == "python":
+        from envsched.integrations.verl import EnvSchedPPOTrainer
+
+        config = _v1_config(root, command_line=False, **overrides)
+        trainer = EnvSchedPPOTrainer(config, task_sampler=CurriculumSampler(_pool(), group_size=N, key="id", seed=3))
+    else:
+        config = _v1_config(root, **overrides)
+        trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config=config)
     trainer.tokenizer, trainer.processor = None, None  # set by _init_tokenizer from a model path in verl
     return trainer
 
 
-def test_v1_replay_buffer_draws_from_envsched_and_reports_every_finished_group(verl_env):
-    """verl's v1 trainer builds EnvSchedReplayBuffer from trainer.v1.sampler.custom_sampler; the trainer's loader
-    draws from envsched; a real TransferQueue (local Ray) holds the finished groups, and the buffer's poll
-    reports each once -- failed sessions as None, rewards of any scale mapped -- and checkpoints carry it."""
+@pytest.mark.parametrize("route", ["command_line", "python"])
+def test_v1_replay_buffer_draws_from_envsched_and_reports_every_finished_group(verl_env, route):
+    """verl's v1 trainer builds EnvSchedReplayBuffer (from trainer.v1.sampler.custom_sampler on the command line;
+    EnvSchedPPOTrainer builds it itself, around the task sampler it was given); the trainer's loader draws from
+    envsched; a real TransferQueue (local Ray) holds the finished groups, and the buffer's poll reports each
+    once -- failed sessions as None, rewards of any scale mapped -- and checkpoints carry it."""
     ray = pytest.importorskip("ray")
     tq = pytest.importorskip("transfer_queue")
     from tensordict import TensorDict
 
     root = verl_env[0]
-    trainer = _v1_trainer(root)
+    trainer = _v1_trainer(root, route)
     buffer = trainer.replay_buffer
     assert type(buffer).__name__ == "EnvSchedReplayBuffer"
     trainer._init_dataloader()
     sampler = trainer.train_dataloader.sampler
     assert isinstance(sampler, EnvSchedVerlSampler) and buffer.envsched_sampler is sampler
+    assert type(sampler.task_sampler) is {"python": CurriculumSampler, "command_line": UniformSampler}[route]
     batch = trainer._fetch_one_gen_batch()
     uids = [str(u) for u in batch["uid"]]
     assert len(uids) == BATCH and set(buffer._uid_key) == set(uids)
@@ -399,8 +418,8 @@ def test_v1_replay_buffer_draws_from_envsched_and_reports_every_finished_group(v
         tq.close()
         if owner:
             ray.shutdown()
-    resumed = _v1_trainer(root, **{"trainer.resume_mode": "resume_path",
-                                   "trainer.resume_from_path": str(root / "v1ckpt" / "global_step_1")})
+    resumed = _v1_trainer(root, route, **{"trainer.resume_mode": "resume_path",
+                                          "trainer.resume_from_path": str(root / "v1ckpt" / "global_step_1")})
     resumed._init_dataloader()
     resumed.actor_rollout_wg = WorkerGroup(resumed.replay_buffer.envsched_sampler)
     resumed._load_checkpoint()
@@ -416,3 +435,94 @@ def test_v1_refuses_async_trainer_modes(verl_env):
     cfg.trainer.v1.trainer_mode = "separate_async"
     with pytest.raises(ValueError, match="trainer_mode=sync"):
         get_trainer_cls("sync")(config=cfg)
+
+
+def _deprecations(caught):
+    """Deprecation warnings from verl (raised in verl's code, or in envsched's code by verl, as the @deprecated
+    class RayPPOTrainer does, or naming verl), as ``file:line: category: message``; other libraries' left out."""
+    def from_verl(w):
+        where = w.filename.replace(os.sep, "/")
+        return "/verl/" in where or "/envsched/" in where or "verl" in str(w.message)
+
+    return [f"{w.filename}:{w.lineno}: {w.category.__name__}: {w.message}" for w in caught
+            if issubclass(w.category, (DeprecationWarning, FutureWarning, PendingDeprecationWarning))
+            and from_verl(w)]
+
+
+def test_the_v1_python_entrypoint_emits_no_deprecation_warning(verl_env, monkeypatch):
+    """verl 0.9.1 deprecates its v0 RayPPOTrainer (a FutureWarning on construction) and its load_extern_type
+    (which reads trainer.v1.sampler.custom_sampler): the Python entrypoint -- importing the integration, building
+    EnvSchedPPOTrainer, its dataloader, a draw, envsched_task_runner -- goes through neither, and nothing else
+    it calls warns of a deprecation. The legacy v0 class still lets verl's own warning through."""
+    import warnings
+
+    import envsched.integrations.verl as integration
+
+    monkeypatch.setattr(integration, "_LAZY", {})  # verl's classes are subclassed again, inside the block
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = _v1_trainer(verl_env[0], "python")
+        trainer._init_dataloader()
+        assert len(trainer._fetch_one_gen_batch()["uid"]) == BATCH
+        integration.envsched_task_runner()
+    assert _deprecations(caught) == []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _trainer(verl_env, UniformSampler(_pool(), seed=0))
+    assert any("RayPPOTrainer" in d and "deprecated" in d for d in _deprecations(caught))
+
+
+def test_python_entrypoint_refuses_another_custom_sampler_and_a_non_sampler(verl_env):
+    from envsched.integrations.verl import EnvSchedPPOTrainer
+
+    config = _v1_config(verl_env[0], command_line=False, **{
+        "trainer.v1.sampler.custom_sampler.path": "pkg://somewhere.else", "trainer.v1.sampler.custom_sampler.name":
+        "OtherBuffer"})
+    with pytest.raises(ValueError, match=r"names pkg://somewhere\.else:OtherBuffer.*remove custom_sampler"):
+        EnvSchedPPOTrainer(config)
+    with pytest.raises(TypeError, match="task_sampler must be an envsched TaskSampler; list has no sample"):
+        EnvSchedPPOTrainer(_v1_config(verl_env[0], command_line=False), task_sampler=[])
+
+
+class _Stop(Exception):
+    pass
+
+
+def _make_task_sampler(config):
+    return CurriculumSampler(_pool(), group_size=int(config.actor_rollout_ref.rollout.n), key="id", seed=11)
+
+
+def test_task_runner_runs_verls_v1_runner_with_the_envsched_trainer(verl_env, monkeypatch):
+    """envsched_task_runner's run is verl's TaskRunnerV1.run (TransferQueue up, trainer built, init, agent loop,
+    fit, TransferQueue closed) with EnvSchedPPOTrainer built around make_task_sampler(config). Run in this
+    process (the Ray actor's class itself) up to trainer.init(), which needs the GPU worker groups."""
+    ray = pytest.importorskip("ray")
+    from envsched.integrations.verl import EnvSchedPPOTrainer, envsched_task_runner
+
+    built = []
+
+    def init(self):
+        built.append(self)
+        raise _Stop
+
+    monkeypatch.setattr(EnvSchedPPOTrainer, "init", init)
+    runner_cls = envsched_task_runner(_make_task_sampler)
+    runner = runner_cls.__ray_actor_class__()
+    config = _v1_config(verl_env[0], command_line=False)
+    OmegaConf.set_struct(config, False)
+    config.transfer_queue.backend = {"SimpleStorage": {"num_data_storage_units": 1}}
+    owner = not ray.is_initialized()
+    if owner:
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        with pytest.raises(_Stop):
+            runner.run(config)
+    finally:
+        if owner:
+            ray.shutdown()
+    (trainer,) = built
+    assert type(trainer) is EnvSchedPPOTrainer and type(trainer.replay_buffer).__name__ == "EnvSchedReplayBuffer"
+    assert trainer.replay_buffer.envsched_task_sampler.seed == 11
+    import verl.trainer.ppo.v1 as v1
+
+    assert v1.get_trainer_cls("sync").__name__ == "PPOTrainerSync"  # verl's lookup is back after the run

@@ -1,30 +1,40 @@
 """verl integration: envsched chooses verl's prompts and learns from every finished group.
 
-**verl 0.9.1, v0 trainer** (``trainer.use_v1=false``): :class:`EnvSchedRayPPOTrainer` is a ``RayPPOTrainer``
-subclass. Pass ``train_sampler=EnvSchedVerlSampler(train_dataset, task_sampler=...)`` (verl wraps it in its
-``StatefulDataLoader``); the trainer calls the sampler's :meth:`EnvSchedVerlSampler.update` with each step's
-batch right after ``compute_advantage`` -- in ``_update_critic`` or ``_update_actor``, whichever runs first in
-the step -- so before any filtering and before the step's checkpoint. verl 0.9.1's own ``main_ppo_v0``
-always passes ``create_rl_sampler(...)``, so build the trainer from your own entrypoint (docs/trainers.md).
+verl 0.9.1's trainer is the v1 ``PPOTrainer`` (``trainer.use_v1=true``, the default); its v0 ``RayPPOTrainer``
+is deprecated ("will be removed in v0.9.0"). envsched plugs into the v1 trainer two ways:
 
-**verl 0.9.1, v1 trainer** (the default): :class:`EnvSchedReplayBuffer`, a ``ReplayBuffer`` subclass for
-``trainer.v1.sampler.custom_sampler.{path,name}``: it replaces the trainer's training loader with one drawing
-from an :class:`EnvSchedVerlSampler`, and reports every finished (or failed) prompt group to the sampler on
-each poll, before any eviction.
+**Your own Python entrypoint**: :class:`EnvSchedPPOTrainer` is verl's v1 sync trainer (``PPOTrainerSync``)
+with :class:`EnvSchedReplayBuffer` built in and, optionally, a ready envsched sampler
+(``EnvSchedPPOTrainer(config, task_sampler=...)``: a ``DurableSampler`` on a store, say). Run it with verl's own
+``run_ppo(config, task_runner_class=envsched_task_runner(make_task_sampler))``, which does what verl's
+``main_ppo`` does with this trainer class.
 
-**Checkpoints**: both write ``envsched_sampler.json`` (the sampler's state, including its reward scale) into
-every ``global_step_N`` folder and restore it on every resume path -- including resumes at an epoch boundary,
-where verl 0.9.1 skips its own ``data.pt``. A checkpoint folder without the file is refused.
+**verl's command line** (``python -m verl.trainer.main_ppo``):
+``trainer.v1.sampler.custom_sampler.path=pkg://envsched.integrations.verl``,
+``trainer.v1.sampler.custom_sampler.name=EnvSchedReplayBuffer`` and ``trainer.v1.sampler.sampler_kwargs``
+(``sampler``, ``seed``, ``group_size``, ``pool``, ``key_field``, ``reward_range``, ``options``). verl itself warns
+there that its ``load_extern_type`` (which reads any ``custom_sampler``) is deprecated; the Python entrypoint
+does not go through it.
+
+Either way the buffer replaces the trainer's training loader with one drawing from an
+:class:`EnvSchedVerlSampler` and reports every finished (or failed) prompt group to the sampler on each poll,
+before any eviction.
+
+**Checkpoints**: ``envsched_sampler.json`` (the sampler's state, including its reward scale) goes into every
+``global_step_N`` folder and is restored on every resume path -- including resumes at an epoch boundary, where
+verl 0.9.1 skips its own ``data.pt``. A checkpoint folder without the file is refused.
 
 **Refused config**: on verl >= 0.8, ``create_rl_sampler`` no longer reads ``data.sampler``; a
 ``data.sampler.class_path`` naming envsched would silently train without it, so every envsched entry point
 (:func:`check_verl_config`) raises with the supported way instead.
 
-**Legacy verl 0.7.1** (``data.sampler.class_path: pkg://envsched.integrations.verl``, ``class_name:
-EnvSchedVerlSampler``): still accepted there, since 0.7.1's ``create_rl_sampler`` builds the sampler from the
-config and its ``fit`` calls ``update(batch=batch)`` after each step; not tested in CI.
+**Legacy trainers**: :class:`EnvSchedRayPPOTrainer` (a ``RayPPOTrainer`` subclass, ``trainer.use_v1=false``,
+``train_sampler=EnvSchedVerlSampler(train_dataset, task_sampler=...)``, fed right after ``compute_advantage``)
+is kept for runs that stay on verl's deprecated v0 trainer, and verl warns when one is built. verl 0.7.1
+(``data.sampler.class_path: pkg://envsched.integrations.verl``, ``class_name: EnvSchedVerlSampler``) is
+accepted there; not tested in CI.
 
-Rewards: a row's reward is ``token_level_scores.sum(-1)`` (v0) or ``rm_scores.sum(-1)`` (v1), of any scale:
+Rewards: a row's reward is ``rm_scores.sum(-1)`` (v1) or ``token_level_scores.sum(-1)`` (v0), of any scale:
 they pass through :class:`~envsched.integrations._rewards.RewardScale` (``reward_range=`` given, else learned),
 NaN/inf reach the sampler as ``None`` and are counted in ``metrics()["envsched/rewards_nonfinite"]``.
 Costs are response tokens.
@@ -38,7 +48,7 @@ import contextlib
 import os
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
 from typing import Any
 
 import torch
@@ -52,9 +62,11 @@ from envsched.pool.spec import task_key
 from envsched.samplers import _validate as _check
 from envsched.samplers.base import TaskSampler
 
-# EnvSchedRayPPOTrainer and EnvSchedReplayBuffer subclass verl's classes: built on first access (__getattr__)
+# EnvSchedPPOTrainer, EnvSchedReplayBuffer and EnvSchedRayPPOTrainer subclass verl's classes: built on first
+# access (__getattr__)
 __all__ = ["SAMPLER_STATE_FILE", "VERL_STATE_FORMAT", "EnvSchedPPOTrainerMixin", "EnvSchedVerlSampler",
-           "check_verl_config", "groups_from_batch", "load_sampler_state", "save_sampler_state"]
+           "check_verl_config", "envsched_task_runner", "groups_from_batch", "load_sampler_state",
+           "save_sampler_state"]
 
 #: File written into every verl ``global_step_N`` checkpoint folder.
 VERL_STATE_FORMAT = "envsched.verl/2"
@@ -99,11 +111,10 @@ def _cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
     return getattr(cfg, key, default)
 
 
-_RIGHT_WAY = ("with verl >= 0.8 use envsched.integrations.verl.EnvSchedRayPPOTrainer(..., "
-              "train_sampler=EnvSchedVerlSampler(train_dataset, task_sampler=...)) from your own entrypoint for the "
-              "v0 trainer (trainer.use_v1=false), or trainer.v1.sampler.custom_sampler.path=pkg://"
-              "envsched.integrations.verl and trainer.v1.sampler.custom_sampler.name=EnvSchedReplayBuffer for the "
-              "v1 trainer (see docs/trainers.md)")
+_RIGHT_WAY = ("with verl >= 0.8 use the v1 trainer: envsched.integrations.verl.EnvSchedPPOTrainer(config, "
+              "task_sampler=...) from your own entrypoint, or trainer.v1.sampler.custom_sampler.path=pkg://"
+              "envsched.integrations.verl and trainer.v1.sampler.custom_sampler.name=EnvSchedReplayBuffer on "
+              "verl's command line (see docs/trainers.md)")
 
 
 def check_verl_config(config: Any, version: tuple[int, ...] | None = None) -> None:
@@ -514,6 +525,8 @@ def _make_replay_buffer_class() -> type:
             check_verl_config(trainer.config)
             self.trainer = trainer
             self.envsched_sampler: EnvSchedVerlSampler | None = None
+            # a ready task sampler (EnvSchedPPOTrainer's task_sampler=); None: built from sampler_kwargs
+            self.envsched_task_sampler: TaskSampler | None = None
             # prompt uid -> task key, for prompts fetched and not yet reported (removed when reported)
             self._uid_key: dict[str, str] = {}
             _patch_v1_trainer(trainer, self)
@@ -575,7 +588,13 @@ def _patch_v1_trainer(trainer: Any, buffer: Any) -> None:
         old = trainer.train_dataloader
         data_cfg = trainer.config.data
         batch = int(_cfg_get(data_cfg, "gen_batch_size") or _cfg_get(data_cfg, "train_batch_size"))
-        sampler = EnvSchedVerlSampler(old.dataset, {"sampler": {"envsched": kw}}, batch_size=batch)
+        if buffer.envsched_task_sampler is not None:
+            reward_range = kw.get("reward_range")
+            sampler = EnvSchedVerlSampler(old.dataset, task_sampler=buffer.envsched_task_sampler, batch_size=batch,
+                                          key_field=kw.get("key_field"),
+                                          reward_range=list(reward_range) if reward_range is not None else None)
+        else:
+            sampler = EnvSchedVerlSampler(old.dataset, {"sampler": {"envsched": kw}}, batch_size=batch)
         trainer.train_dataloader = StatefulDataLoader(dataset=old.dataset, batch_size=old.batch_size,
                                                       num_workers=old.num_workers, drop_last=True,
                                                       collate_fn=old.collate_fn, sampler=sampler)
@@ -613,19 +632,119 @@ def _patch_v1_trainer(trainer: Any, buffer: Any) -> None:
     trainer._load_checkpoint = _load_checkpoint
 
 
+def _make_v1_trainer_class() -> type:
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+
+    class _EnvSchedPPOTrainer(PPOTrainerSync):
+        """verl's v1 sync trainer (``PPOTrainerSync``) drawing its prompts from envsched.
+
+        Args:
+            config: verl's full ``ppo_trainer`` config (``trainer.v1.trainer_mode`` must be ``sync``);
+                ``trainer.v1.sampler.sampler_kwargs`` configures the sampler as for the command line (``sampler``,
+                ``seed``, ``group_size``, ``pool``, ``key_field``, ``reward_range``, ``options``).
+            task_sampler: a ready envsched sampler over specs whose ids are the dataset rows' keys
+                (``extra_info.task_id``); ``None`` builds one from ``sampler_kwargs``.
+
+        Its replay buffer is an :class:`EnvSchedReplayBuffer`, built directly (not through verl's
+        ``custom_sampler`` loader): a ``custom_sampler`` naming another class is refused.
+        """
+
+        def __init__(self, config: Any, task_sampler: TaskSampler | None = None) -> None:
+            if task_sampler is not None:
+                for m in ("sample", "update", "state_dict", "load_state_dict"):
+                    if not callable(getattr(task_sampler, m, None)):
+                        raise TypeError(f"task_sampler must be an envsched TaskSampler; "
+                                        f"{type(task_sampler).__name__} has no {m}()")
+            self._envsched_task_sampler = task_sampler
+            super().__init__(config)
+
+        def _build_replay_buffer(self) -> Any:
+            sampler_config = self.config.trainer.v1.sampler
+            custom = sampler_config.get("custom_sampler", None)
+            if custom is not None and custom.get("path") and custom.get("name") and (
+                    custom.get("name") != "EnvSchedReplayBuffer" or "envsched" not in str(custom.get("path"))):
+                raise ValueError(f"trainer.v1.sampler.custom_sampler names {custom.get('path')}:"
+                                 f"{custom.get('name')}, but EnvSchedPPOTrainer builds its own replay buffer "
+                                 "(EnvSchedReplayBuffer): remove custom_sampler")
+            buffer = __getattr__("EnvSchedReplayBuffer")(
+                trainer_mode=self.trainer_mode, trainer_config=self.config.trainer.v1.get(self.trainer_mode, {}),
+                max_off_policy_threshold=sampler_config.max_off_policy_threshold,
+                max_off_policy_strategy=sampler_config.max_off_policy_strategy,
+                sampler_kwargs=sampler_config.sampler_kwargs, refill_fn=self._add_prompts_to_generate)
+            buffer.envsched_task_sampler = self._envsched_task_sampler
+            return buffer
+
+    _EnvSchedPPOTrainer.__name__ = _EnvSchedPPOTrainer.__qualname__ = "EnvSchedPPOTrainer"
+    _EnvSchedPPOTrainer.__module__ = __name__
+    return _EnvSchedPPOTrainer
+
+
+def envsched_task_runner(make_task_sampler: Callable[[Any], TaskSampler] | None = None) -> Any:
+    """A Ray actor class for verl's ``run_ppo(config, task_runner_class=...)``: verl's own v1 task runner
+    (``TaskRunnerV1``: TransferQueue, the agent loop manager, ``fit``) with :class:`EnvSchedPPOTrainer` as the
+    trainer. ``make_task_sampler(config)`` builds the task sampler inside the runner's process (``None``: the
+    trainer builds it from ``trainer.v1.sampler.sampler_kwargs``); it is pickled into that process, so it must
+    be a module-level function or a picklable callable.
+
+    ``TaskRunnerV1.run`` looks up its trainer class with ``verl.trainer.ppo.v1.get_trainer_cls``; the runner
+    answers that lookup with :class:`EnvSchedPPOTrainer` during its own ``run`` (in its own process). Raises
+    ``RuntimeError`` naming the supported version when the installed verl's runner no longer does that."""
+    import inspect
+
+    import ray
+    from verl.trainer.main_ppo import TaskRunnerV1
+
+    base = TaskRunnerV1.__ray_actor_class__
+    if "get_trainer_cls(" not in inspect.getsource(base.run):
+        raise RuntimeError(f"verl {'.'.join(map(str, _VERSION or ()))}'s TaskRunnerV1.run no longer looks its trainer "
+                           "up with get_trainer_cls; envsched_task_runner supports verl 0.9.1")
+
+    class EnvSchedTaskRunner(base):  # type: ignore[misc, valid-type]
+        """verl's ``TaskRunnerV1`` whose trainer is :class:`EnvSchedPPOTrainer`."""
+
+        def run(self, config: Any) -> Any:
+            import verl.trainer.ppo.v1 as v1
+
+            trainer_cls = __getattr__("EnvSchedPPOTrainer")
+            lookup = v1.get_trainer_cls
+
+            def build(config: Any) -> Any:
+                task_sampler = make_task_sampler(config) if make_task_sampler is not None else None
+                return trainer_cls(config, task_sampler=task_sampler)
+
+            def get_trainer_cls(name: str) -> Any:
+                if name != "sync":
+                    raise ValueError(f"EnvSchedPPOTrainer supports trainer.v1.trainer_mode=sync, got {name!r}")
+                return build
+
+            v1.get_trainer_cls = get_trainer_cls
+            try:
+                return super().run(config)
+            finally:
+                v1.get_trainer_cls = lookup
+
+    return ray.remote(EnvSchedTaskRunner)
+
+
 _LAZY: dict[str, Any] = {}
 
 
 def __getattr__(name: str) -> Any:
-    """``EnvSchedRayPPOTrainer`` and ``EnvSchedReplayBuffer`` subclass verl's classes: built (importing verl)
-    on first access."""
+    """``EnvSchedPPOTrainer``, ``EnvSchedReplayBuffer`` and ``EnvSchedRayPPOTrainer`` subclass verl's classes:
+    built (importing verl) on first access."""
+    if name == "EnvSchedPPOTrainer":
+        if name not in _LAZY:
+            _LAZY[name] = _make_v1_trainer_class()
+        return _LAZY[name]
     if name == "EnvSchedRayPPOTrainer":
         if name not in _LAZY:
             from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
             cls = type("EnvSchedRayPPOTrainer", (EnvSchedPPOTrainerMixin, RayPPOTrainer),
-                       {"__module__": __name__, "__doc__": "verl's ``RayPPOTrainer`` (v0) drawing from an "
-                        "envsched sampler; see :class:`EnvSchedPPOTrainerMixin` and the module docstring."})
+                       {"__module__": __name__, "__doc__": "verl's deprecated v0 ``RayPPOTrainer`` drawing from an "
+                        "envsched sampler (verl warns when one is built; the v1 trainer is "
+                        ":class:`EnvSchedPPOTrainer`); see :class:`EnvSchedPPOTrainerMixin` and the module "
+                        "docstring."})
             _LAZY[name] = cls
         return _LAZY[name]
     if name == "EnvSchedReplayBuffer":
