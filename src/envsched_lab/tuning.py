@@ -54,11 +54,16 @@ TUNING_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
     "curriculum": {"key": ("choice", ["difficulty", "group", "id"]), "decay": ("float", 0.5, 0.99, False)},
     "mopps": {"forgetting": ("float", 0.0, 1.0, False), "candidate_ratio": ("float", 2.0, 16.0, True)},
     "greso": {"target_zero_variance": ("float", 0.1, 0.5, False), "floor": ("float", 0.005, 0.1, True)},
-    "plr": {"temperature": ("float", 0.03, 1.0, True), "staleness_coef": ("float", 0.0, 0.5, False)},
+    # PLR: rho (level_replay_rho) 1.0 in the code's default: every level is played once before any replay
+    "plr": {"temperature": ("float", 0.03, 1.0, True), "staleness_coef": ("float", 0.0, 0.5, False),
+            "min_seen_fraction": ("choice", [1.0, 0.0])},
     # DPS scripts: lambda 0.5 (Countdown, Geometry3k) and 0.7 (MATH), candidates 8x and 32x
     "dps": {"transition_decay": ("float", 0.3, 1.0, False), "candidate_ratio": ("float", 2.0, 32.0, True)},
     # SEC: alpha 0.5 in every reported run (code default 0.1), tau 1.0 / 0.4 / 0.2 by domain
-    "sec": {"learning_rate": ("float", 0.1, 1.0, True), "temperature": ("float", 0.1, 2.0, True)},
+    # SEC: the code's update gives unplayed arms a zero advantage (zero_fill_unplayed); the paper's text updates
+    # only the arms played
+    "sec": {"learning_rate": ("float", 0.1, 1.0, True), "temperature": ("float", 0.1, 2.0, True),
+            "zero_fill_unplayed": ("choice", [True, False])},
     "envsched-paper": {"exposure_power": ("float", 0.0, 0.5, False),
                        "similarity_penalty": ("float", 0.0, 0.5, False),
                        "decline_penalty": ("float", 0.0, 0.5, False),
