@@ -226,7 +226,7 @@ def test_tuning_gives_every_sampler_the_same_budget(tmp_path):
 
     assert set(TUNING_SEEDS).isdisjoint(range(5))  # never a reported seed
     assert tuning_space("uniform") == {}
-    assert set(tuning_space("plr")) == {"temperature", "staleness_coef"}
+    assert set(tuning_space("plr")) == {"temperature", "staleness_coef", "min_seen_fraction"}
     from envsched.method.config import SchedulerConfig
 
     # the default tunes the paper's knobs it reads (decline_penalty and prior_strength act only in the paper's)
