@@ -437,3 +437,22 @@ def test_plr_a_task_without_a_scored_group_stays_unseen_and_is_drawn_again():
     # nothing replays while a task is unseen: the third batch is exactly the tasks without a score
     third = {t["id"] for t in s.sample(2)}
     assert third == {f"t{i}" for i in range(4)} - {t["id"] for t in second}
+
+
+def test_a_plr_record_without_min_seen_fraction_resumes_the_early_replay_it_recorded():
+    """A construction record written before PLR swept every level first names no ``min_seen_fraction``: it is
+    rebuilt with 0.0 (replay from the second step), so a history store of it replays the draws it recorded."""
+    from envsched import TaskPool
+    from envsched.samplers.baselines import PLRSampler
+
+    pool = TaskPool([{"id": f"t{i}", "env": f"e{i % 3}"} for i in range(30)])
+    early = PLRSampler(pool, seed=4, min_seen_fraction=0.0)
+    record = early.to_record()
+    record["sampler_params"].pop("min_seen_fraction")
+    rebuilt = PLRSampler.from_record(pool, record)
+    assert rebuilt.min_seen_fraction == 0.0
+    assert PLRSampler(pool, seed=4).min_seen_fraction == 1.0  # today's default sweeps first
+    for sampler in (early, rebuilt):
+        for task in sampler.sample(6):
+            sampler.update(task, [0.0, 1.0, 1.0, 0.0])
+    assert [t["id"] for t in rebuilt.sample(6)] == [t["id"] for t in early.sample(6)]

@@ -436,6 +436,15 @@ class PLRSampler(BaseSampler):
         self.last_draw = np.zeros(n, dtype=np.int64)
         self.draws = 0
 
+    @classmethod
+    def from_record(cls, tasks: TaskPool | Sequence[Any], record: Mapping[str, Any], **resources: Any) -> BaseSampler:
+        """As :meth:`BaseSampler.from_record`; a record without ``min_seen_fraction`` was written when PLR
+        replayed from its second step, so it is rebuilt with ``min_seen_fraction=0.0`` and resumes the draws it
+        recorded."""
+        params = dict(record["sampler_params"])
+        params.setdefault("min_seen_fraction", 0.0)
+        return cls(tasks, **params)
+
     def replay_distribution(self, exclude: np.ndarray | None = None) -> np.ndarray:
         """``P_replay`` over all tasks (0 for unseen and excluded ones); all zeros if none is eligible."""
         eligible = self.seen.copy()
