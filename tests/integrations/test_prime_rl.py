@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import pickle
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -153,3 +157,78 @@ def test_given_reward_range_for_prime_rl():
     assert s.metrics()["rewards_clipped"] == 1 and inner.signal_groups == 1
     with pytest.raises(ValueError, match="low < high"):
         PrimeRLTaskSampler(inner, tasks, reward_range=(1.0, 1.0))
+
+
+# ---------------------------------------------------------------------------------------------- the entrypoint
+TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny_pool.jsonl"
+
+
+@pytest.fixture
+def standin(monkeypatch):
+    """prime-rl's orchestrator module, as tests/integrations/prime_rl_standin.py stands in for it (prime-rl
+    itself needs Python 3.12, vLLM and GPUs); sys.modules and sys.argv are restored afterwards."""
+    spec = importlib.util.spec_from_file_location("prime_rl_standin", Path(__file__).with_name("prime_rl_standin.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name in ("prime_rl", "prime_rl.orchestrator", "prime_rl.orchestrator.orchestrator"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(sys, "argv", ["orchestrator"])
+    module.install()
+    return module
+
+
+def test_orchestrator_entrypoint_puts_envsched_in_every_train_env_and_resumes(standin, tmp_path):
+    """orchestrator_main runs the orchestrator's own main with envsched's TrainSource subclass: every env's
+    curriculum samples through PrimeRLTaskSampler, every finished group (out of draw order, draws ahead) is
+    observed, the checkpoint holds the adapters' states and a resume from it continues their counts."""
+    from envsched.integrations.prime_rl import orchestrator_main
+
+    common = ["--pool", str(TINY), "--groups", "4", "--rollouts", "4", "--in-flight", "6", "--out", str(tmp_path)]
+    a = orchestrator_main(["--envsched-sampler", "curriculum", "--envsched-draw-batch", "2", *common,
+                           "--steps", "4"])
+    envs = {json.loads(line)["env"] for line in TINY.read_text().splitlines() if line.strip()}
+    assert a["samplers"] == {env: "PrimeRLTaskSampler" for env in envs}
+    m = a["metrics"]
+    observed = sum(m[f"curriculum/{e}/sampler/observed_groups"] for e in envs)
+    assert observed == 16 and sum(m[f"curriculum/{e}/sampler/groups"] for e in envs) == 16
+    assert sum(m[f"curriculum/{e}/sampler/episodes"] for e in envs) == 64
+    # drawn, never observed: the 5 groups in flight after the last one finished, and the tasks the adapters
+    # drew in pairs (draw_batch 2) and have not handed out yet
+    buffered = sum(m[f"curriculum/{e}/sampler/buffered"] for e in envs)
+    assert sum(m[f"curriculum/{e}/sampler/outstanding_groups"] for e in envs) == 5 + buffered
+    ckpt = pickle.loads((tmp_path / "step_2" / "orchestrator.pkl").read_bytes())
+    states = {e: ckpt["train_source"]["envs"][e]["sampler"] for e in envs}
+    assert all(s["format"] == "envsched.prime_rl/1" for s in states.values())
+    assert sum(s["observed"] for s in states.values()) == 8
+    b = orchestrator_main(["--envsched-sampler", "curriculum", "--envsched-draw-batch", "2", *common,
+                           "--steps", "4", "--resume-step", "2"])
+    assert b["steps"] == 4 and len(b["trained"]) == 2
+    assert sum(b["metrics"][f"curriculum/{e}/sampler/observed_groups"] for e in envs) == 16  # 8 restored + 8
+
+
+def test_orchestrator_entrypoint_refuses_bad_choices_in_one_line(standin, tmp_path, capsys):
+    from envsched.integrations.prime_rl import install_task_samplers, orchestrator_main
+
+    args = ["--pool", str(TINY), "--out", str(tmp_path), "--steps", "1"]
+    with pytest.raises(KeyError, match=r"no train env 'nope'.*its envs: \['arithmetic', 'calendar'"):
+        orchestrator_main(["--envsched-envs", "nope", *args])
+    with pytest.raises(SystemExit):
+        orchestrator_main(["--envsched-sampler", "nope", *args])
+    assert "unknown --envsched-sampler 'nope'; choose one of:" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        orchestrator_main(["--envsched-reward-range", "0", *args])
+    assert "--envsched-reward-range takes LOW,HIGH" in capsys.readouterr().err
+    source = standin.TrainSource([("a", _tasks(3), 1.0), ("b", _tasks(2), 1.0)])
+    source.curricula["b"].sampler.tasks = None  # an infinite taskset
+    before = source.curricula["a"].sampler
+    with pytest.raises(ValueError, match="train env 'b' has an infinite taskset"):
+        install_task_samplers(source, lambda specs, env: UniformSampler(specs))
+    assert source.curricula["a"].sampler is before  # nothing replaced
+
+
+def test_orchestrator_entrypoint_without_prime_rl_says_what_it_needs(monkeypatch):
+    from envsched.integrations.prime_rl import orchestrator_main
+
+    monkeypatch.setitem(sys.modules, "prime_rl", None)  # not importable, as here
+    with pytest.raises(SystemExit, match=r"needs prime-rl \(main >= v0\.8\.1\.dev40, Python 3\.12"):
+        orchestrator_main(["--envsched-sampler", "uniform"])

@@ -15,10 +15,15 @@ and verifiers 0.4.0 (``import verifiers.v1 as vf``). prime-rl's sampler is
   ``trace.reward``; ``None`` when the rollout was not scored: no trace, a trace with errors, or a reward
   function that did not run), costs = the episode's output tokens.
 
-prime-rl's sampler config is a closed union, so plug the adapter in from a custom entrypoint by replacing
-the plain attribute ``train_source.curricula[env_name].sampler`` (looked up on every draw); see
-``docs/trainers.md``. Groups prime-rl cancels as stale (``max_off_policy_steps``) never reach ``observe``;
-their dispatches stay outstanding in the inner sampler (visible as ``outstanding_groups``) and do no harm.
+prime-rl's sampler config is a closed union (``standard`` or ``difficulty_pool``), so the adapter goes in from a
+custom orchestrator entrypoint: :func:`orchestrator_main` runs prime-rl's own orchestrator ``main`` with its
+``TrainSource`` replaced by :func:`envsched_train_source`'s subclass, which, as each run's train source is built
+(before a resume loads its checkpoint into it), replaces every env's ``curricula[env].sampler`` (a plain
+attribute, looked up on every draw) with a :class:`PrimeRLTaskSampler` over that env's finite taskset
+(:func:`install_task_samplers`); see ``docs/trainers.md``.
+
+Groups prime-rl cancels as stale (``max_off_policy_steps``) never reach ``observe``; their dispatches stay
+outstanding in the inner sampler (visible as ``outstanding_groups``) and do no harm.
 
 Rewards of any scale: prime-rl's ``trace.reward`` is an unbounded weighted sum, so ``observe`` maps the rewards
 through a :class:`~envsched.integrations._rewards.RewardScale` (``reward_range=`` given, else learned) onto the
@@ -40,7 +45,8 @@ from envsched.integrations._rewards import RewardScale
 from envsched.pool.spec import task_key
 from envsched.samplers.base import TaskSampler
 
-__all__ = ["PRIME_RL_STATE_FORMAT", "PrimeRLTaskSampler", "episode_reward", "task_spec_from_vf"]
+__all__ = ["PRIME_RL_STATE_FORMAT", "PrimeRLTaskSampler", "envsched_train_source", "episode_reward",
+           "install_task_samplers", "orchestrator_main", "task_spec_from_vf"]
 
 PRIME_RL_STATE_FORMAT = "envsched.prime_rl/1"
 
@@ -224,6 +230,121 @@ def task_key_of(spec: Any) -> str:
     return task_key(spec)
 
 
+# ---------------------------------------------------------------------------------------------- orchestrator
+#: make_task_sampler(specs, env_name) -> the envsched sampler of one env's curriculum
+SamplerFactory = Callable[[list[dict[str, Any]], str], TaskSampler]
+
+
+def install_task_samplers(train_source: Any, make_task_sampler: SamplerFactory, *,
+                          envs: Sequence[str] | None = None, draw_batch: int = 1,
+                          reward_range: Sequence[float] | None = None) -> dict[str, PrimeRLTaskSampler]:
+    """Replace the task sampler of each env's curriculum in prime-rl's ``TrainSource`` (``envs``: those named;
+    default every env) with a :class:`PrimeRLTaskSampler` over ``make_task_sampler(specs, env_name)``, the specs
+    being :func:`task_spec_from_vf` of the env's tasks. Returns the installed adapters by env name.
+
+    The tasks are those prime-rl gave the curriculum's sampler (its ``tasks``: a finite taskset). Checks every
+    env before replacing any: ``KeyError`` for an env not in ``train_source.curricula``, ``ValueError`` for an
+    infinite taskset (envsched schedules over a finite pool)."""
+    curricula = getattr(train_source, "curricula", None)
+    if not isinstance(curricula, Mapping):
+        raise TypeError(f"expected prime-rl's TrainSource (with .curricula), got {type(train_source).__name__}")
+    names = list(curricula) if envs is None else [str(e) for e in envs]
+    tasks_of: dict[str, list[Any]] = {}
+    for name in names:
+        if name not in curricula:
+            raise KeyError(f"no train env {name!r} in prime-rl's train source; its envs: {sorted(curricula)}")
+        tasks = getattr(curricula[name].sampler, "tasks", None)
+        if tasks is None:
+            raise ValueError(f"train env {name!r} has an infinite taskset (or a sampler without .tasks); envsched "
+                             "schedules over a finite pool: give the env a finite taskset")
+        tasks_of[name] = list(tasks)
+    installed = {name: PrimeRLTaskSampler.from_tasks(tasks, lambda specs, n=name: make_task_sampler(specs, n),
+                                                     env=name, draw_batch=draw_batch, reward_range=reward_range)
+                 for name, tasks in tasks_of.items()}
+    for name, sampler in installed.items():
+        curricula[name].sampler = sampler
+    return installed
+
+
+def envsched_train_source(base: type, make_task_sampler: SamplerFactory, **kwargs: Any) -> type:
+    """A subclass of prime-rl's ``TrainSource`` (``base``) that installs envsched's samplers
+    (:func:`install_task_samplers` with ``kwargs``) as it is built -- so before the orchestrator loads a resumed
+    checkpoint into it, whose sampler states are then the adapters' own. The adapters are in
+    ``.envsched_samplers``."""
+
+    class EnvSchedTrainSource(base):  # type: ignore[misc, valid-type]
+        _envsched_base = base  # prime-rl's own class (installing twice replaces, never stacks)
+
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            self.envsched_samplers = install_task_samplers(self, make_task_sampler, **kwargs)
+
+    EnvSchedTrainSource.__qualname__ = f"EnvSchedTrainSource[{base.__qualname__}]"
+    return EnvSchedTrainSource
+
+
+def registry_sampler_factory(name: str = "envsched", *, seed: int = 0, group_size: int = 8,
+                             **options: Any) -> SamplerFactory:
+    """``make_task_sampler`` building ``name`` from envsched's sampler registry for each env."""
+    from envsched.samplers.registry import make_sampler
+
+    def make(specs: list[dict[str, Any]], env_name: str) -> TaskSampler:
+        return make_sampler(name, specs, seed=seed, group_size=group_size, **options)
+
+    return make
+
+
+def orchestrator_main(argv: Sequence[str] | None = None, make_task_sampler: SamplerFactory | None = None) -> Any:
+    """prime-rl's orchestrator with envsched choosing every train env's tasks: a custom orchestrator entrypoint.
+
+    ``argv`` (default ``sys.argv[1:]``): envsched's options, then prime-rl's orchestrator arguments as for its
+    ``orchestrator`` command (``@ orch.toml``, ``--flags``), which prime-rl parses itself:
+    ``--envsched-sampler NAME`` (a registry name, default ``envsched``; ignored with ``make_task_sampler``),
+    ``--envsched-seed``, ``--envsched-group-size`` (default 8), ``--envsched-draw-batch`` (default 1),
+    ``--envsched-envs A,B`` (default every train env), ``--envsched-reward-range LOW,HIGH`` (default learned).
+
+    Runs ``prime_rl.orchestrator.orchestrator.main()`` with that module's ``TrainSource`` replaced by
+    :func:`envsched_train_source`'s subclass. Needs prime-rl ``main`` (>= v0.8.1.dev40, the composable
+    curricula) and its Python 3.12; exits with one line naming that when prime-rl is not importable."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="envsched prime-rl orchestrator", add_help=False)
+    parser.add_argument("--envsched-sampler", default="envsched")
+    parser.add_argument("--envsched-seed", type=int, default=0)
+    parser.add_argument("--envsched-group-size", type=int, default=8)
+    parser.add_argument("--envsched-draw-batch", type=int, default=1)
+    parser.add_argument("--envsched-envs", default=None)
+    parser.add_argument("--envsched-reward-range", default=None)
+    args, rest = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    reward_range = None
+    if args.envsched_reward_range is not None:
+        try:
+            low, high = (float(x) for x in args.envsched_reward_range.split(","))
+        except ValueError:
+            parser.error(f"--envsched-reward-range takes LOW,HIGH, got {args.envsched_reward_range!r}")
+        reward_range = (low, high)
+    if make_task_sampler is None:
+        from envsched.samplers.registry import available_samplers
+
+        if args.envsched_sampler not in available_samplers():
+            parser.error(f"unknown --envsched-sampler {args.envsched_sampler!r}; choose one of: "
+                         f"{', '.join(sorted(available_samplers()))}")
+        make_task_sampler = registry_sampler_factory(args.envsched_sampler, seed=args.envsched_seed,
+                                                     group_size=args.envsched_group_size)
+    try:
+        import prime_rl.orchestrator.orchestrator as orchestrator
+    except ImportError as exc:
+        raise SystemExit(f"the prime-rl orchestrator entrypoint needs prime-rl (main >= v0.8.1.dev40, Python 3.12; "
+                         f"installed from its repository, it is not on PyPI): {exc}") from None
+    envs = [e for e in args.envsched_envs.split(",") if e] if args.envsched_envs else None
+    base = getattr(orchestrator.TrainSource, "_envsched_base", orchestrator.TrainSource)
+    orchestrator.TrainSource = envsched_train_source(base, make_task_sampler, envs=envs,
+                                                     draw_batch=args.envsched_draw_batch, reward_range=reward_range)
+    sys.argv = [sys.argv[0], *rest]
+    return orchestrator.main()
+
+
 def _register_with_prime_rl() -> None:
     """Register as a virtual subclass of prime-rl's ABC when prime-rl is installed (isinstance checks)."""
     try:
@@ -234,3 +355,6 @@ def _register_with_prime_rl() -> None:
 
 
 _register_with_prime_rl()
+
+if __name__ == "__main__":
+    orchestrator_main()
