@@ -45,11 +45,13 @@ def _open(target: str, prefix: str) -> Any:
 @click.option("--prefix", default="envsched", show_default=True, help="Table prefix of the store.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def info(target: str, prefix: str, as_json: bool) -> None:
-    """Show what TARGET holds: sampler class and configuration, pool fingerprint, events and snapshots.
+    """Show what TARGET holds: format, tables, sampler class and configuration, pool fingerprint, events and
+    snapshots, and the format's in-place upgrades the store still lacks (its next writer makes them).
 
     Reading checks the whole event log (its hash chain); a damaged store exits with status 1.
     """
     from envsched.store import StoreError
+    from envsched.store.schema import Payload
 
     st = _open(target, prefix)
     try:
@@ -58,16 +60,19 @@ def info(target: str, prefix: str, as_json: bool) -> None:
             raise click.ClickException(f"store {st.where} holds no history yet")
         events = st.events()
         snaps = st.snapshot_seqs()
+        upgrades = st.pending_upgrades()
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     kinds = Counter(e.kind for e in events)
     summary: dict[str, Any] = {
-        "store": st.where, "sampler_class": header["sampler_class"], "sampler_params": header["sampler_params"],
+        "store": st.where, "format": header["format"], "tables": list(st.tables.names()),
+        "sampler_class": header["sampler_class"], "sampler_params": header["sampler_params"],
         "pool_fingerprint": header["pool_fingerprint"], "num_tasks": header["num_tasks"],
         "group_size": header.get("group_size"), "events": len(events), "by_kind": dict(kinds),
         "snapshots": snaps,
         "updates_with_unscored_rollouts": sum(1 for e in events if e.kind == "update"
-                                              and any(r is None for r in e.payload["rewards"])),
+                                              and any(r is None for r in Payload(e.payload).rewards)),
+        "upgrades_pending": upgrades,
     }
     if as_json:
         click.echo(json.dumps(summary, indent=2))
@@ -77,8 +82,8 @@ def info(target: str, prefix: str, as_json: bool) -> None:
     table = Table(title=f"history store {st.where}", show_header=False)
     table.add_column(overflow="fold")
     table.add_column(overflow="fold")
-    for key in ("sampler_class", "num_tasks", "group_size", "events", "by_kind", "snapshots",
-                "updates_with_unscored_rollouts", "pool_fingerprint"):
+    for key in ("format", "tables", "sampler_class", "num_tasks", "group_size", "events", "by_kind", "snapshots",
+                "updates_with_unscored_rollouts", "upgrades_pending", "pool_fingerprint"):
         table.add_row(key, escape(str(summary[key])))
     console.print(table)
     params = summary["sampler_params"]

@@ -1,7 +1,8 @@
 """Durable scheduler state: an append-only history of dispatches and updates, and samplers rebuilt from it.
 
 See ``docs/durability.md``. ``HistoryStore`` keeps the log (SQLite file, or PostgreSQL via the
-``postgres`` extra); ``DurableSampler`` wraps any sampler so that every call is logged before it is
+``postgres`` extra), whose format -- tables, payloads, version, upgrades -- and every read are in
+:mod:`envsched.store.schema`; ``DurableSampler`` wraps any sampler so that every call is logged before it is
 acknowledged and the sampler can be rebuilt exactly after a crash.
 """
 

@@ -26,13 +26,8 @@ from typing import Any
 from envsched.errors import check_int, is_int
 from envsched.samplers.base import BaseSampler
 from envsched.samplers.wrappers import SamplerWrapper
-from envsched.store.history import (
-    HistoryStore,
-    StoreCorruptError,
-    StoreError,
-    StoreMismatchError,
-    canonical_json,
-)
+from envsched.store.errors import StoreCorruptError, StoreError, StoreMismatchError
+from envsched.store.history import HistoryStore
 from envsched.store.leases import (
     LeaseConflictError,
     LeaseDecision,
@@ -55,6 +50,7 @@ from envsched.store.records import (
     tasks_fingerprint,
 )
 from envsched.store.replay import ReplayDivergenceError, ReplayMixin
+from envsched.store.schema import Payload, canonical_json
 
 __all__ = ["CALLER_PARAMS", "SAMPLER_CLASSES", "DurableSampler", "LeaseConflictError", "LeaseExpiredError",
            "ReplayDivergenceError", "UnknownLeaseError", "describe_sampler", "graph_fingerprint", "logged_group",
@@ -152,7 +148,7 @@ class DurableSampler(ReplayMixin, SamplerWrapper):
         leases (the table was dropped); otherwise a store written before leases existed, which gets the table
         -- or, opened read-only, a note saying it will get one on the first write."""
         where = self.store.where
-        if header.get("lease_table") or self.store.events_name_leases(tx):
+        if self.store.queries.lease_table_required(tx, header):
             raise StoreCorruptError(f"store {where}: its lease table {self.store.t_leases} is missing, but the "
                                     "store was created with one (or its events name leases): the table was "
                                     "dropped; restore the store from a backup")
@@ -320,7 +316,7 @@ class DurableSampler(ReplayMixin, SamplerWrapper):
                 if lease in self._groups:
                     return self._groups[lease]
                 payload = self.store.event_payload(tx, int(closed)) if closed is not None else None
-                return None if payload is None else (payload.get("rewards"), payload.get("costs"))
+                return None if payload is None else Payload(payload).logged_group()
 
             record = LeaseRecord(lkey, None if outcome is None else LeaseOutcome(outcome),
                                  "" if closed is None else f" (event {closed})", logged)

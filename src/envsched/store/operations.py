@@ -7,7 +7,7 @@ sampler ``d`` running it (``DurableSampler._run_many``):
 
 1. :meth:`~Operation.check`: may it go on? (lease checks; an answer such as ``"already_applied"`` ends it);
 2. :meth:`~Operation.apply`: the call on the wrapped sampler (bad input raises and changes nothing);
-3. :meth:`~Operation.payload`: the event to log for the result;
+3. :meth:`~Operation.payload`: the event to log for the result (laid out by :mod:`envsched.store.schema`);
 4. :meth:`~Operation.after`: what to record with the event (issued leases, a consumed lease).
 """
 
@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from envsched.errors import is_int
 from envsched.pool.spec import task_key
 from envsched.store.leases import LeaseOutcome, UnknownLeaseError, logged_group
+from envsched.store.schema import discard_payload, sample_payload, update_payload
 
 __all__ = ["GO", "DiscardOp", "Operation", "RefusedOp", "SampleOp", "UpdateOp"]
 
@@ -75,10 +76,7 @@ class SampleOp(Operation):
         return tasks
 
     def payload(self, result: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {"n": int(self.n), "keys": list(self._keys)}
-        if self.leases is not None:
-            out["leases"] = self.leases
-        return out
+        return sample_payload(self.n, self._keys, self.leases)
 
     def after(self, d: Any, tx: Any, seq: int) -> None:
         if self.leases is not None:
@@ -106,12 +104,8 @@ class UpdateOp(Operation):
         return "applied"
 
     def payload(self, result: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {"key": self.task if isinstance(self.task, str) else task_key(self.task),
-                               "rewards": [None if r is None else float(r) for r in self.rewards],
-                               "costs": None if self.costs is None else [float(c) for c in self.costs]}
-        if self.lease is not None:
-            out["lease"] = self.lease
-        return out
+        key = self.task if isinstance(self.task, str) else task_key(self.task)
+        return update_payload(key, self.rewards, self.costs, self.lease)
 
     def after(self, d: Any, tx: Any, seq: int) -> None:
         if self.lease is not None:
@@ -139,13 +133,8 @@ class DiscardOp(Operation):
         d.sampler.discard(self.task)
 
     def payload(self, result: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {"key": self.task if isinstance(self.task, str) else task_key(self.task),
-                               "reason": self.reason}
-        if self.lease is not None:
-            out["lease"] = self.lease
-        if self.reclaimed:
-            out["reclaimed"] = True
-        return out
+        key = self.task if isinstance(self.task, str) else task_key(self.task)
+        return discard_payload(key, self.reason, self.lease, self.reclaimed)
 
     def after(self, d: Any, tx: Any, seq: int) -> None:
         if self.lease is not None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from envsched.samplers import registry
 from envsched.samplers.base import BaseSampler, canonical_param, rebuildable, tasks_fingerprint
-from envsched.store.history import StoreError
+from envsched.store.errors import StoreError
 
 __all__ = ["CALLER_PARAMS", "SAMPLER_CLASSES", "describe_sampler", "graph_fingerprint", "header_differences",
            "register_sampler_class", "sampler_from_record", "tasks_fingerprint"]

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from envsched.pool.spec import task_key
-from envsched.store.history import Event, StoreCorruptError, StoreError, genesis_digest
+from envsched.store.errors import StoreCorruptError, StoreError
+from envsched.store.schema import Event, Payload, genesis_digest
 
 __all__ = ["ReplayDivergenceError", "ReplayMixin"]
 
@@ -75,26 +76,26 @@ class ReplayMixin:
         audit = self._audit
         if audit is None:
             return
-        p = ev.payload
+        p = Payload(ev.payload)
         if ev.kind == "sample":
-            for lid, key in zip(p.get("leases") or [], p["keys"], strict=False):
+            for lid, key in zip(p.leases, p.task_keys, strict=False):
                 if lid in audit:
                     raise StoreCorruptError(f"store {self.store.where}: lease {lid} is issued twice (events "
                                             f"{audit[lid][1]} and {ev.seq})")
                 audit[lid] = [key, ev.seq, None, None]
             return
-        lid = p.get("lease")
+        lid = p.lease
         if lid is None:
             return
         row = audit.get(lid)
-        if row is None or row[0] != p["key"]:
+        if row is None or row[0] != p.key:
             raise StoreCorruptError(f"store {self.store.where}: event {ev.seq} ({ev.kind}) names lease {lid}, "
-                                    f"which no earlier draw of task {p['key']!r} issued")
+                                    f"which no earlier draw of task {p.key!r} issued")
         if row[2] is not None:
             raise StoreCorruptError(f"store {self.store.where}: lease {lid} is consumed twice (events {row[2]} "
                                     f"and {ev.seq}): a duplicated {ev.kind}")
         row[2] = ev.seq
-        row[3] = "update" if ev.kind == "update" else ("reclaim" if p.get("reclaimed") else "discard")
+        row[3] = "update" if ev.kind == "update" else ("reclaim" if p.reclaimed else "discard")
 
     def _check_lease_index(self, tx: Any, audit: dict[str, list[Any]]) -> None:
         table = self.store.all_leases(tx)
@@ -120,24 +121,24 @@ class ReplayMixin:
                 return
 
     def _replay(self, ev: Event) -> None:
-        p = ev.payload
+        p = Payload(ev.payload)
         try:
             if ev.kind == "sample":
-                got = [task_key(t) for t in self.sampler.sample(p["n"])]
-                if got != p["keys"]:
+                got = [task_key(t) for t in self.sampler.sample(p.n)]
+                if got != p.task_keys:
                     raise ReplayDivergenceError(
-                        f"store {self.store.where}: replaying event {ev.seq} (sample n={p['n']}) drew "
-                        f"{got[:8]} but the log holds {p['keys'][:8]}: {type(self.sampler).__name__} did not "
+                        f"store {self.store.where}: replaying event {ev.seq} (sample n={p.n}) drew "
+                        f"{got[:8]} but the log holds {p.task_keys[:8]}: {type(self.sampler).__name__} did not "
                         "reproduce its logged draws (non-deterministic sampler, or its code changed)")
             elif ev.kind == "update":
-                if self.group_size is not None and len(p["rewards"]) != self.group_size:
+                if self.group_size is not None and len(p.rewards) != self.group_size:
                     self._broken = "replay failed"
                     raise StoreCorruptError(f"store {self.store.where}: event {ev.seq} (update) has "
-                                            f"{len(p['rewards'])} rewards, but the store records group_size="
+                                            f"{len(p.rewards)} rewards, but the store records group_size="
                                             f"{self.group_size}: the metadata or the log was edited")
-                self.sampler.update(p["key"], p["rewards"], p["costs"])
+                self.sampler.update(p.key, p.rewards, p.costs)
             else:
-                self.sampler.discard(p["key"])
+                self.sampler.discard(p.key)
         except ReplayDivergenceError:
             self._broken = "replay diverged"
             raise

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from envsched.errors import is_int
-from envsched.store.history import StoreError, StoreMismatchError
+from envsched.store.errors import StoreError, StoreMismatchError
 from envsched.store.records import graph_fingerprint
 
 __all__ = ["envsched_from_record"]
