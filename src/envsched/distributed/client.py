@@ -1,6 +1,7 @@
 """A worker's handle on the shared sampler: :class:`RemoteSampler` (through Ray) and :class:`LocalClient` (in
-the host's process), and the errors only a worker sees. See :mod:`envsched.distributed.ray_host` for the host,
-its leases and its durability."""
+the host's process), and the errors only a worker sees. See :mod:`envsched.distributed.host` for the host, its
+leases and its durability, and :mod:`envsched.distributed.ray_host` for launching it on Ray. This module
+imports neither: a handle only calls the host's methods by name."""
 
 from __future__ import annotations
 
@@ -10,15 +11,13 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from envsched.distributed.ray_support import dead_for_good, ray_module, release_name, retryable_errors, transient
 from envsched.errors import EnvSchedError
 from envsched.pool.spec import task_key
-from envsched.store.history import StoreError
+from envsched.store.errors import StoreError
 from envsched.store.leases import LeaseExpiredError, UnknownLeaseError
-
-if TYPE_CHECKING:  # pragma: no cover - types only
-    from envsched.distributed.ray_host import SamplerHost
 
 __all__ = ["LeaseUnconfirmedError", "LocalClient", "RemoteSampler", "UpdateBatchError", "release_name"]
 
@@ -51,53 +50,6 @@ def _plain(values: Any) -> Any:
     return list(values)
 
 
-def _transient(exc: StoreError) -> bool:
-    """A store error worth retrying: unreachable or locked, not a damaged or mismatched store."""
-    from envsched.store.history import StoreCorruptError, StoreMismatchError
-
-    return not isinstance(exc, StoreCorruptError | StoreMismatchError)
-
-
-def _ray() -> Any:
-    try:
-        import ray
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise ImportError("envsched.distributed needs Ray: pip install 'envsched[ray]'") from None
-    return ray
-
-
-def release_name(name: str, *, namespace: str | None = None) -> bool:
-    """Free the Ray actor name of a sampler host so that :func:`launch_sampler` can use it again.
-
-    Kills the actor registered under ``name`` (dead or alive, without restart) and waits until Ray has
-    released the name. Returns ``False`` when no actor had that name. Call it after a host died for good
-    (``ActorDiedError``; with ``max_restarts=0`` Ray keeps the dead actor's name), or to replace a host.
-    """
-    ray = _ray()
-    try:
-        handle = ray.get_actor(name, namespace=namespace)
-    except ValueError:
-        return False
-    ray.kill(handle, no_restart=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            ray.get_actor(name, namespace=namespace)
-        except ValueError:
-            return True
-        time.sleep(0.1)
-    raise RuntimeError(f"Ray did not release the actor name {name!r} within 30 s")
-
-
-def _retryable(ray: Any) -> tuple[type[BaseException], ...]:
-    ex = ray.exceptions
-    kinds: list[type[BaseException]] = [ex.RayActorError]
-    for name in ("ActorUnavailableError", "GetTimeoutError"):
-        if hasattr(ex, name):
-            kinds.append(getattr(ex, name))
-    return tuple(kinds)
-
-
 class RemoteSampler:
     """A worker's handle on the shared sampler: a TaskSampler whose calls run in the host actor.
 
@@ -123,7 +75,7 @@ class RemoteSampler:
     def connect(cls, name: str, *, namespace: str | None = None, worker: str | None = None,
                 retry_s: float = 120.0) -> RemoteSampler:
         """Attach to a host launched with ``name``."""
-        return cls(_ray().get_actor(name, namespace=namespace), worker=worker, retry_s=retry_s)
+        return cls(ray_module().get_actor(name, namespace=namespace), worker=worker, retry_s=retry_s)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"actor": self.actor, "worker": self._explicit_worker, "retry_s": self.retry_s}
@@ -132,7 +84,7 @@ class RemoteSampler:
         self.__init__(state["actor"], worker=state["worker"], retry_s=state.get("retry_s", 120.0))  # type: ignore[misc]
 
     def _call_once(self, method: str, *args: Any) -> Any:
-        ray = _ray()
+        ray = ray_module()
         try:
             return ray.get(getattr(self.actor, method).remote(*args))
         except ray.exceptions.RayTaskError as exc:
@@ -142,13 +94,13 @@ class RemoteSampler:
             raise
 
     def _transient_errors(self) -> tuple[type[BaseException], ...]:
-        return (*_retryable(_ray()), StoreError)
+        return (*retryable_errors(ray_module()), StoreError)
 
     def _call(self, method: str, *args: Any, retry: bool = False) -> Any:
         """Call the host; with ``retry``, retry while it is restarting or its store is unreachable."""
         if not retry:
             return self._call_once(method, *args)
-        ray = _ray()
+        ray = ray_module()
         kinds = self._transient_errors()
         deadline = time.monotonic() + self.retry_s
         delay = 0.2
@@ -156,9 +108,9 @@ class RemoteSampler:
             try:
                 return self._call_once(method, *args)
             except kinds as exc:
-                if isinstance(exc, StoreError) and not _transient(exc):
+                if isinstance(exc, StoreError) and not transient(exc):
                     raise
-                if isinstance(exc, ray.exceptions.RayActorError) and _dead_for_good(exc):
+                if isinstance(exc, ray.exceptions.RayActorError) and dead_for_good(exc):
                     raise
                 if time.monotonic() + delay > deadline:
                     raise
@@ -338,11 +290,11 @@ class RemoteSampler:
 
 
 class LocalClient(RemoteSampler):
-    """A :class:`RemoteSampler` for a :class:`SamplerHost` in the same process (no Ray): see
-    :meth:`SamplerHost.client`. A store error is not retried here; it propagates (the lease is dropped as
-    unconfirmed)."""
+    """A :class:`RemoteSampler` for a :class:`~envsched.distributed.SamplerHost` in the same process (no Ray;
+    ``host``'s methods are called directly): see :meth:`~envsched.distributed.SamplerHost.client`. A store
+    error is not retried here; it propagates (the lease is dropped as unconfirmed)."""
 
-    def __init__(self, host: SamplerHost, *, worker: str | None = None) -> None:
+    def __init__(self, host: Any, *, worker: str | None = None) -> None:
         super().__init__(host, worker=worker or f"local:{uuid.uuid4().hex}", retry_s=0.0)
 
     def _transient_errors(self) -> tuple[type[BaseException], ...]:
@@ -356,14 +308,3 @@ class LocalClient(RemoteSampler):
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("a LocalClient works only in the process of its host; use launch_sampler for Ray")
-
-
-def _dead_for_good(exc: BaseException) -> bool:
-    """An ActorDiedError of an actor Ray will not restart (killed with no_restart, out of restarts)."""
-    ray = _ray()
-    unavailable = getattr(ray.exceptions, "ActorUnavailableError", None)
-    if unavailable is not None and isinstance(exc, unavailable):
-        return False
-    text = str(exc).lower()
-    return any(x in text for x in ("no_restart", "max_restarts", "restarted too many times", "ray.kill",
-                                   "creation task", "__init__"))

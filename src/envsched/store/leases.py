@@ -2,7 +2,7 @@
 
 A lease is issued with one dispatched group and consumed exactly once, by an update, a discard or a
 reclaim (:class:`LeaseOutcome`). Both places that keep leases -- a :class:`~envsched.store.DurableSampler`'s
-store and the sampler host of :mod:`envsched.distributed.ray_host` -- describe what they know of a lease as a
+store and the sampler host of :mod:`envsched.distributed.host` -- describe what they know of a lease as a
 :class:`LeaseRecord` and let :func:`resolve_lease` decide:
 
 * no record: the lease was never issued -> :class:`UnknownLeaseError`;
