@@ -109,6 +109,9 @@ def _check_queries(store: HistoryStore, keys: list[str]) -> None:
             fast, slow = getattr(q, name)(tx, 0, 7), getattr(q, name)(tx, 0, 7, sql_json=False)
             assert [tuple(r) for r in fast] == [tuple(r) for r in slow], name
         assert q.sample_rows(tx, 1, 3) == [] and len(q.update_rows(tx, 2, 3)) == 1  # (after, upto]
+        assert [(r[0], r[1]) for r in q.event_heads(tx, 3, 2)] == [(4, "sample"), (5, "update")]
+        assert [(r[0], r[1], json.loads(r[3])) for r in q.event_payload_rows(tx, 5, 6)] == [
+            (6, "discard", {"key": keys[3], "reason": "tool crashed", "lease": "lb"})]
         tasks = q.task_rows(tx, 8)
         # (PostgreSQL's ->> gives every value as text)
         assert [tuple(map(str, r)) for r in tasks] == [tuple(map(str, r)) for r in q.task_rows(tx, 8, sql_json=False)]

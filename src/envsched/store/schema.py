@@ -216,10 +216,6 @@ def loads_stored(text: Any, what: str) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------- metadata
-def _finite_number(x: Any) -> bool:
-    return is_number(x) and math.isfinite(x)
-
-
 def meta_problems(meta: Mapping[str, Any]) -> list[str]:
     """What is wrong with the optional metadata values (each a short phrase); empty when all is well."""
     out: list[str] = []
@@ -229,8 +225,8 @@ def meta_problems(meta: Mapping[str, Any]) -> list[str]:
     if meta["num_tasks"] < 0:
         out.append(f"'num_tasks' is {meta['num_tasks']}, expected a count >= 0")
     rr = meta.get("reward_range")
-    if rr is not None and not (isinstance(rr, list) and len(rr) == 2 and all(_finite_number(x) for x in rr)
-                               and rr[0] < rr[1]):
+    if rr is not None and not (isinstance(rr, list) and len(rr) == 2
+                               and all(is_number(x) and math.isfinite(x) for x in rr) and rr[0] < rr[1]):
         out.append(f"'reward_range' is {str(rr)[:60]!r}, expected [low, high] with finite low < high")
     if "params_rebuildable" in meta and not isinstance(meta["params_rebuildable"], bool):
         out.append("'params_rebuildable' is not true or false")
@@ -361,8 +357,7 @@ class Payload:
 
 # ---------------------------------------------------------------------------------------------- reading
 class Transaction(Protocol):
-    """What the queries run on: ``execute(sql, params)`` returns all rows as tuples (a backend's
-    transaction, or any read-only connection)."""
+    """What the queries run on: ``execute(sql, params)`` returns all rows as tuples."""
 
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]: ...
 
@@ -469,6 +464,16 @@ class StoreQueries:
             sql += f" LIMIT {int(limit)}"
         return tx.execute(sql, {"a": after})
 
+    def event_heads(self, tx: Transaction, after: int, limit: int) -> list[tuple[Any, ...]]:
+        """``(seq, kind, created)`` of the next ``limit`` events after ``after``, by position (as stored)."""
+        return tx.execute(f"SELECT seq, kind, created FROM {self.tables.events} WHERE seq > :a ORDER BY seq "
+                          "LIMIT :n", {"a": after, "n": int(limit)})
+
+    def event_payload_rows(self, tx: Transaction, after: int, upto: int) -> list[tuple[Any, ...]]:
+        """``(seq, kind, created, payload text)`` of the events in ``(after, upto]`` (as stored)."""
+        return tx.execute(f"SELECT seq, kind, created, payload FROM {self.tables.events} WHERE seq > :a AND "
+                          "seq <= :b ORDER BY seq", {"a": after, "b": upto})
+
     def payload_text(self, tx: Transaction, seq: int) -> tuple[Any] | None:
         """The row ``(payload text,)`` of event ``seq``, or ``None`` when there is none."""
         rows = tx.execute(f"SELECT payload FROM {self.tables.events} WHERE seq = :s", {"s": seq})
@@ -567,9 +572,7 @@ class StoreQueries:
     def _python_rows(self, tx: Transaction, after: int, upto: int) -> tuple[list[Any], list[Any], list[Any]]:
         """The rows of :meth:`sample_rows`, :meth:`update_rows` and :meth:`discard_rows`, parsed in Python."""
         samples, updates, discards = [], [], []
-        for seq, kind, created, payload in tx.execute(f"SELECT seq, kind, created, payload FROM "
-                                                      f"{self.tables.events} WHERE seq > :a AND seq <= :b "
-                                                      "ORDER BY seq", {"a": after, "b": upto}):
+        for seq, kind, created, payload in self.event_payload_rows(tx, after, upto):
             data = json.loads(payload)
             if kind == "sample":
                 leased = "leases" in data
