@@ -44,7 +44,7 @@ def test_metrics_and_breaker() -> None:
 
 def test_openenv_eval_parameters() -> None:
     pytest.importorskip("openenv")
-    from envsched.evaluation.openenv_harness import EnvEvalHarness
+    from envsched.evaluation.rfc013 import EnvEvalHarness
 
     p = EnvEvalHarness.parameters({"max_turns": np.int64(3), "temperature": np.float32(0.5), "seeds": [0, 1]})
     assert type(p["max_turns"]) is int and type(p["temperature"]) is float and p["temperature"] == 0.5

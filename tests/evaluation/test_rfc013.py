@@ -34,7 +34,7 @@ from envsched.evaluation import (
     EvalSchedule,
     compare_eval_results,
 )
-from envsched.evaluation.openenv_harness import AnswerHarnessAdapter, EnvEvalHarness, OpenEnvSessionFactory
+from envsched.evaluation.rfc013 import AnswerHarnessAdapter, EnvEvalHarness, OpenEnvSessionFactory
 from envsched.pool.pool import TaskPool
 from envsched.samplers import CurriculumSampler, SequentialSampler, TaskSampler, UniformSampler
 

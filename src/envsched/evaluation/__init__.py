@@ -9,7 +9,7 @@
 * :class:`EvalSchedule` evaluates every ``n`` optimizer steps (step 0: the baseline);
 * :class:`EnvEvalHarness` (RFC 013's form: an ``openenv.core.evals.EvalHarness`` on OpenEnv's
   ``CollectRunner``), :class:`OpenEnvSessionFactory`, :class:`AnswerHarnessAdapter` and
-  :func:`policy_model_step` live in :mod:`envsched.evaluation.openenv_harness` (they need ``openenv``;
+  :func:`policy_model_step` live in :mod:`envsched.evaluation.rfc013` (they need ``openenv``;
   imported on first use). Both harnesses score with :func:`envsched.evaluation.metrics.report`.
 """
 
@@ -71,7 +71,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """Import the OpenEnv-based pieces on first use (``openenv`` takes seconds to import)."""
     if name in _OPENENV:
-        from envsched.evaluation import openenv_harness
+        from envsched.evaluation import rfc013
 
-        return getattr(openenv_harness, name)
+        return getattr(rfc013, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

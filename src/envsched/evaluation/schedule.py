@@ -28,7 +28,7 @@ class EvalSchedule:
     endpoint serving the current weights).
 
     Args:
-        harness: RFC form: an :class:`~envsched.evaluation.openenv_harness.EnvEvalHarness` (any
+        harness: RFC form: an :class:`~envsched.evaluation.rfc013.EnvEvalHarness` (any
             ``openenv.core.evals.EvalHarness``), run with ``harness.run_from_config(config)``; its result
             is OpenEnv's ``EvalResult``. envsched form: an :class:`EvalHarness`, run with
             ``harness.run(output_dir)``; its result is envsched's :class:`EvalResult`.

@@ -72,7 +72,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     from envsched.envs.base import EnvironmentUnavailable
 
     raise EnvironmentUnavailable(
-        "envsched.evaluation.openenv_harness needs the `openenv` package: pip install 'envsched[openenv]' "
+        "envsched.evaluation.rfc013 needs the `openenv` package: pip install 'envsched[openenv]' "
         "(openenv==0.10.0; never together with openenv-core)") from exc
 
 __all__ = [
