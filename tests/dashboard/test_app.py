@@ -122,9 +122,9 @@ def test_state_reports_a_store_that_became_unreadable(tmp_path, run_writer):
     app = create_app(str(store), start=False)
     dash = app.state.dashboard
     dash.tick()
-    dash.reader.close()  # as if the connection broke
+    store.rename(tmp_path / "moved.sqlite")  # each read opens the store anew: now it is gone
     dash.tick()
-    assert dash.state()["error"] and json.dumps(dash.state())
+    assert "run.sqlite" in dash.state()["error"] and json.dumps(dash.state())
     dash.stop()
 
 

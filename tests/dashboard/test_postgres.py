@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from envsched.dashboard.model import RunIndex
-from envsched.dashboard.reader import StoreReader
+from envsched.dashboard.reader import DashboardError, StoreReader
 from envsched.dashboard.views import build_views, metrics
 from envsched.samplers.simple import UniformSampler
 from envsched.store import DurableSampler, HistoryStore
@@ -76,6 +76,97 @@ def test_postgres_reader_matches_python_parsing_and_the_samplers_metrics(pg_url)
         assert build_views(ix, snap)["steps"] == 2
         sql.close()
         py.close()
+    finally:
+        d.close()
+        HistoryStore(pg_url, table_prefix=prefix).drop()
+
+
+SECRETS = ("S3cretUserinfo", "S3cretQueryPw", "S3cretSslPw")
+
+
+def _with_secrets(url: str) -> str:
+    """``url`` with a password in the userinfo and two more as query parameters (the server trusts every local
+    connection, so they are not checked, but a message, title or summary must never show one)."""
+    scheme, rest = url.split("://", 1)
+    userinfo, _, host = rest.rpartition("@")
+    user = userinfo.split(":", 1)[0] or "postgres"
+    sep = "&" if "?" in host else "?"
+    return f"{scheme}://{user}:{SECRETS[0]}@{host}{sep}password={SECRETS[1]}&sslpassword={SECRETS[2]}"
+
+
+def test_postgres_passwords_never_reach_titles_summaries_or_messages(pg_url, tmp_path):
+    from envsched.dashboard.app import create_app
+    from envsched.dashboard.report import write_report
+
+    prefix = f"d_{uuid.uuid4().hex[:10]}"
+    url = _with_secrets(pg_url)
+    d = DurableSampler(UniformSampler(make_pool(3, 3), seed=1), HistoryStore(url, table_prefix=prefix), group_size=2)
+    try:
+        for t in d.sample(3):
+            d.update(t, [1.0, 0.0])
+        reader = StoreReader(url, table_prefix=prefix)
+        assert "password=***" in reader.where and "sslpassword=***" in reader.where and ":***@" in reader.where
+        reader.close()
+        out = write_report(url, tmp_path / "r.html", table_prefix=prefix)
+        text = out.read_text(encoding="utf-8")
+        assert "<title>envsched report: postgresql" in text and '"store":"postgresql' in text
+        assert not any(s in text for s in SECRETS)
+        from starlette.testclient import TestClient
+
+        with TestClient(create_app(url, table_prefix=prefix, start=False), base_url="http://127.0.0.1") as client:
+            page = client.get("/").text
+            views = client.get("/api/views").text
+        assert "<title>envsched dashboard: postgresql" in page and "password=***" in page
+        assert not any(s in page + views for s in SECRETS)
+        # an event that cannot be read: the message names the store without its secrets
+        with d.store._backend.engine.begin() as c:
+            import sqlalchemy
+
+            c.execute(sqlalchemy.text(f"UPDATE {prefix}_events SET payload = :p WHERE seq = 2"),
+                      {"p": '{"key": 5, "rewards": [1]}'})
+        with pytest.raises(DashboardError, match=r"event 2 \(update\): field 'key' is the number 5") as info:
+            RunIndex(StoreReader(url, table_prefix=prefix)).refresh()
+        assert not any(s in str(info.value) for s in SECRETS) and "password=***" in str(info.value)
+        assert not any(s in d.store.where for s in SECRETS), d.store.where  # the store's own messages
+    finally:
+        d.close()
+        HistoryStore(pg_url, table_prefix=prefix).drop()
+
+
+# crafted events through PostgreSQL's own JSON extraction (jsonb) and through Python's parsing alike
+PG_CASES = [
+    ("keys_string", 1, '{"keys": "abc", "n": 2}', r"event 1 \(sample\): field 'keys' is a string \('abc'\)"),
+    ("keys_item_number", 1, '{"keys": ["a", 7], "n": 2}', r"event 1 \(sample\): field 'keys'\[1\] is the number 7"),
+    ("payload_not_json", 2, "not json", r"event 2 \(update\): its payload is not valid JSON"),
+    ("payload_list", 2, "[1, 2]", r"event 2 \(update\): its payload is a list of 2"),
+    ("rewards_item_text", 2, '{"key": "k", "rewards": [1, "x"]}', r"event 2 \(update\): field 'rewards'\[1\] is a"),
+    ("rewards_huge", 2, '{"key": "k", "rewards": [1e999]}', r"event 2 \(update\): field 'rewards'\[0\] is the number"),
+    ("costs_item_text", 2, '{"key": "k", "rewards": [1], "costs": ["x"]}', r"field 'costs'\[0\] is a string"),
+    ("reclaimed_text", 3, '{"key": "k", "reason": null, "reclaimed": "yes"}', r"event 3 \(discard\): field 'reclaim"),
+    ("leases_short", 1, '{"keys": ["a", "b"], "leases": ["L"], "n": 2}', r"field 'leases' holds 1 lease ids for 2"),
+]
+
+
+@pytest.mark.parametrize(("name", "seq", "payload", "match"), PG_CASES, ids=[c[0] for c in PG_CASES])
+def test_postgres_crafted_events_are_named_like_sqlites(pg_url, name, seq, payload, match):
+    prefix = f"d_{uuid.uuid4().hex[:10]}"
+    d = DurableSampler(UniformSampler(make_pool(3, 3), seed=1), HistoryStore(pg_url, table_prefix=prefix),
+                       group_size=1)
+    try:
+        t = d.sample(2)
+        d.update(t[0], [1.0])
+        d.discard(t[1], reason="gone")
+        import sqlalchemy
+
+        with d.store._backend.engine.begin() as c:
+            c.execute(sqlalchemy.text(f"UPDATE {prefix}_events SET payload = :p WHERE seq = :s"),
+                      {"p": payload, "s": seq})
+        for use_sql_json in (True, False):
+            reader = StoreReader(pg_url, table_prefix=prefix, use_sql_json=use_sql_json)
+            with pytest.raises(DashboardError, match=match) as info:
+                RunIndex(reader).refresh()
+            assert len(str(info.value).splitlines()) == 1
+            reader.close()
     finally:
         d.close()
         HistoryStore(pg_url, table_prefix=prefix).drop()

@@ -86,8 +86,10 @@ def test_reader_is_read_only_and_never_blocks_the_writer(tmp_path, run_writer):
     ix = RunIndex(reader)
     ix.refresh()
     assert ix.num_steps == 3
+    conn = reader._sqlite_connect()  # the connection each read opens
     with pytest.raises(sqlite3.OperationalError, match=r"readonly|read-only|query_only|attempt to write"):
-        reader._conn.execute(f"DELETE FROM {reader.t_events}")
+        conn.execute(f"DELETE FROM {reader.t_events}")
+    conn.close()
     # the writer commits while the reader's connection is open and reading in another thread
     stop = threading.Event()
 
@@ -180,3 +182,73 @@ def test_repeated_draws_of_a_task_are_answered_first_in_first_out(tmp_path):
     assert rows[(2, t0["id"])]["status"] == "updated" and rows[(2, t0["id"])]["signal"] is False
     assert metrics(ix, snap)["outstanding_groups"] == d.metrics()["outstanding_groups"] == 28
     d.close()
+
+
+def _listing(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_reading_a_wal_store_leaves_no_file_beside_it(tmp_path, run_writer):
+    """A read-only SQLite connection to a WAL store creates STORE-wal and STORE-shm when they are absent and
+    cannot delete them: the reader opens such a store ``immutable`` (no writer has it open), and uses the
+    writer's files, one short connection per read, while one does."""
+    from click.testing import CliRunner
+
+    from envsched.cli.main import cli
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    store = folder / "run.sqlite"
+    w = run_writer(store, None, sampler="uniform", batch_size=4).run(3)
+    w.close()
+    assert _listing(folder) == ["run.sqlite"]
+    before = _digest(store)
+    res = CliRunner().invoke(cli, ["report", str(store), "--html", str(tmp_path / "r.html")])
+    assert res.exit_code == 0, res.output
+    reader = StoreReader(store)
+    index = RunIndex(reader)
+    index.refresh()
+    assert index.num_steps == 3 and index.seq == 3 * (1 + 4)
+    reader.close()
+    assert _listing(folder) == ["run.sqlite"] and _digest(store) == before
+    # a writer at work: its own files are there; the reader adds none and keeps none alive after it
+    w2 = DurableSampler.resume(HistoryStore(store))
+    w2.sample(4)
+    live = _listing(folder)
+    assert live == ["run.sqlite", "run.sqlite-shm", "run.sqlite-wal"]
+    reader = StoreReader(store)
+    index = RunIndex(reader)
+    index.refresh()
+    assert index.num_steps == 4  # the draw still in the writer's WAL is read
+    assert _listing(folder) == live
+    w2.close()  # the writer closes while the reader is idle: it deletes its files as usual
+    assert _listing(folder) == ["run.sqlite"]
+    index.refresh()
+    reader.close()
+    assert _listing(folder) == ["run.sqlite"]
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://envsched:S3cretPw@127.0.0.1:{port}/db",
+    "postgresql://envsched@127.0.0.1:{port}/db?password=S3cretPw",
+    "postgresql://127.0.0.1:{port}/db?user=u&sslpassword=S3cretPw&sslmode=disable",
+    "postgres://u@127.0.0.1:{port}/db?PASSWORD=S3cretPw",
+    "postgresql+psycopg://u@127.0.0.1:{port}/db?pass%77ord=S3cretPw",
+    "postgresql://u:S3cretPw@127.0.0.1:{port}/db?application_name=a@b",
+    "postgresql://u@127.0.0.1:{port}/db?dbname=host%3Dx%20password%3DS3cretPw",
+    "postgresql://u:S3cret%2FPw@127.0.0.1:{port}/db",
+    "mysql://u:S3cretPw@127.0.0.1:{port}/db",
+])
+def test_a_store_urls_secrets_never_reach_a_message(url):
+    pytest.importorskip("psycopg")
+    import socket
+
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    port = free.getsockname()[1]
+    free.close()  # nothing listens there
+    with pytest.raises(DashboardError) as info:
+        StoreReader(url.format(port=port))
+    message = str(info.value)
+    assert "S3cret" not in message and "***" in message and f"127.0.0.1:{port}" in message, message
+    assert len(message.splitlines()) == 1

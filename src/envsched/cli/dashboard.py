@@ -25,9 +25,15 @@ def open_checks(store: str, run_file: Path | None, what: str) -> None:
     """The checks both `dashboard` and `report` make before opening anything."""
     require_dashboard_extra(what)
     require_store_backend(store, f"{what} of a PostgreSQL store")
-    if run_file is not None and (not run_file.is_file()):
-        raise click.BadParameter(f"{run_file} is not a file (the run file is the one given to "
-                                 "`envsched run --explain FILE`)", param_hint="--run-file")
+    if run_file is not None:  # the run-file rules `envsched explain` applies too: a regular file only
+        from envsched.method.run_file import open_run_file
+
+        try:
+            open_run_file(run_file).close()
+        except (OSError, ValueError) as exc:
+            hint = "" if "envsched run --explain" in str(exc) else \
+                " (the run file is the one given to `envsched run --explain FILE`)"
+            raise click.BadParameter(f"{exc}{hint}", param_hint="--run-file") from None
 
 
 @click.command("dashboard")

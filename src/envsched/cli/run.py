@@ -37,6 +37,7 @@ from envsched.cli.common import (
     require_store_backend,
     visible,
 )
+from envsched.errors import redact_url
 
 #: the class of the registry's EnvSched samplers (graph from the cache, explanation records)
 _ENVSCHED_CLASS = "envsched.method.sampler:EnvSchedSampler"
@@ -296,7 +297,7 @@ def run(pool_file: Path | None, sampler_name: str, steps: int, batch_size: int, 
                                       if rows else None),
         "sampler_metrics": metrics,
         "explain_file": str(explain_file) if explain_file is not None else None,
-        "store": store_target,
+        "store": None if store_target is None else redact_url(store_target),
     }
     if run_dir is not None:
         (Path(run_dir) / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -318,7 +319,8 @@ def run(pool_file: Path | None, sampler_name: str, steps: int, batch_size: int, 
     if explain_file is not None:
         lines.append(f"explanations written to {explain_file}; read them with: envsched explain {explain_file}")
     if store_target is not None:
-        lines.append(f"history store {store_target}; check it with: envsched store verify {store_target}")
+        shown_target = redact_url(store_target)  # a URL's password is not printed
+        lines.append(f"history store {shown_target}; check it with: envsched store verify {shown_target}")
     echo_wrapped(lines)
 
 

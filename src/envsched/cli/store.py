@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from envsched.cli.common import is_url, require_store_backend
+from envsched.errors import redact_url
 
 
 @click.group()
@@ -24,7 +25,7 @@ def store() -> None:
 
 def _open(target: str, prefix: str) -> Any:
     """Open an existing store; a SQLite path that does not exist is "not found" (and no file is created)."""
-    require_store_backend(target, f"store {target}")
+    require_store_backend(target, f"store {redact_url(target)}")
     if not is_url(target):
         path = Path(target)
         if not path.exists():

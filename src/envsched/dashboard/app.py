@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from envsched.dashboard.model import RunIndex
+from envsched.dashboard.model import RUN_FILE_CHUNK_BYTES, RunIndex
 from envsched.dashboard.reader import StoreReader
 from envsched.dashboard.views import build_views, pick_rows
 
@@ -155,19 +155,24 @@ class Dashboard:
         self._thread: threading.Thread | None = None
 
     def tick(self) -> None:
-        """Read new events (one chunk) and, once caught up, recompute the views if anything changed."""
+        """Read new events (one chunk of events and of the run file: bounded work whatever the store holds)
+        and, once caught up, recompute the views if anything changed. An error is kept for the page (one line,
+        naming the event or line) and the next tick tries again from where the index stands."""
         try:
-            self.index.refresh(max_events=self.chunk, chunk=self.chunk)
+            self.index.refresh(max_events=self.chunk, chunk=self.chunk, max_run_bytes=RUN_FILE_CHUNK_BYTES)
             self.error = None
             if self.index.caught_up:
                 self.views_json()
         except Exception as exc:  # shown on the page; the thread keeps polling
-            self.error = f"{type(exc).__name__}: {exc}"
+            text = str(exc).splitlines()[0] if str(exc) else ""
+            self.error = f"{type(exc).__name__}: {text}"
+            with contextlib.suppress(Exception):
+                self.views_json()  # what was read before the error
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             self.tick()
-            if self.index.caught_up:
+            if self.index.caught_up or self.error is not None:  # an error: wait before trying again
                 self._stop.wait(self.poll_s)
 
     def start(self) -> None:

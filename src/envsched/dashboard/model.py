@@ -10,7 +10,6 @@ was drawn before it arrived (an off-policy group in an asynchronous trainer).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import threading
@@ -21,6 +20,14 @@ from typing import Any
 import numpy as np
 
 from envsched.dashboard.reader import EventBatch, StoreReader
+from envsched.errors import is_int, is_number
+from envsched.method.run_file import (
+    EXPLAIN_FORMAT,
+    RunFileLimitError,
+    open_run_file,
+    parse_run_line,
+    read_run_line,
+)
 
 __all__ = ["RunFileTail", "RunIndex"]
 
@@ -28,6 +35,10 @@ PHASES = ("cold_start", "coverage", "exploitation", "fill")
 _KIND_UPDATE, _KIND_DISCARD, _KIND_RECLAIM = 0, 1, 2
 #: the most records kept from a run file (the newest); older picks lose their explanation, not their outcome
 MAX_RUN_RECORDS = 2_000_000
+#: the largest step a run-file record may name (run files count steps from 0)
+MAX_RUN_STEP = 2**31 - 2
+#: bytes of the run file one read takes in at most (the rest is read by the next ones)
+RUN_FILE_CHUNK_BYTES = 16 * 2**20
 
 
 def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
@@ -55,90 +66,133 @@ class _Columns:
         return self._cache[k]
 
 
+def _obj(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (a record's field of the wrong type reads as absent)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _real(value: Any) -> float | None:
+    """``value`` as a float if it is a finite number (not a bool), else ``None``."""
+    return float(value) if is_number(value, numpy=False) and math.isfinite(value) else None
+
+
+def _text(value: Any, limit: int) -> str:
+    """``value`` as text of at most ``limit`` characters (a run file's strings are data, shown as text)."""
+    text = value if isinstance(value, str) else repr(value) if isinstance(value, dict | list) else str(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def reasons_of(rec: dict[str, Any]) -> list[str]:
-    """Short, plain-text reasons an explanation record gives for a pick (what ``envsched explain`` shows)."""
+    """Short, plain-text reasons an explanation record gives for a pick (what ``envsched explain`` shows). A
+    field of the wrong type reads as absent: run files are data."""
     out = []
-    cov = rec.get("coverage") or {}
-    if rec.get("phase") == "cold_start" and rec.get("novelty") is not None:
-        out.append(f"cold start: novelty {rec['novelty']:.3f}")
-    if rec.get("q") is not None:
-        out.append(f"q {rec['q']:.3f}, informativeness {rec.get('informativeness') or 0:.3f}")
+    cov = _obj(rec.get("coverage"))
+    novelty = _real(rec.get("novelty"))
+    if rec.get("phase") == "cold_start" and novelty is not None:
+        out.append(f"cold start: novelty {novelty:.3f}")
+    q = _real(rec.get("q"))
+    if q is not None:
+        out.append(f"q {q:.3f}, informativeness {_real(rec.get('informativeness')) or 0:.3f}")
     for rel in ("within", "cross"):
-        r = (rec.get("relations") or {}).get(rel)
-        if r and r.get("used") and (r.get("estimate") or {}).get("variance") is not None:
+        r = _obj(_obj(rec.get("relations")).get(rel))
+        variance = _real(_obj(r.get("estimate")).get("variance"))
+        if r.get("used") is True and variance is not None:
             tag = "" if r.get("has_observed_neighbors") else " (global reference)"
-            out.append(f"{rel}-env estimate: variance {r['estimate']['variance']:.4f}{tag}")
-    own = rec.get("own_history") or {}
+            out.append(f"{rel}-env estimate: variance {variance:.4f}{tag}")
+    own = _obj(rec.get("own_history"))
     if own.get("groups"):
-        out.append(f"own history: {own['groups']} groups")
+        out.append(f"own history: {_text(own['groups'], 20)} groups")
     if cov:
-        out.append(f"env picked {cov.get('env_selections_before', 0)} times before, {cov.get('env_batch_count', 0)} "
-                   "in this batch")
-    for name, cap in (rec.get("caps") or {}).items():
+        out.append(f"env picked {_text(cov.get('env_selections_before', 0), 20)} times before, "
+                   f"{_text(cov.get('env_batch_count', 0), 20)} in this batch")
+    for name, cap in list(_obj(rec.get("caps")).items())[:20]:
         if isinstance(cap, dict) and cap.get("reached"):
-            out.append(f"cap {name} reached ({cap.get('count')}/{cap.get('limit')})")
-    if rec.get("relaxed"):
-        out.append("relaxed to fill the batch: " + ", ".join(map(str, rec["relaxed"])))
-    filters = rec.get("filters") or {}
-    if (filters.get("progress") or {}).get("filtered"):
+            out.append(f"cap {_text(name, 60)} reached ({_text(cap.get('count'), 20)}/{_text(cap.get('limit'), 20)})")
+    relaxed = rec.get("relaxed")
+    if relaxed:
+        items = relaxed if isinstance(relaxed, list) else [relaxed]
+        out.append("relaxed to fill the batch: " + ", ".join(_text(x, 60) for x in items[:20]))
+    filters = _obj(rec.get("filters"))
+    if _obj(filters.get("progress")).get("filtered"):
         out.append("progress filter: no progress")
-    ident = filters.get("identifier") or {}
+    ident = _obj(filters.get("identifier"))
     if ident.get("flagged"):
-        out.append(f"identifier filter: {ident.get('reason')}")
-    sim = rec.get("similarity") or {}
-    if sim.get("max_similarity"):
-        out.append(f"similarity to the batch {sim['max_similarity']:.3f}")
+        out.append(f"identifier filter: {_text(ident.get('reason'), 200)}")
+    similarity = _real(_obj(rec.get("similarity")).get("max_similarity"))
+    if similarity:
+        out.append(f"similarity to the batch {similarity:.3f}")
     return out
 
 
 class RunFileTail:
     """Reads an explanation run file (``envsched run --explain FILE``) as it grows: only complete new lines,
-    from where the last read stopped. A line that is not an explanation record is counted and skipped."""
+    from where the last read stopped, under the run-file rules of :mod:`envsched.method.run_file` (a regular
+    file only; a line longer than ``MAX_RUN_LINE_BYTES`` or nested deeper than ``MAX_RUN_JSON_DEPTH`` stops the
+    reading with :attr:`error`, which names the line). A line that is not an explanation record is counted
+    and skipped."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        if not self.path.exists():
-            raise FileNotFoundError(f"run file not found: {self.path}")
-        if self.path.is_dir():
-            raise ValueError(f"{self.path} is a directory, expected an explanation run file (JSONL)")
+        open_run_file(self.path).close()  # a missing path, a directory, a pipe or a device: refused now
         self.offset = 0
+        self.line = 0  # complete lines read so far
         self.bad_lines = 0
         self.header: dict[str, Any] | None = None
+        self.at_end = False
+        #: why reading stopped (a line over the caps); cleared when the file is replaced
+        self.error: str | None = None
 
-    def read_new(self) -> list[dict[str, Any]]:
-        """The pick records appended since the last call."""
+    def read_new(self, max_bytes: int | None = RUN_FILE_CHUNK_BYTES) -> list[dict[str, Any]]:
+        """The pick records appended since the last call, reading at most about ``max_bytes`` of the file
+        (``None``: up to its end); :attr:`at_end` says whether the end was reached. Stops at a line over the
+        caps and sets :attr:`error` (the records before it are returned)."""
+        out: list[dict[str, Any]] = []
+        self.at_end = False
         try:
-            size = self.path.stat().st_size
-        except OSError:
-            return []
-        if size < self.offset:  # the file was replaced: start over
-            self.offset = 0
-        if size == self.offset:
-            return []
-        with self.path.open("rb") as fh:
+            fh = open_run_file(self.path)
+        except (OSError, ValueError) as exc:  # the file is gone or was replaced by something else
+            self.error = str(exc)
+            return out
+        with fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size < self.offset:  # the file was replaced: start over
+                self.offset, self.line, self.error = 0, 0, None
+            if self.error is not None:
+                return out
             fh.seek(self.offset)
-            data = fh.read(size - self.offset)
-        end = data.rfind(b"\n")
-        if end < 0:
-            return []
-        self.offset += end + 1
-        out = []
-        for line in data[:end].split(b"\n"):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                self.bad_lines += 1
-                continue
-            if not isinstance(rec, dict) or rec.get("format") != "envsched.explain/1":
-                self.bad_lines += 1
-            elif rec.get("kind") == "header":
-                self.header = rec
-            elif rec.get("kind") == "pick" and isinstance(rec.get("step"), int) and isinstance(rec.get("task_id"), str):
-                out.append(rec)
-            else:
-                self.bad_lines += 1
+            read = 0
+            while max_bytes is None or read < max_bytes:
+                try:
+                    line = read_run_line(fh, f"run file {self.path}, line {self.line + 1}")
+                except RunFileLimitError as exc:
+                    self.error = str(exc)
+                    return out
+                if not line.endswith(b"\n"):  # the end, or a line still being written
+                    self.at_end = True
+                    break
+                where = f"run file {self.path}, line {self.line + 1}"
+                self.offset += len(line)
+                self.line += 1
+                read += len(line)
+                if not line.strip():
+                    continue
+                try:
+                    rec = parse_run_line(line, where)
+                except RunFileLimitError as exc:
+                    self.error = str(exc)
+                    return out
+                except ValueError:
+                    self.bad_lines += 1
+                    continue
+                if not isinstance(rec, dict) or rec.get("format") != EXPLAIN_FORMAT:
+                    self.bad_lines += 1
+                elif rec.get("kind") == "header":
+                    self.header = rec
+                elif (rec.get("kind") == "pick" and is_int(rec.get("step"), numpy=False)
+                      and 0 <= rec["step"] <= MAX_RUN_STEP and isinstance(rec.get("task_id"), str)):
+                    out.append(rec)
+                else:
+                    self.bad_lines += 1
         return out
 
 
@@ -189,31 +243,50 @@ class RunIndex:
         self.caught_up = False
 
     # ------------------------------------------------------------------ ingestion
-    def refresh(self, *, max_events: int | None = None, chunk: int = 50_000) -> bool:
+    def refresh(self, *, max_events: int | None = None, chunk: int = 50_000,
+                max_run_bytes: int | None = None) -> bool:
         """Read what was committed (and appended to the run file) since the last call, at most
-        ``max_events`` events (all when ``None``); ``True`` if anything was read. :attr:`caught_up` says
-        whether the index reached the end of the log."""
+        ``max_events`` events and about ``max_run_bytes`` of the run file (all when ``None``); ``True`` if
+        anything was read. :attr:`caught_up` says whether the index reached the end of the log and of the run
+        file. A store that cannot be read raises :class:`~envsched.dashboard.reader.DashboardError`, a run-file
+        line over the caps ``ValueError``, each naming the event or line; what was read before it stays
+        indexed, and the next call starts from there."""
         with self._lock:
             changed = False
-            budget = math.inf if max_events is None else max_events
-            self.caught_up = False
-            while budget > 0:
-                batch = self.reader.events(self.seq, limit=int(min(chunk, budget)))
-                self.head = max(self.head, batch.head)
-                if batch.upto <= self.seq:
-                    self.caught_up = True
-                    break
-                budget -= batch.upto - self.seq
-                self._ingest(batch)
-                changed = True
-            if self.run_file is not None and self.caught_up:
-                recs = self.run_file.read_new()
-                if recs:
-                    self._ingest_records(recs)
+            try:
+                budget = math.inf if max_events is None else max_events
+                self.caught_up = False
+                events_done = False
+                while budget > 0:
+                    batch = self.reader.events(self.seq, limit=int(min(chunk, budget)))
+                    self.head = max(self.head, batch.head)
+                    if batch.upto <= self.seq:
+                        events_done = True
+                        break
+                    budget -= batch.upto - self.seq
+                    self._ingest(batch)
                     changed = True
-            if changed:
-                self.version += 1
-            return changed
+                if self.run_file is None or not events_done:
+                    self.caught_up = events_done
+                    return changed
+                left = math.inf if max_run_bytes is None else max_run_bytes
+                tail = self.run_file
+                while left > 0:
+                    before = tail.offset
+                    recs = tail.read_new(int(min(RUN_FILE_CHUNK_BYTES, left)))
+                    left -= max(tail.offset - before, 1)
+                    if recs:
+                        self._ingest_records(recs)
+                        changed = True
+                    if tail.error is not None or tail.at_end:
+                        break
+                self.caught_up = tail.at_end or tail.error is not None
+                if tail.error is not None:
+                    raise ValueError(tail.error)
+                return changed
+            finally:
+                if changed:
+                    self.version += 1
 
     def _task_ids(self, keys: list[Any]) -> np.ndarray:
         get = self.key_index.get
@@ -271,15 +344,21 @@ class RunIndex:
         self.seq = b.upto
 
     def _ingest_records(self, recs: list[dict[str, Any]]) -> None:
+        """Keep a summary of each pick record (``RunFileTail`` checked its step and task id); values of the wrong
+        type are kept as absent, text is cut short."""
         for rec in recs:
             task = self.key_index.get(rec["task_id"], -1)
             if task < 0:
                 self.run_file_unknown += 1
-            pred = rec.get("predicted") or {}
-            self.explained[(rec["step"] + 1, task)] = {
-                "phase": str(rec.get("phase")), "rank": rec.get("rank"), "env": str(rec.get("env")),
-                "task_id": rec["task_id"], "q": rec.get("q"), "score": rec.get("score"),
-                "pred_var": pred.get("variance"), "pred_mean": pred.get("mean"), "reasons": reasons_of(rec)}
+            pred = _obj(rec.get("predicted"))
+            entry = {"phase": _text(rec.get("phase"), 40), "env": _text(rec.get("env"), 200),
+                     "task_id": rec["task_id"], "q": _real(rec.get("q")), "score": _real(rec.get("score")),
+                     "pred_var": _real(pred.get("variance")), "pred_mean": _real(pred.get("mean")),
+                     "reasons": reasons_of(rec)}
+            rank = rec.get("rank")
+            if is_int(rank, numpy=False) and 0 <= rank <= MAX_RUN_STEP:  # else the table shows the draw's own rank
+                entry["rank"] = rank
+            self.explained[(rec["step"] + 1, task)] = entry
         if len(self.explained) > MAX_RUN_RECORDS:
             for k in sorted(self.explained)[:len(self.explained) - MAX_RUN_RECORDS]:
                 del self.explained[k]

@@ -49,12 +49,12 @@ from envsched.method.config import SchedulerConfig
 from envsched.method.graph.dual_graph import DualRelationGraph
 from envsched.method.history.prediction import Prediction
 from envsched.method.history.statistics import History
+from envsched.method.run_file import EXPLAIN_FORMAT, open_run_file, parse_run_line, read_run_line
 from envsched.method.scheduling.batch import Pick
 from envsched.method.scheduling.policy import PolicyTrace
 
 __all__ = ["EXPLAIN_FORMAT", "build_records", "filter_snapshot", "iter_run_file", "read_run_file", "write_records"]
 
-EXPLAIN_FORMAT = "envsched.explain/1"
 # json.dumps' settings without its cycle check (records are trees): the same text, about a third faster
 _ENCODER = json.JSONEncoder(check_circular=False)
 _STATS = ("mean", "variance", "dispersion")
@@ -257,22 +257,23 @@ def write_records(path: str | os.PathLike[str], records: list[dict[str, Any]],
 
 
 def iter_run_file(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """Yield the records of a run file (header included). Raises ``ValueError`` naming the bad line."""
+    """Yield the records of a run file (header included). Raises ``ValueError`` naming the bad line, and refuses
+    what :mod:`envsched.method.run_file` refuses (anything but a regular file, an overlong or too deeply nested
+    line) before reading it."""
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"run file not found: {path}")
-    if path.is_dir():
-        raise ValueError(f"{path} is a directory, expected an explanation run file (JSONL)")
-    with path.open("r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with open_run_file(path) as fh:
+        lineno = 0
+        while True:
+            lineno += 1
+            where = f"{path}, line {lineno}"
+            line = read_run_line(fh, where)
+            if not line:
+                return
             if not line.strip():
                 continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}, line {lineno}: invalid JSON ({exc.msg})") from None
+            rec = parse_run_line(line, where)
             if not isinstance(rec, dict) or rec.get("format") != EXPLAIN_FORMAT:
-                raise ValueError(f"{path}, line {lineno}: not an explanation record (format "
+                raise ValueError(f"{where}: not an explanation record (format "
                                  f"{rec.get('format') if isinstance(rec, dict) else None!r}, "
                                  f"expected {EXPLAIN_FORMAT!r})")
             yield rec

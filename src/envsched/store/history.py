@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from envsched.errors import redact_url
 from envsched.store.errors import StoreCorruptError, StoreError, StoreMismatchError
 from envsched.store.leases import OUTCOMES
 from envsched.store.postgresql import PostgresBackend
@@ -103,7 +104,7 @@ class HistoryStore:
             self._backend: Any = PostgresBackend(text, prefix=table_prefix, connect_timeout_s=busy_timeout_s,
                                                  read_only=self.read_only)
         elif "://" in text and not text.startswith("sqlite:///"):
-            raise ValueError(f"unsupported store URL {text!r}: give a file path, sqlite:///path or a "
+            raise ValueError(f"unsupported store URL {redact_url(text)!r}: give a file path, sqlite:///path or a "
                              "postgresql:// URL")
         else:
             path = Path(text[len("sqlite:///"):] if text.startswith("sqlite:///") else text)

@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from envsched.errors import redact_secrets, redact_url
 from envsched.store.errors import StoreCorruptError, StoreError
 
 __all__ = ["PostgresBackend", "PostgresTransaction"]
@@ -48,7 +49,7 @@ class PostgresBackend:
             url = "postgresql+psycopg://" + url.split("://", 1)[1]
         self._sa = sqlalchemy
         self.url = url
-        self.where = sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+        self.where = redact_url(url)  # a password, in the userinfo or a query parameter, shown as ***
         self.engine = sqlalchemy.create_engine(url, pool_pre_ping=True, pool_size=1, max_overflow=2,
                                                connect_args={"connect_timeout": int(max(1, connect_timeout_s))})
         self.lock_key = int.from_bytes(hashlib.sha256(f"envsched:{prefix}".encode()).digest()[:8], "big",
@@ -73,7 +74,8 @@ class PostgresBackend:
                     conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": self.lock_key})
                 yield PostgresTransaction(conn, sa.text, self.where)
         except sa.exc.OperationalError as exc:
-            raise StoreError(f"store {self.where}: cannot reach PostgreSQL ({exc.orig})") from exc
+            raise StoreError(f"store {self.where}: cannot reach PostgreSQL "
+                             f"({redact_secrets(exc.orig, self.url)})") from exc
         except sa.exc.DataError as exc:
             raise StoreCorruptError(f"store {self.where}: damaged data ({exc.orig})") from exc
 
