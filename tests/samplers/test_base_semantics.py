@@ -110,3 +110,40 @@ def test_a_select_that_returns_a_bad_position_is_refused_with_nothing_changed() 
         assert json.dumps(s.state_dict(), sort_keys=True) == before and s.outstanding() == {}
     Buggy.answer = [3, 0]
     assert [t["id"] for t in s.sample(2)] == ["t3", "t0"]
+
+
+@pytest.mark.parametrize(("rewards", "reward_range", "signal"), [
+    ([0.0, 1e-7, 0.0, 0.0], (0.0, 1.0), False),  # variance 1.9e-15 on [0, 1]: rewards equal up to noise
+    ([0.0, 1e-5, 0.0, 0.0], (0.0, 1.0), True),  # variance 1.9e-11
+    ([0.0, 1e-5, 0.0, 0.0], (0.0, 100.0), False),  # the same spread is 1e-7 of a range of 100
+    ([0.1 + 0.2, 0.3, 0.3], (0.0, 1.0), False),  # unequal in the last bit only
+    ([1.0, None, None], (0.0, 1.0), False),  # one scored reward
+    ([1.0, None, 0.0], (0.0, 1.0), True),
+])
+def test_a_group_with_signal_is_one_definition_for_the_counters_and_envsched(rewards, reward_range, signal):
+    """``metrics()["signal_groups"]`` (every sampler) and EnvSched's history (its environments' signal counts, the
+    exploitation hit rate) call a group a signal group by the same rule, ``is_signal_group``."""
+    from envsched.method.config import SchedulerConfig
+    from envsched.method.history import signal as history_signal
+    from envsched.method.sampler import EnvSchedSampler
+    from envsched.samplers.base import group_mean_variance, is_signal_group
+
+    tasks = TaskPool([{"id": f"t{i}", "env": f"e{i % 2}"} for i in range(4)], reward_range=reward_range)
+    low, high = reward_range
+    scored = [(r - low) / (high - low) for r in rewards if r is not None]
+    assert bool(is_signal_group(len(scored), group_mean_variance(scored)[1] if scored else math.nan)) is signal
+    for sampler in (UniformSampler(tasks, seed=0), EnvSchedSampler(tasks, config=SchedulerConfig(), seed=0)):
+        (t,) = sampler.sample(1)
+        sampler.update(t, rewards)
+        assert sampler.metrics()["signal_groups"] == float(signal), type(sampler).__name__
+    history = sampler.history
+    s_e, k_e = history_signal.env_signal(history, 8.0)
+    assert s_e.sum() == float(signal) and k_e.sum() == float(len(scored) >= 2)
+    assert history_signal.phase_yields(history, 8.0)["coverage"][0] == 0.0  # a cold-start pick, not coverage
+    # had the group been an exploitation pick, it would count as a hit by the same rule
+    from envsched.method.history.statistics import PHASES
+
+    history.obs.col("phase")[:] = PHASES.index("exploitation")
+    history._cache.clear()  # (the log was edited in place)
+    assert history.step_summary(0)["exploitation_hits"] == float(signal)
+    assert history.cumulative_hit_rate() == float(signal)

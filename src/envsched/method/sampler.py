@@ -258,7 +258,8 @@ class EnvSchedSampler(BaseSampler):
             vals = group.scored.tolist()
             mean = math.fsum(vals) / n
             raw_var = math.fsum((r - mean) ** 2 for r in vals) / n
-        self._history.record_observation(group.position, scored01, len(group.rewards), raw_var)
+        self._history.record_observation(group.position, scored01, len(group.rewards), raw_var,
+                                         group.mean_variance01 if n else None)
 
     def _on_discard(self, position: int) -> None:
         self._history.record_discard(position)

@@ -36,8 +36,9 @@ from envsched.pool.pool import TaskPool
 from envsched.pool.spec import task_key
 from envsched.samplers import _validate as _check
 
-__all__ = ["MAX_BATCH", "STATE_FORMAT", "BaseSampler", "GroupResult", "TaskSampler", "canonical_param",
-           "rebuildable", "tasks_fingerprint"]
+__all__ = ["EQUAL_VARIANCE", "MAX_BATCH", "MIN_SIGNAL_ROLLOUTS", "STATE_FORMAT", "BaseSampler", "GroupResult",
+           "TaskSampler", "canonical_param", "group_mean_variance", "is_signal_group", "rebuildable",
+           "tasks_fingerprint"]
 
 STATE_FORMAT = "envsched.sampler/1"
 #: Largest value an integer counter may hold in a loaded state (and largest ``n`` of one ``sample`` call
@@ -47,6 +48,34 @@ _MAX_COUNT = _check.MAX_COUNT
 #: (otherwise the pool's size is the limit); checked before anything is allocated.
 MAX_BATCH = 1_000_000
 _RANGE_TOLERANCE = 1e-9
+
+#: A *signal group* -- a group GRPO gets a gradient from -- has at least this many scored rewards, and they are not
+#: all equal (:func:`is_signal_group`).
+MIN_SIGNAL_ROLLOUTS = 2
+#: Scored rewards, mapped to [0, 1] by the sampler's reward range, count as all equal when their population
+#: variance is at most this: the floating-point noise of equal rewards is about 1e-17, and two rewards 2e-6 of the
+#: range apart have variance 1e-12, a difference no advantage normalisation turns into a gradient worth the name.
+EQUAL_VARIANCE = 1e-12
+
+
+def group_mean_variance(scored01: Sequence[float]) -> tuple[float, float]:
+    """Mean and population variance of a non-empty group of scored rewards already mapped to [0, 1], in exactly
+    rounded sums (``math.fsum``): the one computation behind :attr:`GroupResult.has_signal` and EnvSched's
+    observation statistics, so that both see the same variance."""
+    vals = [float(r) for r in scored01]
+    m = math.fsum(vals) / len(vals)
+    return m, max(0.0, math.fsum((r - m) ** 2 for r in vals) / len(vals))
+
+
+def is_signal_group(n_scored: Any, variance01: Any) -> Any:
+    """Whether a group is a *signal group*: at least :data:`MIN_SIGNAL_ROLLOUTS` scored rewards whose population
+    variance on the [0, 1] scale (:func:`group_mean_variance`) is above :data:`EQUAL_VARIANCE`. Elementwise over
+    arrays (NaN, the variance of a group without scored rewards, is no signal). The one definition every reader
+    uses: the ``signal_groups`` counters of every sampler and the signal counts of EnvSched's history."""
+    if isinstance(n_scored, int | float) and isinstance(variance01, int | float):
+        return n_scored >= MIN_SIGNAL_ROLLOUTS and variance01 > EQUAL_VARIANCE
+    return (np.asarray(n_scored) >= MIN_SIGNAL_ROLLOUTS) & (np.nan_to_num(np.asarray(variance01, dtype=float))
+                                                           > EQUAL_VARIANCE)
 
 
 @runtime_checkable
@@ -83,18 +112,38 @@ class GroupResult:
         rewards: every rollout's reward as given (``None`` for an unscored rollout).
         scored: the scored rewards only, as a float array (``None`` never appears here).
         costs: per-rollout costs, or ``None`` if the trainer gave none.
-        has_signal: at least two scored rollouts whose rewards differ.
+        has_signal: whether the group is a signal group (:func:`is_signal_group`: at least two scored rollouts
+            whose rewards, on the reward range mapped to [0, 1], are not all equal).
+        reward_range: the sampler's reward range, which maps the rewards to [0, 1].
     """
 
-    __slots__ = ("costs", "has_signal", "position", "rewards", "scored")
+    __slots__ = ("_mean_variance", "costs", "has_signal", "position", "reward_range", "rewards", "scored")
 
-    def __init__(self, position: int, rewards: list[float | None], costs: np.ndarray | None) -> None:
+    def __init__(self, position: int, rewards: list[float | None], costs: np.ndarray | None,
+                 reward_range: tuple[float, float] = (0.0, 1.0)) -> None:
         self.position = position
         self.rewards = rewards
         scored = [r for r in rewards if r is not None]
         self.scored = np.asarray(scored, dtype=float)
         self.costs = costs
-        self.has_signal = len(scored) >= 2 and min(scored) != max(scored)  # plain floats: no numpy call
+        self.reward_range = reward_range
+        self._mean_variance: tuple[float, float] | None = None
+        # equal scored rewards have no variance above the tolerance: only unequal ones need it computed
+        self.has_signal = (len(scored) >= MIN_SIGNAL_ROLLOUTS and min(scored) != max(scored)  # plain floats
+                           and is_signal_group(len(scored), self.mean_variance01[1]))
+
+    @property
+    def mean_variance01(self) -> tuple[float, float]:
+        """Mean and population variance of the scored rewards mapped to [0, 1] (:func:`group_mean_variance`;
+        computed once; ``(nan, nan)`` when none is scored)."""
+        if self._mean_variance is None:
+            if not self.scored.size:
+                self._mean_variance = (math.nan, math.nan)
+            else:
+                low, high = self.reward_range
+                span = high - low
+                self._mean_variance = group_mean_variance([(r - low) / span for r in self.scored.tolist()])
+        return self._mean_variance
 
     @property
     def variance(self) -> float:
@@ -611,4 +660,4 @@ class BaseSampler(ABC):
         if self.require_dispatch and self._outstanding.get(pos, 0) == 0:
             raise ValueError(f"update for task {key!r} without an outstanding dispatch: it was not drawn by "
                              "sample(), or its group was already reported")
-        return GroupResult(pos, clean, cost_arr)
+        return GroupResult(pos, clean, cost_arr, self.reward_range)

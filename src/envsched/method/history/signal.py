@@ -1,12 +1,13 @@
 """Stage 2 of EnvSched, adaptive mode (ours, not in the paper): signal rates and the per-task Beta posterior.
 
-A *signal group* is a group with at least two scored rewards that are not all equal: the only groups from
-which GRPO gets a gradient. Everything here is derived from :class:`~envsched.method.history.statistics.History`'s
-observation log (so it needs no state of its own, and ``state_dict`` / ``load_state_dict`` restore it), with
-recency weights ``0.5 ** (age / half_life)``, ``age`` in scheduler steps; in the decayed form (the default
-preset) the log holds only the last steps, and the sums of the observations absorbed out of it are added from
-:meth:`History.decayed_signal <envsched.method.history.statistics.History.decayed_signal>` (exact: these sums
-are linear in the weights):
+A *signal group* is a group with at least two scored rewards that are not all equal: the only groups from which
+GRPO gets a gradient (defined once, :func:`envsched.samplers.base.is_signal_group`, for every sampler's
+``signal_groups`` counter and for this module). Everything here is derived from
+:class:`~envsched.method.history.statistics.History`'s observation log (so it needs no state of its own, and
+``state_dict`` / ``load_state_dict`` restore it), with recency weights ``0.5 ** (age / half_life)``, ``age`` in
+scheduler steps; in the decayed form (the default preset) the log holds only the last steps, and the sums of the
+observations absorbed out of it are added from :meth:`History.decayed_signal
+<envsched.method.history.statistics.History.decayed_signal>` (exact: these sums are linear in the weights):
 
 * :func:`phase_yields`: signal groups per scored group of the coverage and of the exploitation picks (the
   adaptive coverage share);
@@ -32,21 +33,22 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import betaln, ndtri
 
-from envsched.method.history.statistics import EQUAL_VARIANCE, PHASES, History
+from envsched.method.history.statistics import PHASES, History
+from envsched.samplers.base import MIN_SIGNAL_ROLLOUTS, is_signal_group
 
 __all__ = ["beta_quantile", "declining", "env_signal", "group_signal", "mixed_probability", "optimistic_signal",
            "phase_yields", "signal_counts", "signal_posterior"]
 
 _COVERAGE, _EXPLOITATION = PHASES.index("coverage"), PHASES.index("exploitation")
-_EQUAL = EQUAL_VARIANCE
 _EPS = 1e-6
 
 
 def _scorable(history: History) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of the observation log that can show signal (>= 2 scored rewards), and which of them did."""
+    """Rows of the observation log that can show signal (>= 2 scored rewards), and which of them did (the signal
+    groups, :func:`~envsched.samplers.base.is_signal_group`)."""
     o = history.obs
-    ok = o.col("n_scored") >= 2
-    return ok, ok & (o.col("v") > _EQUAL)
+    n_scored = o.col("n_scored")
+    return n_scored >= MIN_SIGNAL_ROLLOUTS, is_signal_group(n_scored, o.col("v"))
 
 
 def phase_yields(history: History, half_life: float) -> dict[str, tuple[float, float]]:

@@ -89,6 +89,7 @@ import numpy as np
 
 from envsched.method.config import SchedulerConfig
 from envsched.samplers import _validate as _check
+from envsched.samplers.base import MIN_SIGNAL_ROLLOUTS, group_mean_variance, is_signal_group
 
 __all__ = ["PHASES", "History", "observation_statistics"]
 
@@ -98,18 +99,19 @@ _PHASE_CODE = {p: i for i, p in enumerate(PHASES)}
 _OUTSTANDING, _OBSERVED, _DISCARDED = 0, 1, 2
 
 
-def observation_statistics(scored: np.ndarray) -> tuple[float, float, float] | None:
+def observation_statistics(scored: np.ndarray,
+                           mean_variance: tuple[float, float] | None = None) -> tuple[float, float, float] | None:
     """``(mean, population variance, mean-corrected dispersion)`` of rewards already scaled to [0, 1].
 
     ``None`` when no reward is scored. Dispersion is ``v / (m (1 - m))`` (0 when ``m`` is 0 or 1, where
-    the variance is 0 too), clipped to [0, 1].
+    the variance is 0 too), clipped to [0, 1]. ``mean_variance``: the group's mean and variance when the caller
+    has them already (:attr:`~envsched.samplers.base.GroupResult.mean_variance01`, the same computation).
     """
     x = np.asarray(scored, dtype=float)
     if x.size == 0:
         return None
-    vals = x.tolist()  # groups are small: plain floats beat numpy's per-call overhead
-    m = math.fsum(vals) / len(vals)
-    v = max(0.0, math.fsum((r - m) ** 2 for r in vals) / len(vals))
+    # groups are small: plain floats beat numpy's per-call overhead
+    m, v = mean_variance if mean_variance is not None else group_mean_variance(x.tolist())
     denom = m * (1.0 - m)
     d = min(1.0, v / denom) if denom > 1e-12 else 0.0
     return m, v, d
@@ -182,10 +184,6 @@ _OBS_COLUMNS = {"pos": np.int64, "step": np.int64, "phase": np.int8, "n_scored":
                 "m": np.float64, "v": np.float64, "d": np.float64, "raw_var": np.float64,
                 **_REF_COLUMNS}
 _REF_DEFAULTS = {"ref_m": 0.0, "ref_v": 0.0, "ref_d": 0.0, "frozen": _LIVE}
-
-#: variances at or below this are "all rewards equal" (floating-point noise of equal rewards is ~1e-17); a
-#: scorable group with a larger variance is a *signal group* (:mod:`envsched.method.history.signal`)
-EQUAL_VARIANCE = 1e-12
 
 #: Live window of the decayed form, in steps: the observations of the last ``DECAYED_WINDOW`` to
 #: ``DECAYED_WINDOW + DECAYED_WINDOW // 4`` steps stay in the log (centred and clipped one by one, their steps'
@@ -296,8 +294,8 @@ class DecayedStatistics:
             centred = np.clip(x - obs[f"ref_{c}"][scored] + reference[j], clip[0][j], clip[1][j]) - reference[j]
             cols.append(np.where(has, centred, x))
         y = np.stack(cols, axis=1)
-        ok = n_sc >= 2
-        sig = ok & (np.nan_to_num(obs["v"]) > EQUAL_VARIANCE)
+        ok = n_sc >= MIN_SIGNAL_ROLLOUTS
+        sig = is_signal_group(n_sc, obs["v"])
         succ = np.where(scored, np.nan_to_num(obs["m"]) * n_sc, 0.0)
         for h in self.half_lives:
             w = np.power(0.5, np.maximum(0, now - obs["step"]) / h)
@@ -521,8 +519,10 @@ class History:
         """A dispatched group was dropped: release its oldest dispatch (it never becomes an observation)."""
         self._pop_dispatch(pos, _DISCARDED)
 
-    def record_observation(self, pos: int, scored01: np.ndarray, n_rollouts: int, raw_var: float) -> dict[str, Any]:
-        """Log one reported group. ``scored01``: its scored rewards mapped to [0, 1]. Returns what was logged."""
+    def record_observation(self, pos: int, scored01: np.ndarray, n_rollouts: int, raw_var: float,
+                           mean_variance: tuple[float, float] | None = None) -> dict[str, Any]:
+        """Log one reported group. ``scored01``: its scored rewards mapped to [0, 1]; ``mean_variance``: their mean
+        and variance when known (:func:`observation_statistics`). Returns what was logged."""
         row = self._pop_dispatch(pos, _OBSERVED)
         ref = dict(_REF_DEFAULTS)
         if row is None:  # an update without a dispatch (require_dispatch=False): dated by the last batch
@@ -531,7 +531,7 @@ class History:
             d = self.dispatch
             step, phase = int(d.col("step")[row]), int(d.col("phase")[row])
             ref = {k: d.col(k)[row] for k in _REF_COLUMNS}  # a dispatch of a folded step: its frozen reference
-        stats = observation_statistics(scored01)
+        stats = observation_statistics(scored01, mean_variance)
         m, v, d = stats if stats is not None else (math.nan, math.nan, math.nan)
         self.obs.append(pos=pos, step=step, phase=phase, n_scored=int(scored01.size), n_rollouts=n_rollouts,
                         m=m, v=v, d=d, raw_var=raw_var, **ref)
@@ -662,9 +662,9 @@ class History:
         n = self.n
         self._folded_obs += np.bincount(pos[drop], minlength=n)
         self._folded_scored += np.bincount(pos[drop & scored], minlength=n)
-        self._folded_scorable += np.bincount(pos[drop & (n_scored >= 2)], minlength=n)
+        self._folded_scorable += np.bincount(pos[drop & (n_scored >= MIN_SIGNAL_ROLLOUTS)], minlength=n)
         expl = drop & scored & (o.col("phase") == _PHASE_CODE["exploitation"])
-        self._folded_exploitation += (int(expl.sum()), int((o.col("v")[expl] > 0).sum()))
+        self._folded_exploitation += (int(expl.sum()), int(is_signal_group(n_scored[expl], o.col("v")[expl]).sum()))
         o.keep(~drop)
 
     def _absorb(self, new_ls: int, centre: np.ndarray | None) -> None:
@@ -906,7 +906,7 @@ class History:
         sel = o.col("step") == step
         scored = sel & (o.col("n_scored") > 0)
         expl = scored & (o.col("phase") == _PHASE_CODE["exploitation"])
-        hits = expl & (o.col("v") > 0)
+        hits = expl & is_signal_group(o.col("n_scored"), o.col("v"))
         return {
             "groups": float(sel.sum()),
             "mean_variance": float(o.col("raw_var")[scored].mean()) if scored.any() else math.nan,
@@ -921,7 +921,7 @@ class History:
         o = self.obs
         expl = (o.col("n_scored") > 0) & (o.col("phase") == _PHASE_CODE["exploitation"])
         groups = int(expl.sum()) + int(self._folded_exploitation[0])
-        hits = int((o.col("v")[expl] > 0).sum()) + int(self._folded_exploitation[1])
+        hits = int(is_signal_group(o.col("n_scored")[expl], o.col("v")[expl]).sum()) + int(self._folded_exploitation[1])
         return hits / groups if groups else math.nan
 
     # ------------------------------------------------------------------ state
