@@ -28,7 +28,7 @@ GOLDEN = Path(__file__).parent / "data" / "policy_golden.json"
 def test_every_field_is_in_exactly_one_group_or_top_level_with_the_same_default():
     flat = [f.name for f in dataclasses.fields(SchedulerConfig)]
     grouped = [f.name for g in SCHEDULER_GROUPS.values() for f in dataclasses.fields(g)]
-    assert len(flat) == 43 and sorted(grouped + list(SCHEDULER_TOP_FIELDS)) == sorted(flat)
+    assert len(flat) == 44 and sorted(grouped + list(SCHEDULER_TOP_FIELDS)) == sorted(flat)
     assert len(set(grouped)) == len(grouped) and not set(grouped) & set(SCHEDULER_TOP_FIELDS)
     default = SchedulerConfig()
     for name, group in SCHEDULER_GROUPS.items():
@@ -78,14 +78,18 @@ def test_the_flat_format_is_unchanged_and_old_configs_load():
     # the stored "adaptive" state is a former default (signal-probability score with the graph prior). States
     # written before use_calibration existed load with the calibration on (the only behaviour then) and before
     # within_relation with the K_within neighbours; the former defaults that such a config stored unread
-    # (decline_penalty=0.25 and that calibration, which the signal score never read) load as today's defaults
-    former = SchedulerConfig(use_within_edges=True, use_cross_edges=True, exploitation_score="signal_probability")
+    # (decline_penalty=0.25 and that calibration, which the signal score never read) load as today's defaults;
+    # before unobserved_neighbours, a neighbour without history counted with the global reference
+    former = SchedulerConfig(use_within_edges=True, use_cross_edges=True, exploitation_score="signal_probability",
+                             unobserved_neighbours="reference")
     for name, config, reset in (("adaptive", former, {"decline_penalty": 0.0, "use_calibration": False}),
                                 ("paper", SchedulerConfig.paper(), {"use_calibration": True})):
         stored = saved[name]["state"]["extra"]["config"]  # written before the sub-configurations existed
         assert "use_calibration" not in stored and "within_relation" not in stored
+        assert "unobserved_neighbours" not in stored
         assert stored["decline_penalty"] == 0.25
-        assert config.to_dict() == {**stored, **reset, "within_relation": "neighbours"}
+        assert config.to_dict() == {**stored, **reset, "within_relation": "neighbours",
+                                    "unobserved_neighbours": "reference"}
         assert SchedulerConfig.from_dict(stored) == config
     # the reset touches only a former default that is unread: a read one, or another value, is kept (and an
     # unread value someone set is still refused)

@@ -100,7 +100,10 @@ def plain_build_records(step: int, picks: list[Pick], *, graph: DualRelationGrap
                 for rel, used in (("within", config.use_within_edges), ("cross", config.use_cross_edges))}
             rec["fusion"] = {"within_weight": config.within_fusion_weight if config.use_cross_edges
                              else (1.0 if config.use_within_edges else 0.0),
-                             "prior": _stats(pr.long.prior[i]), "prior_strength": config.prior_strength}
+                             "prior": _stats(pr.long.prior[i]), "prior_strength": config.prior_strength,
+                             "unobserved_neighbours": config.unobserved_neighbours,
+                             "environment": (None if pr.long.relations.environment is None
+                                             else _stats(pr.long.relations.environment[i]))}
         else:
             rec.update(q=None, informativeness=None, predicted=None, half_lives=None, decline=None,
                        global_reference=None, own_history=None, relations=None, fusion=None)

@@ -99,6 +99,7 @@ VALUES: dict[str, tuple[Any, Any]] = {
     "exploitation_score": ("variance", "signal_probability"), "exploitation_rule": ("mean", "upper_quantile"),
     "signal_prior_ess": (1.0, 16.0), "caps_on_decline_only": (True, False), "history_tolerance": (0.0, 0.5),
     "use_calibration": (True, False), "within_relation": ("neighbours", "environment"),
+    "unobserved_neighbours": ("environment", "reference"),
 }
 #: Read by explanations only (which records list how many neighbours), never by a batch: checked separately.
 EXPLANATION_ONLY = {"explain_max_neighbors"}
@@ -146,13 +147,15 @@ def test_the_read_lists_are_what_the_issue_measured():
     assert set(former.unread_fields()) == set(INFORMATIVENESS_FIELDS)
     assert set(INFORMATIVENESS_FIELDS) == {"prior_strength", "reconstruction_weight", "decline_penalty",
                                            "use_calibration", "variance_clip", "dispersion_clip"}
-    # the default leaves the graph prior out (2026-12-04): the relations' fusion weight and the within relation's
-    # kind are unread until a relation is switched back on
-    assert set(SchedulerConfig().unread_fields()) == {"exploitation_rule", "within_fusion_weight",
-                                                      "within_relation"}
-    assert "within_relation" not in SchedulerConfig(use_within_edges=True).unread_fields()
-    assert "within_fusion_weight" in SchedulerConfig(use_within_edges=True).unread_fields()
-    assert "within_fusion_weight" not in SchedulerConfig(use_within_edges=True, use_cross_edges=True).unread_fields()
+    # the default reads the graph prior (both relations): the relations' fusion weight, the within relation's kind
+    # and the substitute of a neighbour without history are unread only with the relations switched off
+    assert set(SchedulerConfig().unread_fields()) == {"exploitation_rule"}
+    no_graph = SchedulerConfig(use_within_edges=False, use_cross_edges=False)
+    assert set(no_graph.unread_fields()) == {"exploitation_rule", "within_fusion_weight", "within_relation",
+                                             "unobserved_neighbours"}
+    assert "within_relation" in SchedulerConfig(use_within_edges=False).unread_fields()
+    assert "within_fusion_weight" in SchedulerConfig(use_cross_edges=False).unread_fields()
+    assert "unobserved_neighbours" not in SchedulerConfig(use_within_edges=False).unread_fields()
     assert set(SchedulerConfig.paper().unread_fields()) == {"yield_half_life", "coverage_share_floor",
                                                             "ucb_quantile", "env_size_power",
                                                             "exploitation_rule", "signal_prior_ess"}
@@ -241,6 +244,7 @@ pool, graph = m["bench"].__wrapped__()
 out = {}
 for preset in json.loads(sys.argv[2]):
     make = m["PRESETS"].get(preset) or (lambda: SchedulerConfig(use_within_edges=True, use_cross_edges=True,
+                                                                unobserved_neighbours="reference",
                                                                 exploitation_score="signal_probability"))
     steps = [x[0] for x in m["_runs"](pool, graph, [make()], 30)]
     out[preset] = [m["_digest"](steps), steps[2][:8], steps[-1][:8]]

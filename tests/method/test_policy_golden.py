@@ -31,9 +31,14 @@ STEPS, BATCH = 15, 16
 #: nothing on either learner); every adaptive entry switches back on what it read of them (the graph prior; and,
 #: with the paper's exploitation score, the calibration and the decline term), so each still pins the batches it
 #: pinned.
-_GRAPH = {"use_within_edges": True, "use_cross_edges": True}
+#: The default took the graph prior back with the environment estimate as the substitute of a neighbour without
+#: history (``unobserved_neighbours="environment"``); the former entries name the global reference they ran with,
+#: so each still pins the batches it pinned, and ``"default"`` pins today's default (recorded from the code that
+#: made that change).
+_GRAPH = {"use_within_edges": True, "use_cross_edges": True, "unobserved_neighbours": "reference"}
 _SIGNAL = {**_GRAPH, "exploitation_score": "signal_probability"}
 CONFIGS = {
+    "default": {},
     "adaptive": _SIGNAL, "paper": {"preset": "paper"},
     "variance-score": dict(FORMER_PIPELINE_DEFAULTS),
     "fixed-share": {**_SIGNAL, "adaptive_share": False},

@@ -63,10 +63,9 @@ def test_envsched_beats_uniform_on_batch_variance_and_environment_coverage(real)
 def test_explanations_run_file_and_cli(real, tmp_path):
     pool, graph = real
     run_file = tmp_path / "run.jsonl"
-    # the graph prior switched on, so the records explain both relations (the default leaves it out: its records
-    # say so, checked at the end)
-    s = EnvSchedSampler(pool, graph, SchedulerConfig(use_within_edges=True, use_cross_edges=True), seed=0,
-                        run_file=run_file)
+    # the paper's substitute of a neighbour without history (the global reference), whose estimates the records
+    # let one recompute for both relations; the default's (its environment's estimate) is checked at the end
+    s = EnvSchedSampler(pool, graph, SchedulerConfig(unobserved_neighbours="reference"), seed=0, run_file=run_file)
     source = StochasticRewardSource(pool, seed=0)
     for _ in range(3):
         for t in s.sample(16):
@@ -113,14 +112,28 @@ def test_explanations_run_file_and_cli(real, tmp_path):
     assert res.exit_code != 0 and "line 1" in res.output
     res = runner.invoke(cli, ["explain", str(tmp_path / "missing.jsonl")])
     assert res.exit_code != 0 and "not found" in res.output
-    # the default leaves the graph prior out: its records say neither relation was used, and the estimate each
-    # would give is still reported
+    # the default: both relations used, and a within neighbour without history counts with the task's
+    # environment estimate (recorded in the fusion part)
     d = EnvSchedSampler(pool, graph, seed=0)
     for _ in range(3):
         for t in d.sample(16):
             d.update(t, *source.rollout(t, 8))
-    picked = next(r for r in d.explanations() if r["phase"] == "exploitation")
-    assert [picked["relations"][rel]["used"] for rel in ("within", "cross")] == [False, False]
+    checked = 0
+    for picked in d.explanations():
+        if picked["phase"] == "cold_start":
+            continue
+        assert [picked["relations"][rel]["used"] for rel in ("within", "cross")] == [True, True]
+        fusion = picked["fusion"]
+        assert fusion["unobserved_neighbours"] == "environment" and fusion["environment"] is not None
+        nbs = picked["relations"]["within"]["neighbors"]
+        obs = [nb for nb in nbs if nb["observed"]]
+        w_all = sum(nb["weight"] for nb in nbs)
+        if w_all > 0:
+            want = (sum(nb["weight"] * nb["variance"] for nb in obs)
+                    + (w_all - sum(nb["weight"] for nb in obs)) * fusion["environment"]["variance"]) / w_all
+            assert picked["relations"]["within"]["estimate"]["variance"] == pytest.approx(want, abs=1e-5)
+            checked += 1
+    assert checked > 0
 
 
 def test_graph_is_built_when_not_given_and_registry_factory():

@@ -78,8 +78,11 @@ cold start novelty mix (C)             ``SchedulerConfig.cold_start_within_``   
 identifier filter "high reward" (C)    ``SchedulerConfig.identifier_min_``      1.0 (full marks)
                                        ``reward``
 ablations (3.4.1)                      ``mode`` (``coverage_only`` /            ``"full"``, True, True
-                                       ``exploitation_only``),                  (paper preset; the default
-                                       ``use_within_edges``, ``use_cross_edges``  leaves both relations off)
+                                       ``exploitation_only``),
+                                       ``use_within_edges``, ``use_cross_edges``
+neighbour without history counts       ``SchedulerConfig.unobserved_``          ``"environment"`` (ours; the
+with the reference (B.1)               ``neighbours``                           paper preset
+                                                                                ``"reference"``)
 =====================================  =======================================  ==========================
 
 Adaptive mode (not in the paper: "ours"; the default of ``SchedulerConfig()``; ``SchedulerConfig.paper()``
@@ -150,6 +153,7 @@ __all__ = [
     "SCHEDULER_GROUPS",
     "SCHEDULER_MODES",
     "SCHEDULER_TOP_FIELDS",
+    "UNOBSERVED_NEIGHBOURS",
     "WITHIN_RELATIONS",
     "AdaptiveConfig",
     "CapsConfig",
@@ -407,14 +411,20 @@ EXPLOITATION_RULES: tuple[str, ...] = ("mean", "thompson", "upper_quantile")
 #: What the within-environment relation averages (``SchedulerConfig.within_relation``): the graph's ``K_within``
 #: nearest same-environment neighbours (the paper), or every other task of the environment with equal weight.
 WITHIN_RELATIONS: tuple[str, ...] = ("neighbours", "environment")
+#: What a neighbour without history counts with in the graph prior (``SchedulerConfig.unobserved_neighbours``):
+#: the global reference (the paper, B.1), or its environment's estimate, the propagation over the other tasks of
+#: its environment in which the environment's unobserved tasks count with the global reference (ours).
+UNOBSERVED_NEIGHBOURS: tuple[str, ...] = ("reference", "environment")
 
-#: Switches of the paper's prediction pipeline that the default turned off on 2026-12-04 (issue 25: the graph, the
-#: calibration and the decline term earned nothing on either learner); the paper preset keeps them on. A state or
-#: run file written before that carries its own values of them; only ``use_calibration``, added on 2026-12-04
-#: while the calibration was always on, can be missing from one, and then means ``True``
-#: (:meth:`SchedulerConfig.from_dict`).
+#: The paper's prediction pipeline as an earlier default ran it: the graph prior of both relations with the global
+#: reference for a neighbour without history, the calibration and the recent-decline term. The paper preset keeps
+#: all of it; today's default keeps the graph prior with the environment estimate as the substitute
+#: (``unobserved_neighbours="environment"``) and leaves the calibration and the decline term out. A state or run
+#: file of an earlier version carries its own values of them; ``use_calibration`` and ``unobserved_neighbours`` can
+#: be missing from one, and then mean what that version ran (:meth:`SchedulerConfig.from_dict`).
 FORMER_PIPELINE_DEFAULTS: dict[str, Any] = {"use_within_edges": True, "use_cross_edges": True,
-                                            "use_calibration": True, "decline_penalty": 0.25}
+                                            "unobserved_neighbours": "reference", "use_calibration": True,
+                                            "decline_penalty": 0.25}
 
 #: The field values that make :class:`SchedulerConfig` the faithful paper preset (every adaptive rule off, the
 #: 50/50 split). ``SchedulerConfig.paper(**overrides)`` is ``SchedulerConfig(**{**PAPER_PRESET, **overrides})``;
@@ -425,7 +435,8 @@ PAPER_PRESET: dict[str, Any] = {
     "adaptive_coverage": False,
     "exploitation_score": "variance",
     "caps_on_decline_only": False,
-    # the paper's prediction pipeline, which the default leaves out (measured: docs/envsched-sampler.md)
+    # the paper's prediction pipeline (the default leaves out its calibration and decline term, and substitutes
+    # the environment's estimate for a neighbour without history: docs/envsched-sampler.md)
     **FORMER_PIPELINE_DEFAULTS,
 }
 
@@ -458,9 +469,10 @@ KNOB_READERS: dict[str, str] = {
     "signal_prior_ess": "the signal posterior (adaptive_coverage=True, the default preset SchedulerConfig(), or "
                         "exploitation_score='signal_probability')",
     "within_fusion_weight": "the fusion of the two graph relations (use_within_edges=True and use_cross_edges=True, "
-                            "the paper preset SchedulerConfig.paper())",
-    "within_relation": "the within-environment relation of the graph prior (use_within_edges=True, the paper "
-                       "preset SchedulerConfig.paper())",
+                            "both presets)",
+    "within_relation": "the within-environment relation of the graph prior (use_within_edges=True, both presets)",
+    "unobserved_neighbours": "the graph prior's propagation (use_within_edges=True or use_cross_edges=True, both "
+                             "presets)",
 }
 
 #: Search space of the adaptive mode's knobs for the symmetric tuning protocol: ``(low, high)`` for a number,
@@ -520,8 +532,9 @@ class ExploitationConfig:
     mean_clip: tuple[float, float] = (0.0, 1.0)
     dispersion_clip: tuple[float, float] = (0.0, 1.0)
     identifier_min_reward: float = 1.0
-    use_within_edges: bool = False
-    use_cross_edges: bool = False
+    use_within_edges: bool = True
+    use_cross_edges: bool = True
+    unobserved_neighbours: str = "environment"
     use_progress_filter: bool = True
     use_identifier_filter: bool = True
     use_calibration: bool = False
@@ -582,11 +595,12 @@ class SchedulerConfig:
     ``SchedulerConfig()`` is the **adaptive** mode (the default of :class:`EnvSchedSampler`): the paper's
     batches (coverage and exploitation phases, quotas, caps, filters, similarity penalty) with exploitation
     ranked by each task's predicted variance, plus three rules of ours that act through those mechanisms: the
-    online coverage share, the UCB coverage ranking and the caps on declining tasks only. Since 2026-12-04 it
-    leaves out three parts of the paper's prediction, which earned nothing on either benchmark learner: the graph
-    prior (``use_within_edges`` / ``use_cross_edges``), the calibration (``use_calibration``) and the
-    recent-decline term (``decline_penalty=0``); :data:`FORMER_PIPELINE_DEFAULTS` switches them back on.
-    ``SchedulerConfig.paper()`` is the faithful paper preset, all of them on.
+    online coverage share, the UCB coverage ranking and the caps on declining tasks only. Its prediction is the
+    paper's graph prior (propagation along both relations, equal-weight fusion, fusion with the task's own
+    history), with one rule of ours: a neighbour without history counts with its environment's estimate instead
+    of the global reference (``unobserved_neighbours="environment"``). It leaves out the paper's calibration
+    (``use_calibration=False``) and recent-decline term (``decline_penalty=0``).
+    ``SchedulerConfig.paper()`` is the faithful paper preset (:data:`PAPER_PRESET`).
 
     Sub-configurations: the fields fall into frozen groups (:data:`SCHEDULER_GROUPS`), each readable as one
     value: :attr:`caps` (:class:`CapsConfig`), :attr:`coverage`, :attr:`exploitation` (the prediction pipeline
@@ -662,7 +676,16 @@ class SchedulerConfig:
             checked by the identifier filter (1.0: full marks; "high-reward", appendix C).
         mode: ``"full"``, ``"coverage_only"`` or ``"exploitation_only"`` (ablations of 3.4.1).
         use_within_edges, use_cross_edges: the graph prior's two relations (3.4.1's ablations switch them off).
-            With both off (the default since 2026-12-04) the prior is the global reference.
+            With both off the prior is the global reference, and a task without history of its own is predicted
+            at it.
+        unobserved_neighbours: what a neighbour without history counts with when a relation averages a task's
+            neighbours: ``"reference"``, the global reference (B.1, the paper preset), or ``"environment"`` (the
+            default, ours), its environment's estimate: the mean over the other tasks of its environment in which
+            the environment's unobserved tasks count with the global reference (the same substitution one level
+            up). A task with no observed neighbour is then predicted at its environment's estimate, which moves from
+            the global reference to the environment's observed mean as the environment's tasks are observed. Within
+            a task's own environment its estimate leaves the task out, so the prior never holds the task's own
+            history (that enters once, in the fusion with ``prior_strength``). Read with either relation on.
         within_relation: what the within relation averages: ``"neighbours"``, the graph's ``K_within``
             nearest same-environment tasks with their weights (the paper), or ``"environment"``, every other
             task of the environment with weight 1 (ours: tried on 2026-12-04, not adopted; read only with
@@ -756,6 +779,7 @@ class SchedulerConfig:
     mode: str = "full"
     use_within_edges: bool = ExploitationConfig.use_within_edges
     use_cross_edges: bool = ExploitationConfig.use_cross_edges
+    unobserved_neighbours: str = ExploitationConfig.unobserved_neighbours
     use_progress_filter: bool = ExploitationConfig.use_progress_filter
     use_identifier_filter: bool = ExploitationConfig.use_identifier_filter
     use_calibration: bool = ExploitationConfig.use_calibration
@@ -775,8 +799,17 @@ class SchedulerConfig:
     @classmethod
     def paper(cls, **overrides: Any) -> SchedulerConfig:
         """The faithful paper preset (:data:`PAPER_PRESET`: every adaptive rule off, the 50/50 split);
-        ``overrides`` are other fields (``batch_size``, ``mode``, ablation switches...)."""
-        return cls(**{**PAPER_PRESET, **overrides})
+        ``overrides`` are other fields (``batch_size``, ``mode``, ablation switches...). A preset value that the
+        overrides' switches leave unread is left out (``paper(use_within_edges=False, use_cross_edges=False)``
+        reads no substitute of a neighbour without history); an unread value given in ``overrides`` is refused."""
+        return cls(**cls._paper_fields(overrides))
+
+    @classmethod
+    def _paper_fields(cls, overrides: dict[str, Any]) -> dict[str, Any]:
+        """:data:`PAPER_PRESET` with ``overrides``, less the preset's values that the result leaves unread."""
+        d = {**PAPER_PRESET, **overrides}
+        unread = cls._unread_under(d)
+        return {k: v for k, v in d.items() if k in overrides or k not in unread}
 
     @classmethod
     def from_parts(cls, *, caps: CapsConfig | None = None, coverage: CoverageConfig | None = None,
@@ -854,6 +887,7 @@ class SchedulerConfig:
             "signal_prior_ess": signal or self.adaptive_coverage,
             "within_fusion_weight": self.use_within_edges and self.use_cross_edges,
             "within_relation": self.use_within_edges,
+            "unobserved_neighbours": self.use_within_edges or self.use_cross_edges,
         }
         return {name: KNOB_READERS[name] for name, is_read in read.items() if not is_read}
 
@@ -906,6 +940,9 @@ class SchedulerConfig:
         if self.exploitation_score not in EXPLOITATION_SCORES:
             problems.add("exploitation_score", f"exploitation_score must be one of {list(EXPLOITATION_SCORES)}, "
                             f"got {self.exploitation_score!r}")
+        if self.unobserved_neighbours not in UNOBSERVED_NEIGHBOURS:
+            problems.add("unobserved_neighbours", f"unobserved_neighbours must be one of "
+                                                  f"{list(UNOBSERVED_NEIGHBOURS)}, got {self.unobserved_neighbours!r}")
         if self.within_relation not in WITHIN_RELATIONS:
             problems.add("within_relation", f"within_relation must be one of {list(WITHIN_RELATIONS)}, "
                             f"got {self.within_relation!r}")
@@ -988,7 +1025,7 @@ class SchedulerConfig:
         d = dict(data)
         if "coverage_slots" in d and "coverage_share" not in d:  # states written before the share existed
             try:
-                d = {**PAPER_PRESET, **d}  # such a state ran the paper's rules
+                d = cls._paper_fields(d)  # such a state ran the paper's rules
                 d["coverage_share"] = int(d.pop("coverage_slots")) / int(d.get("batch_size", 64))
             except (TypeError, ValueError, ZeroDivisionError) as exc:
                 raise ValueError(f"coverage_slots of an old SchedulerConfig: {exc}") from None
@@ -997,6 +1034,11 @@ class SchedulerConfig:
             raise ValueError(f"unknown SchedulerConfig field(s): {sorted(unknown)}")
         if "use_within_edges" in d and "use_calibration" not in d:  # written before the switch existed
             d["use_calibration"] = True
+        # written before unobserved_neighbours existed, when a neighbour without history always counted with the
+        # global reference: so it loads where a relation reads it (with both off it is unread, and keeps its default)
+        if ("use_within_edges" in d and "unobserved_neighbours" not in d
+                and (d.get("use_within_edges") or d.get("use_cross_edges", True))):
+            d["unobserved_neighbours"] = "reference"
         d = cls._former_defaults_reset(d)
         for name in ("variance_clip", "mean_clip", "dispersion_clip"):
             if name in d and isinstance(d[name], list):

@@ -17,7 +17,8 @@ Record schema (``"format": "envsched.explain/1"``, ``"kind": "pick"``)::
     own_history {groups, weight, mean, variance, dispersion} | null,
     relations {within|cross: {used, has_observed_neighbors, estimate {mean, variance, dispersion},
                neighbors [{id, env, weight, similarity, observed, groups, mean, variance}]}} | null,
-    fusion {within_weight, prior {mean, variance, dispersion}, prior_strength} | null,
+    fusion {within_weight, prior {mean, variance, dispersion}, prior_strength, unobserved_neighbours
+            ("reference" | "environment"), environment {mean, variance, dispersion} | null} | null,
     similarity {max_similarity, penalty}, exposure {exposure, discount}, novelty,
     coverage {env_batch_count, env_coverage_count, env_selections_before, task_observations_before,
               tied_envs},
@@ -153,6 +154,8 @@ def _prediction_fields(per_pick: list[dict[str, Any]], pos: np.ndarray, pr: Pred
     has = {"within": long.within_has[pos].tolist(), "cross": long.cross_has[pos].tolist()}
     within_weight = config.within_fusion_weight if config.use_cross_edges else (1.0 if config.use_within_edges
                                                                                  else 0.0)
+    env_est = long.relations.environment
+    env_rows = _round6(env_est[pos].ravel()) if env_est is not None else None
     for t, rec in enumerate(per_pick):
         r = rows[t]
         rec["q"] = r[0]
@@ -172,7 +175,9 @@ def _prediction_fields(per_pick: list[dict[str, Any]], pos: np.ndarray, pr: Pred
                   "neighbors": neighbors[rel][t]}
             for rel, used, a in (("within", config.use_within_edges, 19), ("cross", config.use_cross_edges, 22))}
         rec["fusion"] = {"within_weight": within_weight, "prior": _stats_of(r[25:28]),
-                         "prior_strength": config.prior_strength}
+                         "prior_strength": config.prior_strength,
+                         "unobserved_neighbours": config.unobserved_neighbours,
+                         "environment": None if env_rows is None else _stats_of(env_rows[3 * t:3 * t + 3])}
 
 
 def build_records(step: int, picks: list[Pick], *, graph: DualRelationGraph,

@@ -6,9 +6,15 @@ For each of the two half-lives (long and short) the complete score is computed s
    per task and their weight ``W``;
 2. **propagation** along each relation: the estimate of task ``i`` in relation ``r`` is the average of its
    neighbours' histories with the graph's neighbour weights, where a neighbour without history counts with
-   the global reference (B.1: "the current reference substituted when no history is available"); a task
-   with no observed neighbour in ``r`` therefore gets the global reference, and one observed neighbour
-   out of six moves the estimate only by its weight's share;
+   a substitute (B.1: "the current reference substituted when no history is available"); a task with no
+   observed neighbour in ``r`` therefore gets the substitute, and one observed neighbour out of six moves the
+   estimate only by its weight's share. The substitute (``SchedulerConfig.unobserved_neighbours``) is the
+   global reference (the paper) or, in the default, the neighbour's **environment estimate**: the same
+   propagation one level up, over every other task of the environment with equal weight, the environment's
+   unobserved tasks counting with the global reference (:class:`EnvironmentOperator`). So a task's prediction
+   goes from the global reference to its environment's observed level as the environment is observed, and to
+   its neighbours' as they are. Within a task's own environment the estimate leaves the task out (its own
+   history enters once, in step 4); a cross neighbour counts with the estimate of the neighbour's environment;
 3. **relation fusion**: ``prior = w * within + (1 - w) * cross`` (``w = 0.5``, equal weight); the
    ablations drop one relation (or both: the prior is the global reference);
 4. **fusion with the task's own history**: ``post = (n0 * prior + W * own) / (n0 + W)``;
@@ -25,8 +31,9 @@ priority: ``priority = (s_long + s_short) / 2 - decline_penalty * max(0, s_long 
 Everything is vectorised over N: ``O(N K)`` for propagation, ``O(N log N)`` for the ranks. Costs a step pays
 once, not per half-life: each relation operator keeps its row totals (:class:`RelationOperator`, built once
 per graph); one sort order of ``v`` serves both its percentile ranks and the quantile mapping; tasks that
-share the reference prediction (no own history, no observed neighbour: most of a large pool early in a run)
-are sorted as one block; the percentile ranks of the priority (``Prediction.q``), which only explanations
+share the reference prediction (no own history, no observed neighbour and, with the environment substitute,
+no observed task in the environments it reads: most of a large pool at the start of a run) are sorted as one
+block; the percentile ranks of the priority (``Prediction.q``), which only explanations
 read, are computed when first read.
 """
 
@@ -44,7 +51,7 @@ from envsched.method.graph.dual_graph import DualRelationGraph
 from envsched.method.history.statistics import History, TaskHistory
 
 __all__ = ["HalfLifePrediction", "Prediction", "RelationOperator", "percentile_ranks", "predict", "propagate",
-           "quantile_map", "relation_operator", "relation_operators", "sort_order"]
+           "quantile_map", "relation_operator", "relation_operators", "sort_order", "substitutes_environment"]
 
 
 def relation_operator(index: np.ndarray, weight: np.ndarray, n: int) -> sp.csc_matrix:
@@ -173,6 +180,30 @@ def _propagate_seen(seen: np.ndarray, x: np.ndarray, rel: RelationOperator | Env
     return est.T, has
 
 
+def _propagate_substituted(seen: np.ndarray, x: np.ndarray, rel: RelationOperator | EnvironmentOperator,
+                           substitute: np.ndarray, per_neighbour: bool) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_propagate_seen` where a neighbour without history counts with a per-task ``substitute`` (``(N, C)``)
+    instead of one reference: the row's own (``per_neighbour=False``: every unobserved neighbour of task ``i``
+    counts with ``substitute[i]``; the within relation, whose neighbours share the task's environment) or each
+    neighbour's (``per_neighbour=True``: neighbour ``j`` counts with ``substitute[j]``; the cross relation, whose
+    neighbours are in other environments, a :class:`RelationOperator`). A task without neighbours gets
+    ``substitute[i]``. Returns ``(estimate (N, C), has_observed_neighbour (N,))``."""
+    if per_neighbour:
+        # sum_obs w (h - s_j) + sum_all w s_j = sum_obs w h + sum_unobserved w s_j
+        y = x.copy()
+        y[:, 1:] -= substitute[seen]
+        agg = rel.aggregate(seen, y)
+        num = agg[:, 1:] + np.asarray(rel.matrix @ substitute)
+    else:
+        agg = rel.aggregate(seen, x)
+        missing = np.maximum(rel.row_total - agg[:, 0], 0.0)
+        num = agg[:, 1:] + missing[:, None] * substitute
+    has = agg[:, 0] > 0
+    total = rel.row_total
+    est = np.where((total > 0)[:, None], num / np.where(total > 0, total, 1.0)[:, None], substitute)
+    return np.asfortranarray(est), has
+
+
 def _argsort(x: np.ndarray) -> np.ndarray:
     """``numpy.argsort`` with the faster kind for ``x``: the default (SIMD quicksort) on mostly distinct values,
     the stable sort when one value fills a large share (the quicksort then runs several times slower). A strided
@@ -280,6 +311,9 @@ class RelationEstimates:
     def __init__(self, compute: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> None:
         self._compute = compute
         self._done: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        #: ``(N, 3)``: each task's environment estimate, the substitute of a neighbour without history
+        #: (``unobserved_neighbours="environment"``, once some task has history); ``None``: the global reference
+        self.environment: np.ndarray | None = None
 
     @classmethod
     def of(cls, within: np.ndarray, within_has: np.ndarray, cross: np.ndarray,
@@ -396,6 +430,13 @@ def _one_half_life(hist: TaskHistory, relations: RelationEstimates, reference: n
                               v_reconstructed=v_rec, ranks=q, score=score)
 
 
+def substitutes_environment(config: SchedulerConfig) -> bool:
+    """Whether a neighbour without history counts with its environment's estimate under ``config``: the knob
+    ``unobserved_neighbours="environment"``, read when a relation is on (with both off, estimates computed for an
+    explanation count it with the global reference)."""
+    return config.unobserved_neighbours == "environment" and (config.use_within_edges or config.use_cross_edges)
+
+
 def relation_operators(graph: DualRelationGraph, within: str = "neighbours",
                        ) -> tuple[RelationOperator | EnvironmentOperator, RelationOperator]:
     """``(within, cross)`` operators of a graph with their row totals (build once, reuse every step);
@@ -431,11 +472,18 @@ def predict(history: History, graph: DualRelationGraph, config: SchedulerConfig,
     seen = np.flatnonzero(h_long.observed)
     both_reference = np.concatenate([reference, reference])
     both: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    x = np.column_stack([np.ones(seen.size), h_long.values[seen], h_short.values[seen]]) if seen.size else None
+    environment = None  # (estimates (N, 6), has an observed task in the environment (N,)), the substitute
+    if substitutes_environment(config) and seen.size:
+        est, has = _propagate_seen(seen, x, EnvironmentOperator.of_codes(graph.env_codes), both_reference)
+        environment = (np.ascontiguousarray(est), has)
 
     def propagated(relation: int) -> tuple[np.ndarray, np.ndarray]:
         if relation not in both:
-            if seen.size:
-                x = np.column_stack([np.ones(seen.size), h_long.values[seen], h_short.values[seen]])
+            if environment is not None:
+                both[relation] = _propagate_substituted(seen, x, ops[relation], environment[0],
+                                                        per_neighbour=relation == 1)
+            elif seen.size:
                 both[relation] = _propagate_seen(seen, x, ops[relation], both_reference)
             else:  # no task with history weight: every estimate is the reference
                 n = graph.num_nodes
@@ -444,11 +492,22 @@ def predict(history: History, graph: DualRelationGraph, config: SchedulerConfig,
 
     long_rel = RelationEstimates(lambda i: (propagated(i)[0][:, :3], propagated(i)[1]))
     short_rel = RelationEstimates(lambda i: (propagated(i)[0][:, 3:], propagated(i)[1]))
+    if environment is not None:
+        long_rel.environment, short_rel.environment = environment[0][:, :3], environment[0][:, 3:]
     shared = ~h_long.observed
     if config.use_within_edges:
         shared &= ~long_rel.get(0)[1]
     if config.use_cross_edges:
         shared &= ~long_rel.get(1)[1]
+    if environment is not None:
+        # the substitute differs from the reference where the task's environment has an observed task (within)
+        # or one of its cross neighbours' environments has (cross)
+        touched = np.zeros(graph.num_nodes, dtype=bool)
+        if config.use_within_edges:
+            touched |= environment[1]
+        if config.use_cross_edges:
+            touched |= np.asarray(ops[1].matrix @ environment[1].astype(float)) > 0
+        shared &= ~touched
     long = _one_half_life(h_long, long_rel, reference, config, shared)
     short = _one_half_life(h_short, short_rel, reference, config, shared)
     decline = np.maximum(0.0, long.score - short.score)
