@@ -123,3 +123,40 @@ def test_neural_run_end_to_end(tmp_path, capsys):
     assert VN.main(bad) == 2
     assert VN.main(["--seeds", "5003", "--steps", "2", "--checkpoints", "1"]) == 2
     assert "evaluation seeds" in capsys.readouterr().err
+
+
+def test_halves_predict_the_unseen_half_from_the_seen_one_only():
+    """Two kinds of tasks told apart by their text: mixed outcomes and all-pass. Seeing half of each, the default's
+    graph prior ranks the unseen mixed tasks first; without it every unseen task gets the same prediction."""
+    words = {"mixed": "refund the damaged order and email the customer", "pass": "print the store opening hours"}
+    specs, rows = [], []
+    for kind, text in words.items():
+        for i in range(8):
+            specs.append({"id": f"{kind}{i}", "env": "shop", "instruction": f"{text} case {i}",
+                          "tools": [{"name": f"{kind}_tool", "description": text}]})
+            rows.append([1.0, 0.0, 0.0, 1.0] if kind == "mixed" else [1.0] * 4)
+    ev = VA.HalvesEvaluation(specs)
+    ev.run(np.asarray(rows), halves=6, rng=np.random.default_rng(0))
+    halves, handover = ev.rows()
+    got = halves["predictors"]
+    assert got["default"]["auc"] == 1.0 and got["paper"]["auc"] == 1.0 and got["knn"]["auc"] == 1.0
+    assert got["no-graph"]["auc"] == 0.5 and got["no-graph"]["spearman"] is None
+    assert got["default"]["spearman"] == pytest.approx(1.0)  # ranks agree with the two variance levels
+    assert len(ev.aucs["default"]) == 6 and ev.matrices == 1
+    # the hand-over: trials 1-2 of the mixed tasks ([1, 0]) already disagree, as trials 3-4 do
+    assert handover["predictors"]["own"]["auc"] == 1.0 and handover["predictors"]["default"]["auc"] == 1.0
+    with pytest.raises(ValueError, match="at least 4 trials"):
+        ev.run(np.asarray(rows)[:, :3], halves=1, rng=np.random.default_rng(0))
+
+
+def test_sampler_prediction_reads_only_the_groups_it_is_given():
+    texts = ["refund the damaged order and email the customer", "print the store opening hours"]
+    specs = [{"id": f"t{i}", "env": "shop", "instruction": f"{texts[i // 6]} case {i}"} for i in range(12)]
+    ev = VA.HalvesEvaluation(specs)
+    config = VA.HALVES_CONFIGS["default"]
+    assert VA.sampler_prediction(ev.pool, ev.graph, config, []).tolist() == [0.0] * 12  # nothing reported
+    groups = [(0, [1.0, 0.0, 1.0, 0.0]), (6, [1.0] * 4)]
+    got = VA.sampler_prediction(ev.pool, ev.graph, config, groups)
+    assert np.array_equal(got, VA.sampler_prediction(ev.pool, ev.graph, config, groups))  # a fresh sampler each
+    assert got.argmax() == 0 and got.argmin() == 6  # the observed tasks, mixed and all-pass
+    assert got[1:6].min() > got[7:].max()  # unseen: the mixed task's kind above the all-pass task's

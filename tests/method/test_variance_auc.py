@@ -71,3 +71,17 @@ def test_tau_bench_aucs_are_what_the_docs_report():
         env, knn = va.predictions(feats, v, GraphConfig())
         got[name] = (round(roc_auc_score(y, env), 3), round(roc_auc_score(y, knn), 3))
     assert got == {"tfidf": (0.686, 0.687), "structure": (0.668, 0.668)}
+
+
+@pytest.mark.skipif(DATA is None, reason="shared/data/tau-bench is not present")
+def test_tau_bench_halves_are_what_the_docs_report():
+    """docs/envsched-sampler.md ("Prediction for every task"): 200 halves, seed 0."""
+    tasks, rewards = va.load_outcomes(DATA)
+    halves, handover = va.halves_evaluation(tasks, rewards, halves=200, seed=0)
+    got = {k: (v["auc"], v.get("above_knn"), v["spearman"]) for k, v in halves["predictors"].items()}
+    assert got == {"default": (0.641, 0.555, 0.309), "paper": (0.642, 0.565, 0.31),
+                   "reference-substitute": (0.641, 0.555, 0.309), "no-graph": (0.5, 0.085, None),
+                   "knn": (0.628, None, 0.272)}
+    got = {k: (v["auc"], v.get("above_own")) for k, v in handover["predictors"].items()}
+    assert got == {"default": (0.713, 0.865), "paper": (0.718, 0.895), "own": (0.651, None),
+                   "neighbours": (0.639, 0.475)}
