@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -390,3 +391,122 @@ def test_standin_server_speaks_the_routes_trl_uses(setup):
     with pytest.raises(urllib.error.HTTPError) as err:
         call("/v1/completions", {**req, "repetition_penalty": 1.2})
     assert err.value.code == 400
+
+
+# ---------------------------------------------------------------------------------------------- the draw server
+# Any local process can connect to the trainer's draw server before (or while) the rollout child does. Each
+# attack below is made with real sockets against a real trainer's server; the legitimate child (the stdlib
+# client with the channel's key, as TRL's spawned child holds it) must then be served a real draw.
+def _connect_and_close(address):
+    socket.create_connection(address).close()
+    return []
+
+
+def _garbage(address):
+    s = socket.create_connection(address)
+    s.sendall(b"\x00\x00\x00\x10GET / HTTP/1.1\r\n\r\n" + bytes(range(256)))
+    return [s]
+
+
+def _silent(address):
+    return [socket.create_connection(address) for _ in range(3)]  # connected, never says a word
+
+
+def _wrong_key(address):
+    from multiprocessing.connection import AuthenticationError, Client
+
+    refused: list[bool] = []
+
+    def attempt() -> None:
+        try:
+            Client(address, authkey=b"not the key" * 3)
+        except AuthenticationError:
+            refused.append(True)
+
+    t = threading.Thread(target=attempt, daemon=True)  # the stdlib client has no deadline of its own
+    t.start()
+    t.join(20)
+    assert refused == [True], "the wrong key was not refused"
+    return []
+
+
+@pytest.fixture(scope="module")
+def idle_trainer(setup, tmp_path_factory):
+    _root, pool, model_dir, tok, server = setup
+    trainer, _sampler = run_mod.make_trainer(pool, model_dir, tok, server, tmp_path_factory.mktemp("idle"))
+    return trainer
+
+
+@pytest.mark.parametrize("attack", [_connect_and_close, _garbage, _silent, _wrong_key],
+                         ids=["connect_and_close", "garbage", "silent", "wrong_key"])
+def test_draw_server_keeps_serving_the_child_after_a_hostile_connection(idle_trainer, attack):
+    from multiprocessing.connection import Client
+
+    trainer = idle_trainer
+    address, authkey = trainer.rollout_worker._loop_kwargs["envsched_channel"]
+    trainer._es_stop.clear()
+    serving = threading.Thread(target=trainer._es_serve, daemon=True)
+    serving.start()
+    held = attack(address)
+    result: dict = {}
+
+    def child() -> None:
+        try:
+            conn = Client(address, authkey=authkey)
+            conn.send(1)
+            result["reply"] = conn.recv() if conn.poll(30) else "no reply"
+            conn.close()
+        except Exception as exc:  # reported below
+            result["error"] = repr(exc)
+
+    drawn_before = len(trainer.envsched_draw_log)
+    worker = threading.Thread(target=child, daemon=True)
+    worker.start()
+    worker.join(20)  # a guard against a hang: served in milliseconds
+    try:
+        assert not worker.is_alive(), f"the child was not served after {attack.__name__}: the draw server stalled"
+        assert "error" not in result, result
+        status, group_id, row = result["reply"][:3]
+        assert status == "ok" and len(trainer.envsched_draw_log) == drawn_before + 1
+        assert trainer.envsched_draw_log[-1] == (group_id, row["task_id"])  # the draw the trainer recorded
+        assert serving.is_alive(), "the serving thread ended"
+    finally:
+        trainer._es_stop.set()
+        serving.join(10)
+        for s in held:
+            s.close()
+    assert not serving.is_alive()
+
+
+def test_rollout_child_connect_has_a_deadline_and_a_clear_error(monkeypatch):
+    from envsched.integrations import trl_async
+    from envsched.integrations._draw_server import DrawChannelError
+    from envsched.integrations.trl_async import EnvSchedRolloutLoop
+
+    monkeypatch.setattr(trl_async, "CONNECT_TIMEOUT_S", 1.0)
+    mute = socket.create_server(("127.0.0.1", 0))  # accepts TCP connections (the backlog), never authenticates
+    outcome: dict = {}
+
+    def construct(address) -> None:
+        try:
+            EnvSchedRolloutLoop(envsched_channel=(address, b"k" * 32))
+        except Exception as exc:  # checked below
+            outcome["error"] = exc
+
+    try:
+        t = threading.Thread(target=construct, args=(mute.getsockname(),), daemon=True)
+        t0 = time.monotonic()
+        t.start()
+        t.join(30)  # a guard against a hang
+        assert not t.is_alive(), "the child's connect has no deadline"
+        assert time.monotonic() - t0 < 10
+        assert isinstance(outcome.get("error"), DrawChannelError)
+        assert "did not complete the handshake within 1 s" in str(outcome["error"])
+        assert f"127.0.0.1:{mute.getsockname()[1]}" in str(outcome["error"])
+    finally:
+        mute.close()
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now
+    with pytest.raises(DrawChannelError, match=f"cannot connect to the trainer's draw server at 127.0.0.1:{port}"):
+        EnvSchedRolloutLoop(envsched_channel=(("127.0.0.1", port), b"k" * 32))

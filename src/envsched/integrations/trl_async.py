@@ -79,7 +79,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Client, Listener
 from typing import Any
 
 import torch
@@ -96,6 +95,7 @@ from trl.experimental.async_grpo.packing import TREE_ATTENTION
 
 from envsched.errors import check_int, is_number
 from envsched.integrations._checkpoint import SAMPLER_STATE_FILE, read_state_file, write_state_file
+from envsched.integrations._draw_server import DrawServer, connect_draw_channel
 from envsched.integrations._rewards import RewardScale
 from envsched.integrations.trl import DEFAULT_LOG_SIZE, SUPPORTED_VERSIONS, default_task_to_row, hook_problem
 from envsched.pool.spec import task_key
@@ -120,6 +120,9 @@ _STATE_FORMAT = "envsched.trl_async/1"
 
 #: Seconds the child waits for the trainer to answer a draw request before failing (the trainer is gone).
 DRAW_TIMEOUT_S = 300.0
+#: Seconds the child has to connect to the trainer's draw server and authenticate before failing with
+#: :class:`~envsched.integrations._draw_server.DrawChannelError` (the handshake takes milliseconds).
+CONNECT_TIMEOUT_S = 120.0
 
 #: Private hooks and attributes relied on: class -> {name: parameter names after self} (None: an attribute).
 _HOOKS: dict[type, dict[str, tuple[str, ...] | None]] = {
@@ -237,12 +240,14 @@ class GroupHeader:
 class EnvSchedRolloutLoop(_AsyncRolloutLoop):
     """TRL's rollout loop (runs in the spawned child) drawing its prompts from the trainer's task sampler and
     announcing each scored group with a :class:`GroupHeader`. Extra constructor argument: ``envsched_channel``,
-    the ``(address, authkey)`` of the trainer's draw server (a ``multiprocessing.connection.Listener`` on
-    127.0.0.1; TRL pickles the loop's arguments, which rules out queues)."""
+    the ``(address, authkey)`` of the trainer's draw server (:mod:`envsched.integrations._draw_server`, a
+    ``multiprocessing.connection`` on 127.0.0.1 with HMAC authentication; TRL pickles the loop's arguments,
+    which rules out queues). Connecting has a deadline (:data:`CONNECT_TIMEOUT_S`): a trainer that does not
+    answer is a ``DrawChannelError`` naming its address, not a hang."""
 
     def __init__(self, *, envsched_channel: tuple[Any, bytes], **kwargs: Any) -> None:
         address, authkey = envsched_channel
-        self._es_conn = Client(address, authkey=authkey)
+        self._es_conn = connect_draw_channel(address, authkey, timeout_s=CONNECT_TIMEOUT_S)
         self._es_tasks: dict[int, Any] = {}  # group id -> drawn task spec (sent on the harness path only)
         super().__init__(**kwargs)
 
@@ -577,7 +582,7 @@ class EnvSchedAsyncGRPOTrainer(AsyncGRPOTrainer):
         if self.accelerator.num_processes != 1:
             raise NotImplementedError("EnvSchedAsyncGRPOTrainer is tested with one training process only")
         if self.accelerator.is_main_process:
-            self._es_channel = Listener(("127.0.0.1", 0), authkey=os.urandom(32))
+            self._es_channel = DrawServer(self._es_reply)
             if type(self.rollout_worker) is not AsyncRolloutWorker:
                 raise ValueError(f"rollout_worker {type(self.rollout_worker).__name__}: only TRL's default "
                                  "AsyncRolloutWorker can draw from the sampler")
@@ -590,7 +595,7 @@ class EnvSchedAsyncGRPOTrainer(AsyncGRPOTrainer):
                 self.rollout_worker.__class__ = EnvSchedHarnessRolloutWorker
                 self.rollout_worker._loop_kwargs.update(harness)
             self.rollout_worker._loop_kwargs["envsched_channel"] = (self._es_channel.address,
-                                                                    self._es_channel._authkey)
+                                                                    self._es_channel.authkey)
             self.rollout_queue = FeedbackQueue(self.rollout_worker.rollout_buffer, self._es_feed,
                                                lambda: self.model_version, int(self.args.max_staleness))
 
@@ -637,32 +642,22 @@ class EnvSchedAsyncGRPOTrainer(AsyncGRPOTrainer):
 
     # ------------------------------------------------------------------ draw server
     def _es_serve(self) -> None:
-        """Answer the rollout child's draw requests (one connection per child, i.e. per ``train()``)."""
-        while not self._es_stop.is_set():
-            try:
-                conn = self._es_channel.accept()
-            except OSError:
-                return  # listener closed
-            with conn:
-                while not self._es_stop.is_set():
-                    try:
-                        if not conn.poll(0.2):
-                            continue
-                        conn.recv()
-                    except (EOFError, OSError):
-                        break  # the child is gone
-                    try:
-                        gid, row = self._es_feed.draw()
-                        reply: tuple[Any, ...] = ("ok", gid, row)
-                        if self._es_send_task:  # the OpenEnv harness: the session factory gets the task spec
-                            reply += (self._es_feed.tasks[row["task_id"]],)
-                    except Exception as e:
-                        logger.exception("envsched: drawing a task failed")
-                        reply = ("error", f"{type(e).__name__}: {e}")
-                    try:
-                        conn.send(reply)
-                    except (EOFError, OSError):
-                        break
+        """Answer the rollout child's draw requests until ``_es_stop`` is set (the draw server: every accept,
+        handshake and read under a deadline; a connection that fails in any way is dropped and serving goes
+        on)."""
+        self._es_channel.serve_forever(self._es_stop)
+
+    def _es_reply(self, request: Any) -> tuple[Any, ...]:
+        """The reply to one draw request: ``("ok", group id, row[, task spec])`` or ``("error", reason)``."""
+        try:
+            gid, row = self._es_feed.draw()
+            reply: tuple[Any, ...] = ("ok", gid, row)
+            if self._es_send_task:  # the OpenEnv harness: the session factory gets the task spec
+                reply += (self._es_feed.tasks[row["task_id"]],)
+            return reply
+        except Exception as e:
+            logger.exception("envsched: drawing a task failed")
+            return ("error", f"{type(e).__name__}: {e}")
 
     # ------------------------------------------------------------------ hooks
     def _inner_training_loop(self, *args: Any, **kwargs: Any):  # type: ignore[override]
@@ -678,7 +673,7 @@ class EnvSchedAsyncGRPOTrainer(AsyncGRPOTrainer):
         finally:
             self._es_stop.set()
             if self._es_thread is not None:
-                self._es_thread.join(timeout=5)  # a thread waiting in accept() (no child came) stays parked
+                self._es_thread.join(timeout=5)  # the server wakes every 0.1 s to see the stop request
                 self._es_thread = None
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
