@@ -12,6 +12,7 @@ plus a small digit-share shaping term (a random model scores 0, and groups of al
 Run from the repository root (install: ``pip install -e '.[trl]'``)::
 
     HF_HUB_OFFLINE=1 nice python examples/async_grpo_cpu.py --steps 12 --out runs/async_grpo_cpu
+    python examples/async_grpo_cpu.py --smoke --out runs/async_grpo_cpu_smoke    # 2 steps
 """
 
 from __future__ import annotations
@@ -52,14 +53,17 @@ def to_row(task):
     return {"prompt": [{"role": "user", "content": str(task["instruction"])[:80]}], "task_json": json.dumps(task)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--save-steps", type=int, default=6)
     ap.add_argument("--out", default="runs/async_grpo_cpu")
     ap.add_argument("--resume", help="a checkpoint-N folder of an earlier run")
     ap.add_argument("--zero-signal-filter", action="store_true")
-    args = ap.parse_args()
+    ap.add_argument("--smoke", action="store_true", help="the smallest run: 2 steps, a checkpoint after each")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.steps, args.save_steps = 2, 1
 
     from trl.chat_template_utils import qwen3_chat_template
     from trl.experimental.async_grpo import AsyncGRPOConfig
@@ -99,7 +103,9 @@ def main() -> None:
     m = trainer.envsched_metrics()
     keys = ["groups_drawn", "groups_updated", "groups_discarded_stale", "groups_unresolved", "zero_signal_dropped",
             "zero_signal_dropped_share", "signal_groups", "episodes", "draws_replayed"]
-    print(json.dumps({k: m[k] for k in keys} | {"wall_s": round(time.time() - t0, 1)}, indent=2))
+    summary = {k: m[k] for k in keys} | {"wall_s": round(time.time() - t0, 1)}
+    print(json.dumps(summary, indent=2))
+    return summary
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ model earns about 0) plus a digit-share shaping term.
 Run from the repository root (install: ``pip install -e '.[trl,openenv]'``)::
 
     HF_HUB_OFFLINE=1 nice python examples/async_grpo_openenv_harness.py --steps 8 --out runs/async_harness
+    python examples/async_grpo_openenv_harness.py --smoke --out runs/async_harness_smoke    # 2 steps
 
 Without ``--env-url`` the example serves the pool itself (the OpenEnv server in a thread, on 127.0.0.1); with
 ``--env-url http://127.0.0.1:8765`` it uses a server started as the docs say, with the pool the example writes to
@@ -42,14 +43,17 @@ def to_row(task):
     return {"prompt": [{"role": "user", "content": str(task["instruction"])[:80]}]}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--save-steps", type=int, default=4)
     ap.add_argument("--out", default="runs/async_harness")
     ap.add_argument("--env-url", help="a running envsched OpenEnv server serving OUT/pool.jsonl")
     ap.add_argument("--resume", help="a checkpoint-N folder of an earlier run")
-    args = ap.parse_args()
+    ap.add_argument("--smoke", action="store_true", help="the smallest run: 2 steps, a checkpoint after each")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.steps, args.save_steps = 2, 1
 
     from openenv.core.harness import MCPHarnessAdapter
     from trl.chat_template_utils import qwen3_chat_template
@@ -115,13 +119,15 @@ def main() -> None:
     drawn = dict(trainer.envsched_draw_log)
     keys = ["groups_drawn", "groups_updated", "groups_discarded_stale", "groups_unresolved", "draws_replayed",
             "episodes", "signal_groups"]
-    print(json.dumps({k: m[k] for k in keys} | {
+    summary = {k: m[k] for k in keys} | {
         "episodes_started": len(ran),
         "episodes_on_the_drawn_task": sum(drawn.get(e["seed"]) == e["task_id"] for e in ran),
         "episodes_verified": len(verified),
         "mean_env_reward": round(sum(e["env_reward"] or 0.0 for e in verified) / max(1, len(verified)), 4),
         "top_tasks": collections.Counter(e["task_id"] for e in ran).most_common(3),
-        "wall_s": round(time.time() - t0, 1)}, indent=2))
+        "wall_s": round(time.time() - t0, 1)}
+    print(json.dumps(summary, indent=2))
+    return summary
 
 
 if __name__ == "__main__":

