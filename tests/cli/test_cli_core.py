@@ -85,3 +85,17 @@ def test_run_every_registered_sampler(pool_file, name):
     summary = _summary(result.stdout)
     assert summary["sampler_metrics"]["groups"] == 24
     assert summary["sampler_metrics"]["dispatched_groups"] == 24
+
+
+def test_the_command_list_of_docs_cli_names_every_command():
+    """The list at the top of docs/cli.md is a reader's map: every command of `envsched --help` is on it."""
+    from pathlib import Path
+
+    from envsched.cli.main import COMMANDS
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    listing = text.split("```", 2)[1]
+    commands = sorted(COMMANDS)
+    assert {"run", "pool", "explain", "store", "bench", "eval", "dashboard", "report"} <= set(commands)
+    missing = [c for c in commands if f"envsched {c} " not in listing]
+    assert not missing, f"docs/cli.md's command list leaves out {missing}"
