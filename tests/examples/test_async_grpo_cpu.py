@@ -8,7 +8,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_async_grpo_example_trains(run_example, tmp_path):
-    s = run_example("async_grpo_cpu", ["--smoke", "--out", "run"], tmp_path, timeout_s=600)
+    s = run_example("async_grpo_cpu", ["--smoke", "--out", "run"], tmp_path, timeout_s=400)
     assert s["groups_updated"] >= 4  # 2 steps of 2 groups trained on
     assert s["groups_drawn"] == s["groups_updated"] + s["groups_discarded_stale"] + s["groups_unresolved"]
     assert s["episodes"] == 4 * s["groups_updated"]
