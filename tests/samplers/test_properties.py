@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from envsched.method.sampler import EnvSchedSampler
 from envsched.pool import TaskPool
 from envsched.samplers import CurriculumSampler, SequentialSampler, UniformSampler
+from envsched.samplers.base import group_mean_variance, is_signal_group
 from envsched.samplers.dps import DPSSampler
 from envsched.samplers.sec import SECSampler
 
@@ -145,7 +146,8 @@ def _check_stream(make: Any, pool: TaskPool, ops: list[tuple[Any, ...]]) -> None
             groups += 1
             episodes += len(rewards)
             unscored += len(rewards) - len(scored)
-            signal += int(len(scored) >= 2 and max(scored) > min(scored))
+            # a signal group by the one definition (rewards already on [0, 1], the pools' range)
+            signal += int(len(scored) >= 2 and bool(is_signal_group(len(scored), group_mean_variance(scored)[1])))
             cost += sum(costs or [])
         elif op[0] == "discard":
             if not outstanding:
