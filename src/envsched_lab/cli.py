@@ -30,6 +30,10 @@ QUICK = {"seeds": 3, "steps": 30, "coldstart_runs": 10, "coldstart_steps": 7,
 #: ``--learner neural`` settings (docs/benchmark.md, "The neural learner": sized for 2 CPU cores).
 NEURAL = {"seeds": 5, "steps": 200, "batch_size": 32, "coldstart_runs": 0}
 NEURAL_QUICK = {"seeds": 2, "steps": 40, "samplers": ["uniform", "mopps", "plr", "envsched"]}
+#: ``--learner neural --pool v2`` (docs/benchmark.md, "The v2 pool"): the paper's batch of 64 and horizons 40/120.
+V2 = {"seeds": 10, "steps": 120, "batch_size": 64, "coldstart_runs": 0,
+      "samplers": ["uniform", "oracle-variance", "oracle-coverage"]}
+V2_QUICK = {"seeds": 2, "steps": 40, "samplers": ["uniform", "oracle-variance", "oracle-coverage"]}
 
 
 def _split_learner(items: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
@@ -80,7 +84,8 @@ class _SamplersOption(click.Option):
 @click.option("--group-size", default=8, show_default=True, type=int_range(2, MAX_GROUP_SIZE),
               help="Rollouts per group.")
 @click.option("--pool", "pool_arg", default="default", show_default=True,
-              help="'default' (the 2,550-task benchmark pool), 'reasoning-gym' (generated fallback) or a pool file.")
+              help="'default' (the 2,550-task benchmark pool), 'reasoning-gym' (generated fallback) or a pool file; "
+                   "with --learner neural: 'v2' (60 environments of skills x surfaces, one instance per seed).")
 @click.option("--learner", "learner_opts", multiple=True, metavar="NAME|KEY=VALUE",
               help="The learner: 'model' (default: the simulated learner) or 'neural' (GRPO on a small "
                    "transformer, CPU); KEY=VALUE items are its options, e.g. --learner sharing=0 or "
@@ -176,14 +181,20 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
         return
     learner_kind, learner_opts = _split_learner(learner_opts)
     neural = learner_kind == "neural"
+    v2 = pool_arg == "v2"
     if families is not None and not neural:
         raise click.UsageError("--families sets the neural learner's tasks: add --learner neural")
     if neural and (tune or matrix):
         raise click.UsageError("--tune and --matrix run the simulated learner; drop --learner neural")
-    if neural and pool_arg != "default":
-        raise click.UsageError("--learner neural generates its pool from task families: use --families, not --pool")
+    if v2 and not neural:
+        raise click.UsageError("the v2 pool is the neural learner's: add --learner neural")
+    if v2 and families is not None:
+        raise click.UsageError("--pool v2 generates its own tasks: drop --families")
+    if neural and pool_arg not in ("default", "v2"):
+        raise click.UsageError("--learner neural generates its pool from task families (--families) or is the v2 "
+                               "pool (--pool v2); it takes no pool file")
     if batch_size is None:
-        batch_size = NEURAL["batch_size"] if neural else 64
+        batch_size = V2["batch_size"] if v2 else NEURAL["batch_size"] if neural else 64
     if list_samplers:
         for name, desc in available_samplers().items():
             console.print(f"[bold]{name}[/bold]: {desc}")
@@ -193,9 +204,9 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
     if not tune:
         for line in missing_bench_outputs(plots=not no_plots):  # "[lab]" in the command is not markup
             Console(stderr=True).print(line, style="yellow", markup=False)
-    quick_set: dict[str, Any] = NEURAL_QUICK if neural else QUICK
+    quick_set: dict[str, Any] = V2_QUICK if v2 else NEURAL_QUICK if neural else QUICK
     names = [s.strip() for s in samplers.split(",") if s.strip()] if samplers else \
-        (list(quick_set["samplers"]) if quick else list(DEFAULT_SAMPLERS))
+        (list(quick_set["samplers"]) if quick else list(V2["samplers"]) if v2 else list(DEFAULT_SAMPLERS))
     avail = available_samplers()
     missing = [s for s in names if s not in avail]
     if missing and not samplers:
@@ -232,26 +243,35 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
                     no_plots, as_json)
         return
     cold_names = [s.strip() for s in coldstart_samplers.split(",") if s.strip() and s.strip() in avail]
-    if neural:
+    learner_dict = _parse_kv(learner_opts, "--learner")
+    if v2:
+        from envsched_lab.families.v2 import V2_LEARNER, V2_POOL
+
+        families = V2_POOL
+        default_runs = 0
+        if coldstart_runs:
+            raise click.UsageError("cold-start runs are not part of the v2 benchmark: drop --coldstart-runs")
+        learner_dict = {**V2_LEARNER, **learner_dict}
+    elif neural:
         from envsched_lab.families import DEFAULT_FAMILIES_REF
 
         families = families or DEFAULT_FAMILIES_REF
         default_runs = NEURAL["coldstart_runs"]
     else:
         default_runs = QUICK["coldstart_runs"] if quick else 100
-    base = NEURAL if neural else {"seeds": 5, "steps": 200}
+    base = V2 if v2 else NEURAL if neural else {"seeds": 5, "steps": 200}
     cfg = BenchConfig(
         samplers=names,
         seeds=list(range(seeds if seeds is not None else (quick_set["seeds"] if quick else base["seeds"]))),
         steps=steps if steps is not None else (quick_set["steps"] if quick else base["steps"]),
         batch_size=batch_size, group_size=group_size,
-        learner=_parse_kv(learner_opts, "--learner"), sampler_options=per_sampler,
+        learner=learner_dict, sampler_options=per_sampler,
         learner_kind=learner_kind, families=families,
         coldstart_runs=coldstart_runs if coldstart_runs is not None else default_runs,
         coldstart_steps=coldstart_steps if coldstart_steps is not None else (QUICK["coldstart_steps"] if quick else 10),
         coldstart_samplers=cold_names, pool=pool_arg, split=_parse_kv(split_opts, "--split"),
     )
-    cfg.score_steps = sorted({min(t, cfg.steps) for t in (40, 120, 200)})
+    cfg.score_steps = sorted({min(t, cfg.steps) for t in ((40, 120) if v2 else (40, 120, 200))})
     cfg.target_step = min(120, cfg.steps)
     try:
         cfg.validate()
@@ -259,7 +279,12 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
         raise click.BadParameter(str(exc)) from None
     with console.status("loading the pool..."):
         try:
-            if neural:
+            if v2:
+                from envsched_lab.families.v2 import build_v2_pool
+
+                pool = build_v2_pool(cfg.seeds[0]).pool
+                source = "v2 (envsched_lab.families.v2; one instance and split per seed, the first shown)"
+            elif neural:
                 from envsched_lab.families import build_family_pool
 
                 pool, source = build_family_pool(families or "").pool, f"families {families}"
@@ -298,8 +323,8 @@ def _print_summary(console: Console, summary: dict[str, Any], cfg: Any) -> None:
     """The summary tables; a vertical layout (one block per sampler) when the terminal is under 100 columns."""
     from envsched_lab.report import summary_tables
 
-    console.print(f"[bold]rollout efficiency[/bold]: {len(cfg.seeds)} seeds x {cfg.steps} steps x {cfg.batch_size} "
-                  f"groups x {cfg.group_size} rollouts")
+    console.print(f"[bold]rollout efficiency[/bold] ({summary.get('learner', '')}): {len(cfg.seeds)} seeds x "
+                  f"{cfg.steps} steps x {cfg.batch_size} groups x {cfg.group_size} rollouts", markup=True)
     for title, head, rows in summary_tables(summary, cfg):
         if console.width >= 100:
             table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
@@ -318,13 +343,20 @@ def _print_summary(console: Console, summary: dict[str, Any], cfg: Any) -> None:
         rows = t["table"]
         if rows:
             last = rows[min(6, len(rows) - 1)]
-            console.print(f"cold start {s} ({t['runs']} runs): hit rate step 1 {100 * rows[0]['hit_rate']:.1f}% -> "
+            console.print(f"cold start {s} ({t['runs']} runs, {summary.get('learner', '')}): hit rate step 1 "
+                          f"{100 * rows[0]['hit_rate']:.1f}% -> "
                           f"step {last['step']} {100 * last['hit_rate']:.1f}% (low {100 * last['hit_rate_low']:.1f}%, "
                           f"high {100 * last['hit_rate_high']:.1f}%)")
     for line in summary.get("significant", []):
         console.print(line)
+    label = summary.get("learner", "")
     for v in summary.get("goals", {}).values():
-        console.print(f"{'[green]met[/green]' if v['met'] else '[red]not met[/red]'}: {v['sentence']}")
+        console.print(f"{'[green]met[/green]' if v['met'] else '[red]not met[/red]'}: {v['sentence']} ({label})")
+    if summary.get("gate"):
+        from envsched_lab.report import gate_lines
+
+        for line in gate_lines(summary["gate"]):
+            console.print(line, markup=False)
 
 
 def _progress(console: Console, transient: bool) -> Progress:

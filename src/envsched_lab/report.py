@@ -105,14 +105,24 @@ def summarise(runs: list[dict[str, Any]], cold: list[dict[str, Any]], config: An
         d["updates"] = _ms([recs[-1]["updates"] for recs in rows])
         d["score_start"] = _ms([recs[0]["score"] for recs in rows])
         d["heldout_initial"] = _ms([recs[0].get("heldout_initial", math.nan) for recs in rows])
+        for key in sorted({k for recs in rows for k in recs[0] if k.startswith("baseline_")
+                           and k != "baseline_constant_answer"}):
+            d[key] = _ms([recs[0].get(key, math.nan) for recs in rows])
+        for key in sorted({k for recs in rows for k in recs[0] if k.startswith("heldout_group_")
+                           and k.endswith("_initial")}):
+            d[key] = _ms([recs[0].get(key, math.nan) for recs in rows])
         d["cost"] = _ms([recs[-1]["cum_cost"] for recs in rows])
         for t in config.score_steps:
             d[f"score@{t}"] = _ms([recs[t - 1]["score"] for recs in rows if len(recs) >= t])
             for key in ("heldout", "heldout_a", "heldout_b"):
                 name = "heldout_score" if key == "heldout" else key
                 d[f"{name}@{t}"] = _ms([recs[t - 1].get(key, math.nan) for recs in rows if len(recs) >= t])
-            # the neural learner's expected sampled success beside its greedy success (the keys above)
-            for key in ("heldout_expected", "heldout_a_expected", "heldout_b_expected", "score_expected"):
+            # the neural learner's other score beside its primary one (the keys above), and the v2 pool's stages
+            extra = [k for k in ("heldout_expected", "heldout_a_expected", "heldout_b_expected", "score_expected",
+                                 "heldout_greedy", "heldout_a_greedy", "heldout_b_greedy", "score_greedy")]
+            extra += sorted({k for recs in rows for k in recs[0] if k.startswith("heldout_group_")
+                             and not k.endswith("_initial")})
+            for key in extra:
                 if any(key in recs[0] for recs in rows):
                     d[f"{key}@{t}"] = _ms([recs[t - 1].get(key, math.nan) for recs in rows if len(recs) >= t])
         if any("heldout_sampled" in recs[-1] for recs in rows):
@@ -137,10 +147,32 @@ def summarise(runs: list[dict[str, Any]], cold: list[dict[str, Any]], config: An
         per[s] = d
     _add_paired(per, by_run, config)
     t4 = _table4(cold, config)
-    out: dict[str, Any] = {"target_score": target, "target_step": config.target_step, "target_metric": metric,
-                           "samplers": per, "coldstart": t4, "goals": _goals(per, t4, config),
+    label = learner_label(config)
+    out: dict[str, Any] = {"learner": label, "target_score": target, "target_step": config.target_step,
+                           "target_metric": metric, "samplers": per, "coldstart": t4,
+                           "goals": _goals(per, t4, config),
                            "significant": _significance_sentences(per, config)}
+    baselines: dict[str, Any] = {}
+    for (_, seed), recs in sorted(by_run.items()):
+        if str(seed) not in baselines and any(k.startswith("baseline_") for k in recs[0]):
+            baselines[str(seed)] = {k[len("baseline_"):]: recs[0][k] for k in recs[0] if k.startswith("baseline_")}
+    if baselines:
+        out["baselines"] = baselines
+    if getattr(config, "pool", None) == "v2":
+        from envsched_lab.gate import gate
+
+        out["gate"] = gate(runs, learner=label)
     return out
+
+
+def learner_label(config: Any) -> str:
+    """The learner a run's figures come from, in words (every table and verdict names it)."""
+    kind = getattr(config, "learner_kind", "model")
+    if kind == "model":
+        return "simulated learner (--learner model)"
+    if getattr(config, "pool", None) == "v2":
+        return "neural learner, pool v2"
+    return f"neural learner, families {getattr(config, 'families', None) or 'default'}"
 
 
 def paired_difference(a: Mapping[int, float], b: Mapping[int, float], level: float = 0.95) -> dict[str, Any]:
@@ -200,7 +232,7 @@ def _significance_sentences(per: Mapping[str, Any], config: Any) -> list[str]:
         word = "significantly above" if p["significant"] and p["low"] > 0 else \
             "significantly below" if p["significant"] else "not significantly different from"
         out.append(f"{s} is {word} uniform in held-out score at step {t}: {p['mean']:+.2f} points "
-                   f"(95% CI {p['low']:+.2f} to {p['high']:+.2f}, {p['n']} paired seeds).")
+                   f"(95% CI {p['low']:+.2f} to {p['high']:+.2f}, {p['n']} paired seeds; {learner_label(config)}).")
     return out
 
 
@@ -328,32 +360,50 @@ def _fmt_paired(p: Mapping[str, Any] | None) -> str:
 def summary_tables(summary: dict[str, Any], config: Any) -> list[tuple[str, list[str], list[list[str]]]]:
     """The summary as (title, header, rows) tables, shared by the Markdown file and the terminal."""
     per = summary["samplers"]
+    label = summary.get("learner") or learner_label(config)
     t_last = config.score_steps[-1] if config.score_steps else config.steps
+    v2 = getattr(config, "pool", None) == "v2"
+    paired_steps = list(config.score_steps) if v2 else [t_last]
+    trivial = any("baseline_constant" in d for d in per.values())
     tables = []
-    head = ["sampler"] + [f"held-out@{t}" for t in config.score_steps] + [f"vs uniform@{t_last}",
-                                                                          f"vs best other@{t_last}"]
+    head = (["sampler"] + [f"held-out@{t}" for t in config.score_steps]
+            + [f"vs uniform@{t}" for t in paired_steps] + [f"vs best other@{t_last}"])
+    if trivial:
+        head += ["initial", "best constant", "env mode"]
     rows = []
     for s, d in per.items():
         best = d.get(f"paired_vs_best@{t_last}")
-        rows.append([s] + [_fmt(d.get(f"heldout_score@{t}"), 2) for t in config.score_steps]
-                    + [_fmt_paired(d.get(f"paired_vs_uniform@{t_last}")),
-                       (_fmt_paired(best) + f" ({best['other']})") if best else "-"])
-    tables.append(("Held-out score (x100; mean ± sd over seeds; paired differences: mean [95% CI], "
-                   "* = significant)", head, rows))
+        row = ([s] + [_fmt(d.get(f"heldout_score@{t}"), 2) for t in config.score_steps]
+               + [_fmt_paired(d.get(f"paired_vs_uniform@{t}")) for t in paired_steps]
+               + [(_fmt_paired(best) + f" ({best['other']})") if best else "-"])
+        if trivial:
+            row += [_fmt(d.get("heldout_initial"), 2), _fmt(d.get("baseline_constant"), 2),
+                    _fmt(d.get("baseline_env_mode"), 2)]
+        rows.append(row)
+    tables.append((f"Held-out score, {label} (x100; mean ± sd over seeds; paired differences: mean [95% CI], "
+                   "* = significant" + ("; beside it, the same seeds' initial policy and trivial baselines"
+                                        if trivial else "") + ")", head, rows))
     head = ["sampler", f"held-out tasks@{t_last}", f"held-out envs@{t_last}", f"training pool@{t_last}",
             "training pool at step 1"]
     rows = [[s, _fmt(d.get(f"heldout_a@{t_last}"), 2), _fmt(d.get(f"heldout_b@{t_last}"), 2),
              _fmt(d.get(f"score@{t_last}"), 2), _fmt(d.get("score_start"), 2)] for s, d in per.items()]
-    tables.append(("Held-out tasks of training environments (a), held-out environments (b), training pool",
-                   head, rows))
+    tables.append((f"Held-out tasks of training environments (a), held-out environments (b), training pool, "
+                   f"{label}", head, rows))
+    stages = sorted({k[len("heldout_group_"):-len(f"@{t_last}")] for d in per.values() for k in d
+                     if k.startswith("heldout_group_") and k.endswith(f"@{t_last}")})
+    if stages:
+        head = ["sampler"] + [f"{g} {when}" for g in stages for when in ("initial", f"@{t_last}")]
+        rows = [[s] + [_fmt(d.get(k), 2) for g in stages
+                       for k in (f"heldout_group_{g}_initial", f"heldout_group_{g}@{t_last}")] for s, d in per.items()]
+        tables.append((f"Held-out score by stage of the skills, {label}", head, rows))
     head = ["sampler", "var/batch", "envs/batch", "signal/episode", "signal/cost", "rollouts to target",
             "cost to target", "missed"]
     rows = [[s, _fmt(d["batch_variance"], 4, False), _fmt(d["envs_covered"], 1, False),
              _fmt(d["signal_per_episode"], 4, False), _fmt(d["signal_per_cost"], 4, False),
              _fmt(d["rollouts_to_target"], 0, False), _fmt(d.get("cost_to_target"), 0, False),
              f"{d['target_missed']}/{len(d['seeds'])}"] for s, d in per.items()]
-    tables.append((f"Efficiency (target: uniform's best held-out score within {config.target_step} steps, "
-                   f"per seed)", head, rows))
+    tables.append((f"Efficiency, {label} (target: uniform's best held-out score within {config.target_step} "
+                   f"steps, per seed)", head, rows))
     return tables
 
 
@@ -373,9 +423,22 @@ def markdown_table(summary: dict[str, Any], config: Any) -> str:
     if summary.get("significant"):
         out += "Paired comparisons with uniform\n\n" + "".join(f"- {x}\n" for x in summary["significant"]) + "\n"
     if summary["goals"]:
-        out += "Goals\n\n" + "".join(f"- {'met' if v['met'] else 'NOT met'}: {v['sentence']}\n"
-                                       for v in summary["goals"].values())
+        out += f"Goals ({summary.get('learner') or learner_label(config)})\n\n" + "".join(
+            f"- {'met' if v['met'] else 'NOT met'}: {v['sentence']}\n" for v in summary["goals"].values())
+    if summary.get("gate"):
+        out += "\n" + "\n".join(gate_lines(summary["gate"])) + "\n"
     return out
+
+
+def gate_lines(g: Mapping[str, Any]) -> list[str]:
+    """The v2 gate's verdict as text lines (the summary file and the terminal)."""
+    word = {True: "PASSED", False: "FAILED", None: "not decided (runs missing)"}[g.get("passed")]
+    lines = [f"Gate of the v2 benchmark ({g.get('learner')}): {word}", ""]
+    for key in ("rl_moves", "oracle_variance", "constant", "uniform_coverage", "coverage_oracle"):
+        c = g.get(key) or {}
+        mark = {True: "met", False: "NOT met", None: "not decided"}[c.get("met")]
+        lines.append(f"- {mark}: {c.get('sentence', '')}")
+    return lines
 
 
 #: Distinct colours (Okabe-Ito, then Tableau's darker tones): no two samplers get near-identical colours.

@@ -47,8 +47,10 @@ from envsched.pool.pool import TaskPool
 from envsched.samplers import registry
 from envsched.samplers.base import BaseSampler
 from envsched_lab.cache import bench_cache_dir
+from envsched_lab.families.v2 import V2_POOL, build_v2_pool
 from envsched_lab.learner import LearnerConfig, LearnerModel, sharing_degree, task_structure
 from envsched_lab.learners import LEARNERS, Learner, make_learner, validate_learner_options
+from envsched_lab.oracles import LAB_SAMPLERS, TrainingView, make_lab_sampler
 from envsched_lab.split import PoolSplit, SplitConfig, split_pool
 from envsched_lab.variants import ENVSCHED_ABLATIONS, ENVSCHED_CLASS, bench_samplers, resolve_bench
 
@@ -89,6 +91,8 @@ def make_bench_sampler(name: str, pool: TaskPool, *, seed: int, batch_size: int 
     """Build the benchmark sampler ``name`` over ``pool`` with the registry's factory (``ValueError`` lists
     the known names). EnvSched's records get the benchmark's batch size, its cached graph (or a control's
     graph) and a configuration in which knobs its switches leave unread are reset (:func:`_envsched_options`)."""
+    if name in LAB_SAMPLERS:
+        return make_lab_sampler(name, pool, seed=seed, group_size=group_size, options=dict(options or {}))
     record, variant, control = resolve_bench(name)
     opts = {**record.options, **(variant.options if variant is not None else {}), **dict(options or {})}
     config = None
@@ -178,6 +182,17 @@ class BenchConfig:
         SplitConfig.from_dict(self.split)
         if self.eval_rollouts < 0:
             raise ValueError(f"eval_rollouts must be >= 0, got {self.eval_rollouts}")
+        if self.pool == V2_POOL:
+            if self.learner_kind != "neural":
+                raise ValueError("the v2 pool is the neural learner's (--learner neural --pool v2)")
+            if self.families not in (None, V2_POOL):
+                raise ValueError("the v2 pool generates its own tasks: drop --families")
+            extra = sorted(set(self.split) - {"heldout_task_share"})
+            if extra:
+                raise ValueError(f"the v2 split holds out one surface of every skill and a share of each training "
+                                 f"environment's tasks (heldout_task_share); it takes no {extra}")
+            if self.coldstart_runs:
+                raise ValueError("cold-start runs are not part of the v2 benchmark: set coldstart_runs to 0")
 
     def digest(self, pool_fingerprint: str) -> str:
         cfg = asdict(self)
@@ -246,9 +261,10 @@ def bench_split(pool: TaskPool, split: Mapping[str, Any] | SplitConfig | None) -
 def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_size: int = 64, group_size: int = 8,
             learner: Mapping[str, Any] | None = None, sampler_options: Mapping[str, Any] | None = None,
             learner_seed: int | None = None, on_step: Callable[[int], None] | None = None,
-            structure: _Structure | None = None, split: Mapping[str, Any] | SplitConfig | None = None,
+            structure: _Structure | None = None, split: Mapping[str, Any] | SplitConfig | PoolSplit | None = None,
             eval_rollouts: int = 0, learner_kind: str = "model",
-            families: str | None = None, family_seed: int = 0) -> list[dict[str, Any]]:
+            families: str | None = None, family_seed: int = 0,
+            groups: Mapping[str, np.ndarray] | None = None) -> list[dict[str, Any]]:
     """Run one sampler for ``steps`` budget steps against a fresh learner; returns the per-step records.
 
     The learner is built over the whole ``pool``; the sampler only over the training part of its held-out
@@ -257,15 +273,36 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
     face the same initial learner and task difficulties. ``eval_rollouts > 0`` adds, at the last step, a
     Monte-Carlo held-out score (``heldout_sampled``) from that many sampled rollouts per held-out task.
     ``learner_kind`` picks the learner (:mod:`envsched_lab.learners`; ``families``: the neural learner's, and
-    ``family_seed`` the seed its pool was generated with).
+    ``family_seed`` the seed its pool was generated with). ``split`` may also be a finished
+    :class:`~envsched_lab.split.PoolSplit` of ``pool`` (the v2 pool's, :func:`~envsched_lab.split.split_v2`).
+
+    A sampler with a ``bind_learner`` method (the lab's oracles, :mod:`envsched_lab.oracles`) is given a
+    :class:`~envsched_lab.oracles.TrainingView` of the learner before its first draw. A learner with answers
+    (the neural one) adds the trivial baselines of the held-out sets to the first record
+    (``baseline_constant``, ``baseline_env_mode`` and their ``_a``/``_b`` parts; :mod:`envsched_lab.trivial`).
+    ``groups`` (name -> positions among the held-out tasks) adds the learner's score over each group to every
+    record (``heldout_group_NAME``), for learners that can break their scores down.
     """
-    psplit = bench_split(pool, split)
+    psplit = split if isinstance(split, PoolSplit) else bench_split(pool, split)
+    if psplit.pool is not pool and psplit.pool.fingerprint() != pool.fingerprint():
+        raise ValueError("the split given to run_one is a split of another pool")
     model: Learner = make_learner(learner_kind, pool, learner, families=families, family_seed=family_seed,
                                   seed=seed if learner_seed is None else learner_seed)
     sampler = make_bench_sampler(sampler_name, psplit.train, seed=seed, batch_size=batch_size,
                                  group_size=group_size, options=sampler_options)
     to_full = psplit.train_positions
+    bind = getattr(sampler, "bind_learner", None)
+    if callable(bind):
+        bind(TrainingView(model, to_full))
     held_a, held_b, held = psplit.heldout_task_positions, psplit.heldout_env_positions, psplit.heldout_positions
+    baselines: dict[str, Any] = {}
+    fpool = getattr(model, "fpool", None)
+    if fpool is not None:
+        from envsched_lab.trivial import constant_baselines
+
+        b = constant_baselines(fpool, held, to_full, {"a": held_a, "b": held_b})
+        baselines = {f"baseline_{k}": v for k, v in b.items()}
+    breakdown = getattr(model, "breakdown", None) if groups else None
     structure = structure or _Structure.of(psplit.train)
     post_filter = bool(getattr(sampler, "post_filter", False))
     keep = getattr(sampler, "keep_group", None)
@@ -280,6 +317,7 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
     records: list[dict[str, Any]] = []
     # the policy before any update (scores read the learner's state only; no random stream moves)
     initial = model.scores(to_full, held_a, held_b)
+    initial_groups = breakdown(groups) if breakdown is not None else {}
     for step in range(1, steps + 1):
         tasks = sampler.sample(batch_size)
         train_pos = np.array([sampler.position_of(t) for t in tasks], dtype=np.int64)
@@ -324,10 +362,17 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
             "signal_per_episode": cum_signal / cum_episodes, "signal_per_cost": cum_signal / cum_cost,
             **model.scores(to_full, held_a, held_b, last=step == steps),
             "exploit_picks": int(exploit.sum()) if exploit is not None else -1,
+            **({"grad_norm": float(np.mean(norms))} if (norms := getattr(model, "last_grad_norms", None)) else {}),
             "exploit_hits": int((exploit & mixed).sum()) if exploit is not None else -1,
         }
+        if breakdown is not None:
+            rec.update({f"heldout_group_{k}": v for k, v in breakdown(groups).items()})
         if step == 1:
             rec["heldout_initial"], rec["score_initial"] = initial["heldout"], initial["score"]
+            rec["train_envs"] = len(psplit.train.envs)
+            rec.update(baselines)
+            if breakdown is not None:
+                rec.update({f"heldout_group_{k}_initial": v for k, v in initial_groups.items()})
         if eval_rollouts > 0 and step == steps and held.size:
             rec["heldout_sampled"] = model.sampled_score(held, eval_rollouts,
                                                          np.random.default_rng([int(seed), 77]))
@@ -403,9 +448,34 @@ def _execute(pool: TaskPool, job: Mapping[str, Any], tick: Callable[[int], None]
             save_bfcl_memo(memo)
 
 
+def v2_inputs(seed: int, split: Mapping[str, Any] | None = None) -> tuple[TaskPool, PoolSplit, dict[str, np.ndarray]]:
+    """The v2 pool of ``seed``, its split (split seed = ``seed``) and the held-out tasks of each stage (the
+    groups a v2 run's records break the held-out score into: ``heldout_group_early``, ...)."""
+    v2 = build_v2_pool(seed)
+    psplit = v2.split(seed, **dict(split or {}))
+    stage = v2.stage_of()
+    held = psplit.heldout_positions
+    groups = {name: held[stage[held] == name] for name in ("early", "late", "unlearnable")}
+    return v2.pool, psplit, groups
+
+
+def v2_fingerprint(seeds: Sequence[int]) -> str:
+    """One fingerprint for the v2 pools of ``seeds`` (a run directory's configuration digest reads it)."""
+    h = hashlib.sha256()
+    for seed in seeds:
+        h.update(build_v2_pool(int(seed)).pool.fingerprint().encode())
+    return h.hexdigest()
+
+
 def _execute_job(pool: TaskPool, job: Mapping[str, Any], tick: Callable[[int], None] | None) -> list[dict[str, Any]]:
     cfg = job["config"]
     opts = cfg["sampler_options"].get(job["sampler"], {})
+    if job["kind"] == "run" and cfg.get("pool") == V2_POOL:
+        v2pool, psplit, groups = v2_inputs(job["seed"], cfg.get("split"))
+        return run_one(v2pool, job["sampler"], job["seed"], steps=cfg["steps"], batch_size=cfg["batch_size"],
+                       group_size=cfg["group_size"], learner=cfg["learner"], sampler_options=opts, on_step=tick,
+                       split=psplit, eval_rollouts=cfg.get("eval_rollouts", 0), learner_kind="neural",
+                       families=V2_POOL, family_seed=job["seed"], groups=groups)
     if job["kind"] == "run":
         return run_one(pool, job["sampler"], job["seed"], steps=cfg["steps"], batch_size=cfg["batch_size"],
                        group_size=cfg["group_size"], learner=cfg["learner"], sampler_options=opts, on_step=tick,
@@ -453,7 +523,9 @@ def run_benchmark(config: BenchConfig, run_dir: str | os.PathLike[str], *, pool:
     config.validate()
     run_path = Path(run_dir)
     run_path.mkdir(parents=True, exist_ok=True)
-    digest = config.digest(pool.fingerprint())
+    v2 = config.pool == V2_POOL
+    fingerprint = v2_fingerprint(config.seeds) if v2 else pool.fingerprint()
+    digest = config.digest(fingerprint)
     cfg_file = run_path / "config.json"
     if cfg_file.exists():
         old = json.loads(cfg_file.read_text())
@@ -462,7 +534,7 @@ def run_benchmark(config: BenchConfig, run_dir: str | os.PathLike[str], *, pool:
                                   f"(digest {old.get('digest')} != {digest}); use another directory")
     else:
         _write_atomic(cfg_file, json.dumps({"digest": digest, "config": asdict(config), "pool_source": pool_source,
-                                            "pool_fingerprint": pool.fingerprint(), "pool_tasks": len(pool),
+                                            "pool_fingerprint": fingerprint, "pool_tasks": len(pool),
                                             "pool_envs": len(pool.envs)}, indent=2))
     cfg_dict = asdict(config)
     jobs: list[dict[str, Any]] = []
@@ -474,8 +546,10 @@ def run_benchmark(config: BenchConfig, run_dir: str | os.PathLike[str], *, pool:
             jobs.append({"kind": "coldstart", "sampler": name, "seed": -1, "config": cfg_dict})
     total = sum(_job_units(j) for j in jobs)
     todo = [j for j in jobs if not _job_file(run_path, j).exists()]
-    psplit = bench_split(pool, config.split)
     split_file = run_path / "split.json"
+    if v2 and not split_file.exists():
+        _write_atomic(split_file, json.dumps(_v2_split_info(config), indent=2))
+    psplit = bench_split(pool, config.split) if not v2 else None
     if not split_file.exists():
         info = psplit.describe()
         info["learner"] = config.learner_kind
@@ -490,7 +564,7 @@ def run_benchmark(config: BenchConfig, run_dir: str | os.PathLike[str], *, pool:
         }
     if not split_file.exists():
         _write_atomic(split_file, json.dumps(info, indent=2))
-    if any(j["sampler"].startswith("envsched") for j in todo):
+    if psplit is not None and any(j["sampler"].startswith("envsched") for j in todo):
         envsched_graph(psplit.train)  # once, before the workers fork
     done_units = total - sum(_job_units(j) for j in todo)
     # Long jobs first (EnvSched variants and cold starts) for better packing.
@@ -535,6 +609,21 @@ def run_benchmark(config: BenchConfig, run_dir: str | os.PathLike[str], *, pool:
     from envsched_lab.report import write_report
 
     return write_report(run_path, config, plots=plots)
+
+
+def _v2_split_info(config: BenchConfig) -> dict[str, Any]:
+    """``split.json`` of a v2 run: each seed's pool and split (its own held-out surfaces and tasks)."""
+    from envsched_lab.families.v2 import SKILLS, SURFACES
+
+    seeds = {}
+    for seed in config.seeds:
+        pool, psplit, groups = v2_inputs(seed, config.split)
+        info = psplit.describe()
+        info["pool_fingerprint"] = pool.fingerprint()
+        info["heldout_by_stage"] = {k: int(v.size) for k, v in groups.items()}
+        seeds[str(seed)] = info
+    return {"pool": V2_POOL, "learner": config.learner_kind, "skills": [s.name for s in SKILLS],
+            "surfaces": [s.name for s in SURFACES], "seeds": seeds}
 
 
 def _run_ray(todo: Sequence[dict[str, Any]], pool: TaskPool, address: str | None,

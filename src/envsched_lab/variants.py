@@ -68,16 +68,20 @@ ENVSCHED_CONTROLS: dict[str, str] = {name: kind for name, (kind, _) in _CONTROLS
 
 def bench_samplers() -> dict[str, str]:
     """Every benchmark sampler name and its description: the registry's (records and variants), then EnvSched's
-    lab variants, then the controls."""
+    lab variants, then the controls, then the lab's positive controls (:mod:`envsched_lab.oracles`)."""
+    from envsched_lab.oracles import LAB_SAMPLERS
+
     out = registry.benchmark_samplers()
     out.update({v.name: v.description for v in ENVSCHED_LAB_VARIANTS})
     out.update({name: desc for name, (_, desc) in _CONTROLS.items()})
+    out.update({name: desc for name, (desc, _) in LAB_SAMPLERS.items()})
     return out
 
 
 def resolve_bench(name: str) -> tuple[registry.SamplerRecord, registry.SamplerVariant | None, str | None]:
     """The registry record and variant a benchmark name builds, and its control kind (``None``: not a
-    control). ``ValueError`` lists the benchmark's names."""
+    control). ``ValueError`` lists the benchmark's names (the lab's oracles are built by
+    :func:`envsched_lab.oracles.make_lab_sampler`, not through the registry)."""
     if name in _CONTROLS:
         record, variant = registry.resolve(_BASE)
         return record, variant, _CONTROLS[name][0]

@@ -11,6 +11,7 @@ batch, one Adam step each.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -161,9 +162,12 @@ def grpo_loss(model: TinyTransformer, comp: Completions, adv: torch.Tensor, clip
 
 
 def grpo_update(model: TinyTransformer, opt: torch.optim.Optimizer, comp: Completions, adv: np.ndarray,
-                *, clip: float, epochs: int, total: int, max_grad_norm: float = 1.0) -> list[float]:
-    """``epochs`` Adam steps on the clipped objective over the rows with a non-zero advantage; returns the loss
-    before each step. No row with signal: no step (an all-zero gradient would still move Adam's moments)."""
+                *, clip: float, epochs: int, total: int, max_grad_norm: float | None = 1.0,
+                grad_norms: list[float] | None = None) -> list[float]:
+    """``epochs`` optimiser steps on the clipped objective over the rows with a non-zero advantage; returns the
+    loss before each step. No row with signal: no step (an all-zero gradient would still move Adam's moments).
+    The gradient's norm is clipped at ``max_grad_norm`` (``None`` or 0: not clipped) and appended, before
+    clipping, to ``grad_norms`` when given."""
     keep = np.flatnonzero(np.abs(adv) > 0)
     if keep.size == 0:
         return []
@@ -175,7 +179,9 @@ def grpo_update(model: TinyTransformer, opt: torch.optim.Optimizer, comp: Comple
         loss = grpo_loss(model, sub, a, clip, total)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm or math.inf)
+        if grad_norms is not None:
+            grad_norms.append(float(norm))
         opt.step()
         losses.append(float(loss.detach()))
     model.eval()

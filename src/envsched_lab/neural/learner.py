@@ -21,7 +21,7 @@ import pickle
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -41,7 +41,17 @@ from envsched_lab.neural.grpo import (
 )
 from envsched_lab.neural.model import CharTokenizer, TinyTransformer
 
-__all__ = ["NeuralConfig", "NeuralLearner"]
+__all__ = ["NeuralConfig", "NeuralLearner", "Pretraining"]
+
+
+@runtime_checkable
+class Pretraining(Protocol):
+    """A source of supervised examples for the phase before GRPO (instead of the warm-up families): ``key``
+    names it in the warmed-up weights' cache; ``batch(rng, n)`` returns ``n`` prompts and their answers."""
+
+    key: str
+
+    def batch(self, rng: np.random.Generator, n: int) -> tuple[list[str], list[str]]: ...
 
 
 @dataclass(frozen=True)
@@ -70,9 +80,24 @@ class NeuralConfig:
     train_eval_tasks: int = 200
     """Training-pool score: greedy success over an evenly spaced subset of at most this many training tasks."""
     threads: int = 1
+    optimizer: str = "adam"
+    """The GRPO step's optimiser: ``"adam"`` or ``"sgd"`` (plain gradient steps of size ``lr``: a batch's step
+    grows with its signal groups, as GRPO's dilution argument assumes; Adam rescales every step to about
+    ``lr`` whatever the batch's signal)."""
+    max_grad_norm: float = 1.0
+    """Gradient norm clip of the GRPO step (0: none)."""
+    score: str = "greedy"
+    """What ``heldout``/``score`` report: ``"greedy"`` (greedy success) or ``"expected"`` (the exact expected
+    success of one sampled answer); the other is reported as ``*_expected`` / ``*_greedy``."""
 
     def __post_init__(self) -> None:
+        for name, choices in _CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ValueError(f"neural learner option {name} must be one of {', '.join(choices)}, got "
+                                 f"{getattr(self, name)!r}")
         for f in fields(self):
+            if f.name in _CHOICES:
+                continue
             v = getattr(self, f.name)
             if not is_number(v, numpy=False):
                 raise InvalidValueError(f"neural learner option {f.name} must be a number, got {v!r}", name=f.name,
@@ -89,6 +114,8 @@ class NeuralConfig:
             v = getattr(self, k)
             if not math.isfinite(v) or v <= 0:
                 raise ValueError(f"neural learner option {k} must be a positive number, got {v!r}")
+        if not math.isfinite(self.max_grad_norm) or self.max_grad_norm < 0:
+            raise ValueError(f"neural learner option max_grad_norm must be >= 0, got {self.max_grad_norm!r}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_heads ({self.n_heads})")
 
@@ -102,23 +129,32 @@ class NeuralConfig:
         return cls(**d)
 
 
+#: Options that take one of a few names (every other option is a number).
+_CHOICES: dict[str, tuple[str, ...]] = {"optimizer": ("adam", "sgd"), "score": ("greedy", "expected")}
+
 _WARM: dict[tuple[int, str], bytes] = {}
 
 
 def _warm_key(cfg: NeuralConfig) -> str:
     d = asdict(cfg)
-    for k in ("lr", "clip", "epochs", "temperature", "max_new_tokens", "eval_every", "train_eval_tasks"):
+    for k in ("lr", "clip", "epochs", "temperature", "max_new_tokens", "eval_every", "train_eval_tasks",
+              *_RL_ONLY):
         d.pop(k)
     return repr(sorted(d.items()))
 
 
-def _warm_path(seed: int, cfg: NeuralConfig) -> Path:
+#: Options read by the GRPO step or the scores only (the warmed-up weights do not depend on them).
+_RL_ONLY = ("optimizer", "max_grad_norm", "score")
+
+
+def _warm_path(seed: int, cfg: NeuralConfig, extra: str = "") -> Path:
     """The warmed-up weights' cache file in the benchmark cache (``$ENVSCHED_CACHE_DIR/bench``), keyed by the
-    seed, the warm-up settings and the source of the network, the warm-up and the warm-up families."""
+    seed, the warm-up settings, the pre-training source (``extra``) and the source of the network, the warm-up
+    and the warm-up families."""
     from envsched_lab.families import base, warmup
     from envsched_lab.neural import grpo, model
 
-    h = hashlib.sha256(f"{seed}:{_warm_key(cfg)}:{torch.__version__}".encode())
+    h = hashlib.sha256(f"{seed}:{_warm_key(cfg)}:{torch.__version__}{extra}".encode())
     for mod in (model, grpo, warmup, base):
         h.update(Path(str(mod.__file__)).read_bytes())
     return bench_cache_dir() / f"neural-warmup-{h.hexdigest()[:20]}.pt"
@@ -128,10 +164,11 @@ class NeuralLearner:
     """GRPO on a small transformer over a :class:`~envsched_lab.families.FamilyPool` (positions index its pool)."""
 
     def __init__(self, fpool: FamilyPool, config: NeuralConfig | Mapping[str, Any] | None = None, *,
-                 seed: int = 0) -> None:
+                 seed: int = 0, pretraining: Pretraining | None = None) -> None:
         self.config = config if isinstance(config, NeuralConfig) else NeuralConfig.from_dict(config)
         self.fpool = fpool
         self.seed = int(seed)
+        self.pretraining = pretraining
         cfg = self.config
         for i, p in enumerate(fpool.prompts):
             CharTokenizer.encode(p)  # raises on a character outside the alphabet
@@ -150,20 +187,28 @@ class NeuralLearner:
                                          max_len=cfg.max_len)
         self.model.eval()
         self._warm_up()
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
+        self.opt = self._optimizer(self.model)
         self._gen = torch.Generator().manual_seed(self.seed * 1_000_003 + 17)
         self.steps_trained = 0
         self._evaluated_at = -1
         self._eval: dict[str, dict[int, float]] = {}
 
+    def _optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:
+        if self.config.optimizer == "sgd":
+            return torch.optim.SGD(model.parameters(), lr=self.config.lr)
+        return torch.optim.Adam(model.parameters(), lr=self.config.lr)
+
     # ------------------------------------------------------------------ warm-up
     def _warm_up(self) -> None:
+        """The supervised phase before GRPO: the warm-up families (the answer format), or the ``pretraining``
+        source's examples when one is given (the v2 pool's partial competence). Cached per seed and settings."""
         cfg = self.config
         if cfg.warmup_steps == 0:
             self.warmup_loss = math.nan
             return
-        key = (self.seed, _warm_key(cfg))
-        path = _warm_path(self.seed, cfg)
+        extra = "" if self.pretraining is None else f":pretraining={self.pretraining.key}"
+        key = (self.seed, _warm_key(cfg) + extra)
+        path = _warm_path(self.seed, cfg, extra)
         if key not in _WARM and path.exists():
             with contextlib.suppress(OSError):
                 _WARM[key] = path.read_bytes()
@@ -182,12 +227,15 @@ class NeuralLearner:
         opt = torch.optim.Adam(self.model.parameters(), lr=cfg.warmup_lr)
         loss = math.nan
         for _ in range(cfg.warmup_steps):
-            prompts, answers = [], []
-            for _ in range(cfg.warmup_batch):
-                fam = WARMUP_FAMILIES[int(rng.integers(len(WARMUP_FAMILIES)))]
-                t = fam.generate(rng, 0)
-                prompts.append(t["prompt"])
-                answers.append(t["answer"])
+            if self.pretraining is not None:
+                prompts, answers = self.pretraining.batch(rng, cfg.warmup_batch)
+            else:
+                prompts, answers = [], []
+                for _ in range(cfg.warmup_batch):
+                    fam = WARMUP_FAMILIES[int(rng.integers(len(WARMUP_FAMILIES)))]
+                    t = fam.generate(rng, 0)
+                    prompts.append(t["prompt"])
+                    answers.append(t["answer"])
             loss = supervised_step(self.model, opt, prompts, answers)
         self.warmup_loss = loss
         buf = io.BytesIO()
@@ -226,8 +274,11 @@ class NeuralLearner:
         if not all(isinstance(g, Completions) and g.tokens.shape[0] == r.shape[1] for g in groups):
             raise ValueError("each group handle must be the Completions rollout() returned for that group")
         adv = advantages(r)
+        self.last_grad_norms: list[float] = []
         self.last_losses = grpo_update(self.model, self.opt, Completions.cat(list(groups)), adv.reshape(-1),
-                                       clip=self.config.clip, epochs=self.config.epochs, total=int(r.size))
+                                       clip=self.config.clip, epochs=self.config.epochs, total=int(r.size),
+                                       max_grad_norm=self.config.max_grad_norm or None,
+                                       grad_norms=self.last_grad_norms)
         self.steps_trained += 1
         return float(r.std(axis=1).sum())
 
@@ -282,10 +333,40 @@ class NeuralLearner:
             self._eval = {k: dict(zip(union.tolist(), v.tolist(), strict=True)) for k, v in ev.items()}
             self._evaluated_at = self.steps_trained
         out: dict[str, Any] = {"evaluated": self._evaluated_at == self.steps_trained}
+        primary, other = (("greedy", "expected") if self.config.score == "greedy" else ("expected", "greedy"))
         for name, p in sets.items():
-            for kind, key in (("greedy", name), ("expected", f"{name}_expected")):
+            for kind, key in ((primary, name), (other, f"{name}_{other}")):
                 vals = [self._eval[kind][i] for i in p.tolist()]
                 out[key] = float(np.mean(vals) * 100.0) if vals else math.nan
+        return out
+
+    def breakdown(self, groups: Mapping[str, np.ndarray]) -> dict[str, float]:
+        """x100 means of the primary score (``score``) of the last evaluation over each group of positions
+        (each must have been among the positions :meth:`scores` last evaluated)."""
+        kind = self.config.score
+        out = {}
+        for name, p in groups.items():
+            vals = [self._eval[kind][i] for i in np.asarray(p, dtype=np.int64).tolist()]
+            out[name] = float(np.mean(vals) * 100.0) if vals else math.nan
+        return out
+
+    def success_probabilities(self, positions: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Each task's success probability under the current policy, as :meth:`evaluate` computes the expected
+        sampled success (exact for exact-match tasks). Reads the network only: no random stream moves."""
+        pos = self._positions(positions)
+        out = np.zeros(pos.size)
+        chunk = 1024
+        for s in range(0, pos.size, chunk):
+            p = pos[s:s + chunk]
+            exact = [k for k, i in enumerate(p.tolist()) if self.fpool.answers[i] is not None]
+            if exact:
+                lp = answer_logprobs(self.model, [self.fpool.prompts[int(p[k])] for k in exact],
+                                     [self.fpool.answers[int(p[k])] for k in exact])  # type: ignore[misc]
+                out[s + np.asarray(exact)] = np.exp(lp)
+            graded = [k for k, i in enumerate(p.tolist()) if self.fpool.answers[i] is None]
+            if graded:
+                gen = torch.Generator().manual_seed(self.seed * 7919 + self.steps_trained)
+                out[s + np.asarray(graded)] = self._mc(p[graded], 4, gen)
         return out
 
     def sampled_score(self, positions: Sequence[int] | np.ndarray, rollouts: int, rng: np.random.Generator) -> float:
@@ -307,7 +388,7 @@ class NeuralLearner:
             raise ValueError("neural learner state was saved with another config or seed")
         model = copy.deepcopy(self.model)
         model.load_state_dict(state["model"])  # raises on a shape mismatch before anything is replaced
-        opt = torch.optim.Adam(model.parameters(), lr=self.config.lr)
+        opt = self._optimizer(model)
         opt.load_state_dict(state["optimizer"])
         gen = torch.Generator()
         gen.set_state(state["generator"])
