@@ -1,12 +1,12 @@
-"""What each mechanism of EnvSched's default contributes: the ablation table of the README (issue 25, item 3).
+"""What each mechanism of EnvSched's default contributes: the ablation tables of docs/results.md.
 
 Reads ``envsched bench`` run folders (their ``metrics.jsonl``) that hold ``envsched``, ``uniform`` and
 EnvSched's ablations and variants on the same seeds (one folder, or several whose samplers do not overlap),
-and writes one table (``docs/tables/<NAME>.json``, rendered into the README by ``benchmarks/readme_tables.py``).
+and writes one table (``docs/tables/<NAME>.json``, rendered into docs/results.md by ``benchmarks/readme_tables.py``).
 Per ablation or variant:
 
 * the component it concerns: what an ablation switches off, or what a variant adds back (the parts of the
-  paper's pipeline that the default leaves out since 2026-12-04), ours or the paper's;
+  paper's pipeline that the default leaves out), ours or the paper's;
 * held-out score at the end of the budget (x100, mean over seeds);
 * ``envsched - ablation``, paired by seed: mean and 95 % Student-t interval;
 * the verdict, for an ablation: **earns its place** when the interval is above 0 (removing it costs held-out
@@ -17,7 +17,7 @@ Per ablation or variant:
 * batch reward variance and environments per batch, as a change from uniform's (the paper's batch figures:
   +34 % and +26 %).
 
-Usage (the README's commands)::
+Usage (the commands behind docs/results.md)::
 
     envsched bench --learner model --untuned --seeds 5 --coldstart-runs 0 --no-plots \\
         --samplers uniform,envsched,envsched-paper,envsched-coverage-only,... --out ablation-model
@@ -41,29 +41,29 @@ from envsched_lab.report import paired_difference
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Variants that add a left-out part of the paper's pipeline back to the default (since 2026-12-04) -> that part;
-#: their verdict reads the other way round from an ablation's.
+#: Variants that add a part of the paper's pipeline the default leaves out -> that part; their verdict reads the
+#: other way round from an ablation's.
 ADDED_BACK: dict[str, str] = {
-    "envsched-with-graph": "the graph prior, both relations (paper; left out, variant adds it)",
-    "envsched-with-within": "the within-environment relation (paper; left out, variant adds it)",
-    "envsched-with-cross": "the cross-environment relation (paper; left out, variant adds it)",
-    "envsched-env-pooling": "a within-environment prior over the whole environment (ours; tried, variant adds it)",
+    "envsched-env-pooling": "the within relation as the whole environment (ours; tried, variant adds it)",
     "envsched-with-calibration": "calibration: percentile ranks and quantile mapping (paper; left out, variant "
                                  "adds it)",
     "envsched-with-decline": "the recent-decline term (paper; left out, variant adds it)",
-    "envsched-former-default": "graph prior, calibration and decline together (round 2's default; variant adds "
-                               "them)",
+    "envsched-former-default": "calibration and decline term on the paper's neighbour rule (variant adds them)",
 }
 
 #: Ablation sampler -> the component it removes (and whose rule that component is).
 REMOVED: dict[str, str] = {
     # the graph still shapes the default through the similarity penalty and cold start
+    "envsched-no-graph": "the graph prior, both relations (paper)",
+    "envsched-no-within": "the within-environment relation (paper)",
+    "envsched-no-cross": "the cross-environment relation (paper)",
+    "envsched-reference-neighbours": "a neighbour without history counts with its environment (ours; ablation = "
+                                     "the global reference)",
     "envsched-shuffled-graph": "the graph's neighbours (control: shuffled, same degrees)",
     "envsched-noise-features": "the graph's features (control: noise features)",
     "envsched-exploitation-only": "coverage (paper)",
     "envsched-coverage-only": "exploitation (paper)",
-    "envsched-signal-score": "the variance prediction in exploitation (variant = our signal-probability score, "
-                             "the default before 2026-12-04)",
+    "envsched-signal-score": "the variance prediction in exploitation (variant = our signal-probability score)",
     "envsched-fixed-share": "online coverage share (ours; ablation = fixed share)",
     "envsched-paper-coverage": "UCB coverage ranking (ours; ablation = paper's ranking)",
     "envsched-caps-always": "caps only on decline (ours; ablation = caps every step)",

@@ -30,17 +30,17 @@ def _write(folder: Path, finals: dict[str, list[float]]) -> Path:
 
 def test_rows_pair_by_seed_and_name_the_direction(tmp_path: Path) -> None:
     a = _write(tmp_path / "a", {"envsched": [20.0, 22.0, 21.0, 23.0], "uniform": [18.0, 19.5, 18.5, 20.0],
-                                "envsched-with-graph": [21.0, 23.2, 22.1, 24.0]})
+                                "envsched-with-calibration": [21.0, 23.2, 22.1, 24.0]})
     b = _write(tmp_path / "b", {"envsched-caps-always": [19.0, 21.1, 19.9, 22.0],
                                 "envsched-with-decline": [20.1, 21.8, 21.2, 22.9],
                                 "envsched-shuffled-graph": [20.0, 22.0, 21.0, 23.0]})
     rows = {r["sampler"]: r for r in AT.ablation_rows(AT.load_folders([a, b]))}
-    assert list(rows) == ["envsched", "uniform", "envsched-with-graph", "envsched-with-decline",
+    assert list(rows) == ["envsched", "uniform", "envsched-with-calibration", "envsched-with-decline",
                           "envsched-shuffled-graph", "envsched-caps-always"]
     assert rows["envsched"]["held-out"] == "21.50" and rows["uniform"]["verdict"] == "envsched better"
-    # envsched minus the variant that adds the graph back: below zero, so adding it helps
-    assert rows["envsched-with-graph"]["envsched minus it"].startswith("-1.08 [")  # mean of -1, -1.2, -1.1, -1
-    assert rows["envsched-with-graph"]["verdict"] == "adding it helps"
+    # envsched minus the variant that adds the calibration: below zero, so adding it helps
+    assert rows["envsched-with-calibration"]["envsched minus it"].startswith("-1.08 [")  # mean of -1, -1.2, -1.1, -1
+    assert rows["envsched-with-calibration"]["verdict"] == "adding it helps"
     # an ablation that removes the caps' rule: envsched is above it, so the rule earns its place
     assert rows["envsched-caps-always"]["verdict"] == "earns its place"
     assert rows["envsched-with-decline"]["verdict"] == "not detected"

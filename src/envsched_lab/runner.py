@@ -59,7 +59,7 @@ __all__ = ["ENVSCHED_ABLATIONS", "LEARNERS", "SAMPLER_NAMES", "BenchConfig", "av
 
 DEFAULT_SAMPLERS = ("uniform", "uniform-ds", "curriculum", "mopps", "greso", "plr", "dps", "sec", "envsched",
                     "envsched-paper",
-                    "envsched-coverage-only", "envsched-exploitation-only", "envsched-with-graph",
+                    "envsched-coverage-only", "envsched-exploitation-only", "envsched-no-graph",
                     "envsched-former-default")
 
 #: Every benchmark sampler name, when this module was imported (:func:`available_samplers` reads the registry

@@ -21,20 +21,25 @@ ENVSCHED_CLASS = "envsched.method.sampler:EnvSchedSampler"
 _BASE = "envsched"
 
 #: EnvSched's variants: the default with one mechanism switched off (ablations), or one part of the paper's
-#: pipeline added back (``with-*``), each measured against the default by the ablation runner.
+#: pipeline the default leaves out added back (``with-*``), each measured against the default by the ablation
+#: runner.
 ENVSCHED_LAB_VARIANTS: tuple[SamplerVariant, ...] = (
     SamplerVariant("envsched-coverage-only", "EnvSched ablation: coverage only", {"mode": "coverage_only"}),
     SamplerVariant("envsched-exploitation-only", "EnvSched ablation: exploitation only",
                    {"mode": "exploitation_only"}),
-    SamplerVariant("envsched-with-graph", "EnvSched variant: the default plus the graph prior (both relations, "
-                   "the paper's propagation)", {"use_within_edges": True, "use_cross_edges": True}),
-    SamplerVariant("envsched-with-within", "EnvSched variant: the default plus the within-environment relation "
-                   "(K_within nearest neighbours)", {"use_within_edges": True}),
-    SamplerVariant("envsched-with-cross", "EnvSched variant: the default plus the cross-environment relation",
-                   {"use_cross_edges": True}),
-    SamplerVariant("envsched-env-pooling", "EnvSched variant: the default plus a within-environment prior that "
-                   "averages every other task of the environment",
-                   {"use_within_edges": True, "within_relation": "environment"}),
+    SamplerVariant("envsched-no-graph", "EnvSched ablation: no graph prior (neither relation propagates "
+                   "history; an unseen task predicts the global reference)",
+                   {"use_within_edges": False, "use_cross_edges": False}),
+    SamplerVariant("envsched-no-within", "EnvSched ablation: no within-environment relation in the graph prior",
+                   {"use_within_edges": False}),
+    SamplerVariant("envsched-no-cross", "EnvSched ablation: no cross-environment relation in the graph prior",
+                   {"use_cross_edges": False}),
+    SamplerVariant("envsched-reference-neighbours", "EnvSched ablation: a neighbour without history counts with "
+                   "the global reference (the paper's rule) instead of its environment's estimate",
+                   {"unobserved_neighbours": "reference"}),
+    SamplerVariant("envsched-env-pooling", "EnvSched variant: the within-environment relation as every other task "
+                   "of the environment instead of the K_within nearest neighbours",
+                   {"within_relation": "environment"}),
     SamplerVariant("envsched-with-calibration", "EnvSched variant: the default plus the paper's calibration "
                    "(percentile ranks and quantile mapping)", {"use_calibration": True}),
     SamplerVariant("envsched-with-decline", "EnvSched variant: the default plus the recent-decline term "

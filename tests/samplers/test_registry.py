@@ -169,7 +169,10 @@ def test_the_benchmark_the_tuning_and_the_cli_read_the_registry() -> None:
 
     bench = runner.available_samplers()
     assert list(bench)[:len(registry.benchmark_samplers())] == list(registry.benchmark_samplers())
-    lab_names = {v.name for v in variants.ENVSCHED_LAB_VARIANTS} | set(variants.ENVSCHED_CONTROLS)
+    from envsched_lab.oracles import LAB_SAMPLERS
+
+    lab_names = {v.name for v in variants.ENVSCHED_LAB_VARIANTS} | set(variants.ENVSCHED_CONTROLS) | set(LAB_SAMPLERS)
+    assert {"oracle-variance", "oracle-coverage"} <= set(LAB_SAMPLERS)
     assert set(bench) - set(registry.benchmark_samplers()) == lab_names
     assert set(run.SAMPLER_NAMES) == set(registry.available_samplers())
     assert set(tuning.TUNING_SPACES) <= set(bench)
@@ -206,8 +209,11 @@ def test_envsched_bench_configuration_is_the_one_it_always_was() -> None:
     tuned = {"exposure_power": 0.2, "decline_penalty": 0.3}
     p = runner.make_bench_sampler("envsched-paper", pool, seed=1, batch_size=6, group_size=4, options=tuned)
     assert p.config == SchedulerConfig.paper(batch_size=6, rollouts_per_task=4, **tuned)
-    a = runner.make_bench_sampler("envsched-with-within", pool, seed=1, batch_size=6, group_size=4)
-    assert a.config.use_within_edges is True and a.config.use_cross_edges is False and a.config.batch_size == 6
+    assert (s.config.use_within_edges, s.config.use_cross_edges) == (True, True)  # the default's graph prior
+    a = runner.make_bench_sampler("envsched-no-within", pool, seed=1, batch_size=6, group_size=4)
+    assert a.config.use_within_edges is False and a.config.use_cross_edges is True and a.config.batch_size == 6
+    g = runner.make_bench_sampler("envsched-no-graph", pool, seed=1, batch_size=6, group_size=4)
+    assert (g.config.use_within_edges, g.config.use_cross_edges) == (False, False)
     f = runner.make_bench_sampler("envsched-former-default", pool, seed=1, batch_size=6, group_size=4)
     assert (f.config.use_within_edges, f.config.use_cross_edges, f.config.use_calibration) == (True, True, True)
     assert f.config.decline_penalty == 0.25 and not f.config.is_paper
