@@ -18,13 +18,6 @@ import envsched
 SRC = Path(envsched.__file__).resolve().parents[1]
 PACKAGES = ("envsched", "envsched_lab")
 
-#: Circles left to their owners, each listed with the modules it passes through; every other circle fails.
-KNOWN_CYCLES: set[frozenset[str]] = {
-    # integrations/openenv_harness.py imports trl_async at module level and trl_async.py imports the harness
-    # back inside a function; the harness worker class is to be passed as a parameter instead
-    frozenset({"envsched.integrations.openenv_harness", "envsched.integrations.trl_async"}),
-}
-
 
 def modules(src: Path = SRC, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
     """Dotted name -> file of every module of ``packages`` under ``src`` (a package is its ``__init__.py``)."""
@@ -121,15 +114,12 @@ def one_cycle(graph: dict[str, dict[str, int]], component: list[str]) -> list[st
     raise AssertionError(f"no circle through {start}")  # pragma: no cover - a component always has one
 
 
-def cycles(src: Path = SRC, packages: tuple[str, ...] = PACKAGES,
-           known: set[frozenset[str]] | None = None) -> list[str]:
-    """One line per import circle not in ``known``: ``a (a.py:3) -> b (b.py:7) -> a``."""
+def cycles(src: Path = SRC, packages: tuple[str, ...] = PACKAGES) -> list[str]:
+    """One line per import circle: ``a (a.py:3) -> b (b.py:7) -> a  [component: a, b]``."""
     graph = import_graph(src, packages)
     files = modules(src, packages)
     out = []
     for component in strongly_connected(graph):
-        if frozenset(component) in (known or set()):
-            continue
         circle = one_cycle(graph, component)
         steps = [f"{a} ({files[a].relative_to(src)}:{graph[a][b]})" for a, b in itertools.pairwise(circle)]
         out.append(" -> ".join([*steps, circle[0]]) + f"  [component: {', '.join(component)}]")
@@ -137,7 +127,8 @@ def cycles(src: Path = SRC, packages: tuple[str, ...] = PACKAGES,
 
 
 def test_no_import_cycles_in_src():
-    assert cycles(known=KNOWN_CYCLES) == []
+    """No exceptions: a circle is broken (a shared lower module, a class passed as a parameter), never listed."""
+    assert cycles() == []
 
 
 def _package(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -171,7 +162,6 @@ def test_the_check_finds_constructed_cycles(tmp_path):
         "pkg.a (pkg/a.py:1) -> pkg.b (pkg/b.py:2) -> pkg.a  [component: pkg.a, pkg.b]",
         "pkg.sub.c (pkg/sub/c.py:1) -> pkg.sub.d (pkg/sub/d.py:4) -> pkg.sub.c  [component: pkg.sub.c, pkg.sub.d]",
     ]
-    assert cycles(src, ("pkg", "other"), known={frozenset({"pkg.a", "pkg.b"})}) == found[:1] + found[2:]
     # a circle across the two packages is found too
     (src / "pkg" / "f.py").write_text("def g():\n    import other.g\nF = 1\n")
     (src / "other" / "g.py").write_text("import pkg\nG = 1\n")

@@ -35,10 +35,12 @@ from trl.chat_template_utils import qwen3_chat_template  # noqa: E402
 from trl.experimental.async_grpo import AsyncGRPOConfig  # noqa: E402
 
 from envsched.integrations._rewards import RewardScale  # noqa: E402
-from envsched.integrations.standin import StandInVLLMServer, digit_share  # noqa: E402
+from envsched.integrations.standin import StandInVLLMServer, StandInWeightTransfer, digit_share  # noqa: E402
 from envsched.integrations.trl_async import (  # noqa: E402
     SAMPLER_STATE_FILE,
     EnvSchedAsyncGRPOTrainer,
+    EnvSchedRolloutLoop,
+    EnvSchedRolloutWorker,
     FeedbackQueue,
     GroupHeader,
     _TaskFeed,
@@ -243,6 +245,54 @@ def test_bad_arguments_are_refused(setup, tmp_path):
     with pytest.raises(ValueError, match="max_steps"):
         EnvSchedAsyncGRPOTrainer(model_dir, reward_funcs=[digit_share], args=args0, processing_class=tok,
                                  task_sampler=UniformSampler(pool))
+
+
+class _OwnWorker(EnvSchedRolloutWorker):
+    """A rollout worker of a trainer subclass's own (``rollout_worker_class``)."""
+
+
+def test_the_trainer_builds_its_rollout_worker_class_from_trls_arguments(setup, tmp_path):
+    """TRL builds its AsyncRolloutWorker; the trainer builds ``rollout_worker_class`` in its place from the same
+    arguments plus the draw channel (no object changes class), and refuses a class that cannot draw."""
+    from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
+
+    _root, pool, model_dir, tok, server = setup
+    args = AsyncGRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, max_steps=1, num_generations=G,
+                           per_device_train_batch_size=G, queue_maxsize=7, max_completion_length=5,
+                           vllm_server_base_url=server.url)
+
+    def build(trainer_class):
+        return trainer_class(model_dir, reward_funcs=[digit_share], args=args, processing_class=tok,
+                             task_sampler=UniformSampler(pool), task_to_row=run_mod.row,
+                             weight_transfer=StandInWeightTransfer(server))
+
+    class Own(EnvSchedAsyncGRPOTrainer):
+        rollout_worker_class = _OwnWorker
+
+    trainer = build(Own)
+    try:
+        worker = trainer.rollout_worker
+        assert type(worker) is _OwnWorker and worker._loop_cls is EnvSchedRolloutLoop
+        kwargs = worker._loop_kwargs
+        assert kwargs["envsched_channel"] == (trainer._es_channel.address, trainer._es_channel.authkey)
+        # TRL's own arguments, as TRL's trainer passed them
+        assert (kwargs["queue_maxsize"], kwargs["num_generations"], kwargs["max_tokens"]) == (7, G, 5)
+        assert kwargs["vllm_server_url"] == server.url and kwargs["dataset_start_index"] == 0
+        assert [r["task_id"] for r in kwargs["dataset"]] == [t["id"] for t in pool]
+        assert worker.rollout_buffer._maxsize == 7
+        assert trainer.rollout_queue.inner is worker.rollout_buffer  # the trainer reads the worker's queue
+    finally:
+        trainer._es_channel.close()
+    default = build(EnvSchedAsyncGRPOTrainer)
+    default._es_channel.close()
+    assert type(default.rollout_worker) is EnvSchedRolloutWorker
+
+    class Plain(EnvSchedAsyncGRPOTrainer):
+        rollout_worker_class = AsyncRolloutWorker  # TRL's: no draw loop
+
+    with pytest.raises(TypeError, match=r"Plain\.rollout_worker_class must be EnvSchedRolloutWorker or a subclass "
+                                        r"of it, got <class '.*AsyncRolloutWorker'>"):
+        build(Plain)
 
 
 def test_torch_tree_attention_matches_plain_causal_attention():
@@ -479,11 +529,10 @@ def test_draw_server_keeps_serving_the_child_after_a_hostile_connection(idle_tra
 
 
 def test_rollout_child_connect_has_a_deadline_and_a_clear_error(monkeypatch):
-    from envsched.integrations import trl_async
+    from envsched.integrations import _draw_server
     from envsched.integrations._draw_server import DrawChannelError
-    from envsched.integrations.trl_async import EnvSchedRolloutLoop
 
-    monkeypatch.setattr(trl_async, "CONNECT_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(_draw_server, "CONNECT_TIMEOUT_S", 1.0)
     mute = socket.create_server(("127.0.0.1", 0))  # accepts TCP connections (the backlog), never authenticates
     outcome: dict = {}
 

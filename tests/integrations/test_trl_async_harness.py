@@ -35,12 +35,17 @@ from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker  # 
 
 from envsched.envs.reasoning_gym import build_reasoning_gym_pool  # noqa: E402
 from envsched.integrations.openenv_harness import (  # noqa: E402
+    EnvSchedHarnessRolloutLoop,
     EnvSchedHarnessRolloutWorker,
     OpenEnvTaskSessionFactory,
     check_harness_hooks,
 )
 from envsched.integrations.standin import StandInVLLMServer, StandInWeightTransfer, digit_share  # noqa: E402
-from envsched.integrations.trl_async import SAMPLER_STATE_FILE, EnvSchedAsyncGRPOTrainer  # noqa: E402
+from envsched.integrations.trl_async import (  # noqa: E402
+    SAMPLER_STATE_FILE,
+    EnvSchedAsyncGRPOTrainer,
+    EnvSchedRolloutWorker,
+)
 from envsched.samplers.simple import UniformSampler  # noqa: E402
 
 pytest.importorskip("reasoning_gym")
@@ -261,6 +266,50 @@ def test_session_factory_selects_by_id_and_checks_the_started_task(setup):
     wrong = {**pool[2], "index": pool[3]["index"]}
     with pytest.raises(RuntimeError, match="not the drawn task"):
         factory.create(wrong, seed=0)
+
+
+class _OwnHarnessWorker(EnvSchedHarnessRolloutWorker):
+    """A harness worker of a trainer subclass's own (``harness_rollout_worker_class``)."""
+
+
+def test_the_harness_worker_is_built_from_the_class_the_trainer_names(setup, tmp_path):
+    """With ``harness_session_factory=``, the trainer builds ``harness_rollout_worker_class`` (default
+    ``EnvSchedHarnessRolloutWorker``) from TRL's worker arguments, the harness's and the draw channel; a class
+    without the harness loop is refused before anything is built."""
+    _root, pool, model_dir, tok, server, env_url = setup
+    args = AsyncGRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, max_steps=1, num_generations=G,
+                           per_device_train_batch_size=G, vllm_server_base_url=server.url)
+    factory = functools.partial(OpenEnvTaskSessionFactory, env_url)
+    adapter = MCPHarnessAdapter()
+
+    def build(trainer_class):
+        return trainer_class(model_dir, reward_funcs=[digit_share], args=args, processing_class=tok,
+                             task_sampler=UniformSampler(pool), task_to_row=row,
+                             weight_transfer=StandInWeightTransfer(server), harness_session_factory=factory,
+                             harness_adapter=adapter, lossless_capture=False)
+
+    class Own(EnvSchedAsyncGRPOTrainer):
+        harness_rollout_worker_class = _OwnHarnessWorker
+
+    trainer = build(Own)
+    try:
+        worker = trainer.rollout_worker
+        assert type(worker) is _OwnHarnessWorker and worker._loop_cls is EnvSchedHarnessRolloutLoop
+        kwargs = worker._loop_kwargs
+        assert kwargs["harness_session_factory"] is factory and kwargs["harness_adapter"] is adapter
+        assert kwargs["lossless_capture"] is False and kwargs["rollout_reward_fn"] is None
+        assert kwargs["envsched_channel"] == (trainer._es_channel.address, trainer._es_channel.authkey)
+        assert kwargs["num_generations"] == G and kwargs["vllm_server_url"] == server.url
+        assert trainer.rollout_queue.inner is worker.rollout_buffer
+    finally:
+        trainer._es_channel.close()
+
+    class Plain(EnvSchedAsyncGRPOTrainer):
+        harness_rollout_worker_class = EnvSchedRolloutWorker  # draws, but runs TRL's own turn loop
+
+    with pytest.raises(TypeError, match=r"Plain\.harness_rollout_worker_class must be EnvSchedHarnessRolloutWorker "
+                                        r"or a subclass of it, got <class '.*EnvSchedRolloutWorker'>"):
+        build(Plain)
 
 
 def test_changed_harness_hooks_are_refused_naming_the_version(monkeypatch):

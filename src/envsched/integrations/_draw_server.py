@@ -216,10 +216,13 @@ class DrawServer:
                 self.counts["requests"] += 1
 
 
-def connect_draw_channel(address: tuple[str, int], authkey: bytes, *, timeout_s: float = CONNECT_TIMEOUT_S
+def connect_draw_channel(address: tuple[str, int], authkey: bytes, *, timeout_s: float | None = None
                          ) -> Connection:
     """A connection to the draw server at ``address``, authenticated with ``authkey``, within ``timeout_s``
-    seconds in all; :class:`DrawChannelError` naming the address and what happened otherwise."""
+    seconds in all (default :data:`CONNECT_TIMEOUT_S`, read at the call); :class:`DrawChannelError` naming the
+    address and what happened otherwise."""
+    if timeout_s is None:
+        timeout_s = CONNECT_TIMEOUT_S
     host, port = address[0], address[1]
     where = f"the trainer's draw server at {host}:{port}"
     deadline = time.monotonic() + timeout_s

@@ -35,22 +35,19 @@ The row's ``prompt`` (``task_to_row``) is what TRL logs as the rollout's prompt;
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import transformers
-import trl
 from openenv.core.env_server.mcp_types import Tool
 from openenv.core.harness import ResourceSession, ResourceSessionFactory, ToolResult, VerifyResult
 from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker, _HarnessRolloutLoop
 
 from envsched.envs.openenv import InvalidActionError, OpenEnvEnvironment, TaskAPIClient
-from envsched.integrations.trl import SUPPORTED_VERSIONS, hook_problem
-from envsched.integrations.trl_async import EnvSchedRolloutLoop, EnvSchedRolloutWorker
+from envsched.integrations._async_rollout import EnvSchedRolloutLoop, EnvSchedRolloutWorker
+from envsched.integrations._trl_hooks import check_hooks
 
 __all__ = [
     "ANSWER_TOOL",
@@ -81,22 +78,9 @@ _SOURCE_CHECKS = [
 
 def check_harness_hooks() -> None:
     """Refuse a TRL whose OpenEnv harness differs from what this module relies on (``_HOOKS``,
-    ``_SOURCE_CHECKS``): ``RuntimeError`` naming the installed and the supported versions."""
-    problems = [p for cls, hooks in _HOOKS.items() for name, params in hooks.items()
-                if (p := hook_problem(f"{cls.__name__}.{name}", getattr(cls, name, None), params)) is not None]
-    for cls, name, fragment, why in _SOURCE_CHECKS:
-        try:
-            ok = fragment in inspect.getsource(getattr(cls, name))
-        except (AttributeError, OSError, TypeError):
-            ok = False
-        if not ok:
-            problems.append(f"{cls.__name__}.{name} no longer contains {fragment!r} ({why})")
-    if problems:
-        raise RuntimeError(
-            f"envsched.integrations.openenv_harness supports TRL {SUPPORTED_VERSIONS['trl']}'s OpenEnv harness "
-            f"(transformers {SUPPORTED_VERSIONS['transformers']}); installed: TRL {trl.__version__}, transformers "
-            f"{transformers.__version__}, where: " + "; ".join(problems)
-            + f". Install trl=={SUPPORTED_VERSIONS['trl']} transformers=={SUPPORTED_VERSIONS['transformers']}.")
+    ``_SOURCE_CHECKS``): ``RuntimeError`` naming the installed and the supported versions
+    (:func:`~envsched.integrations._trl_hooks.check_hooks`)."""
+    check_hooks("envsched.integrations.openenv_harness", _HOOKS, _SOURCE_CHECKS, subject="'s OpenEnv harness")
 
 
 # ---------------------------------------------------------------------------------------------- TRL side
@@ -121,7 +105,8 @@ class EnvSchedHarnessRolloutLoop(EnvSchedRolloutLoop, _HarnessRolloutLoop):
 
 class EnvSchedHarnessRolloutWorker(EnvSchedRolloutWorker, HarnessRolloutWorker):
     """TRL's ``HarnessRolloutWorker`` running :class:`EnvSchedHarnessRolloutLoop` (and draining on stop like
-    :class:`~envsched.integrations.trl_async.EnvSchedRolloutWorker`)."""
+    :class:`~envsched.integrations.trl_async.EnvSchedRolloutWorker`); the trainer builds it in place of TRL's
+    worker when given ``harness_session_factory=`` (its ``harness_rollout_worker_class``)."""
 
     _loop_cls = EnvSchedHarnessRolloutLoop
 

@@ -57,7 +57,6 @@ refuses unless ``sampler_reward_funcs`` states explicitly which raw rewards the 
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import os
@@ -66,8 +65,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
-import transformers
-import trl
 from accelerate.utils import gather_object
 from datasets import Dataset
 from torch.utils.data import Sampler
@@ -77,6 +74,7 @@ from trl import GRPOTrainer
 from envsched.errors import check_int
 from envsched.integrations._checkpoint import SAMPLER_STATE_FILE, read_state_file, write_state_file
 from envsched.integrations._rewards import RewardScale
+from envsched.integrations._trl_hooks import SUPPORTED_VERSIONS, check_hooks
 from envsched.pool.spec import task_key
 from envsched.samplers.base import TaskSampler
 
@@ -99,9 +97,6 @@ _STATE_FORMAT = "envsched.trl/1"
 #: Entries each of the trainer's logs keeps by default (the newest; about 1 MiB for the feedback log).
 DEFAULT_LOG_SIZE = 1024
 
-#: The TRL / transformers releases this module is tested against (CI pins them).
-SUPPORTED_VERSIONS = {"trl": "1.16.0", "transformers": "5.24.0"}
-
 #: Private hooks overridden here: name -> the parameter names (after ``self``) they must take.
 _HOOKS: dict[str, tuple[str, ...]] = {
     "_calculate_rewards": ("inputs", "prompts", "completions", "completion_ids_list"),
@@ -114,43 +109,16 @@ _HOOKS: dict[str, tuple[str, ...]] = {
 }
 
 
-def hook_problem(label: str, member: Any, params: tuple[str, ...] | None) -> str | None:
-    """What is wrong with a private TRL hook ``member`` named ``label``: missing, without an inspectable
-    signature, or with parameters (``self`` aside) other than ``params``; ``None`` when it is as expected
-    (``params=None``: only its presence is checked)."""
-    if params is None:
-        return f"{label} is missing" if member is None else None
-    if not callable(member):
-        return f"{label} is missing"
-    try:
-        got = tuple(p for p in inspect.signature(member).parameters if p != "self")
-    except (TypeError, ValueError):
-        return f"{label} has no inspectable signature"
-    return None if got == params else f"{label}{got} (expected {params})"
-
-
 def check_trl_hooks(trainer_cls: type) -> None:
     """Refuse a trainer class whose private hooks differ from those this module overrides.
 
     ``trainer_cls`` is the class the mixin sits on (``GRPOTrainer`` or a subclass). Each hook in ``_HOOKS``
     must exist on it with exactly those parameters, and ``_generate_and_score_completions`` must still call
     ``self._calculate_rewards(`` (where the feedback hook runs). Raises ``RuntimeError`` naming the installed
-    and the supported TRL/transformers versions."""
-    problems = [p for name, params in _HOOKS.items()
-                if (p := hook_problem(name, getattr(trainer_cls, name, None), params)) is not None]
-    gen = getattr(trainer_cls, "_generate_and_score_completions", None)
-    try:
-        calls = gen is not None and "self._calculate_rewards(" in inspect.getsource(gen)
-    except (OSError, TypeError):
-        calls = False
-    if not calls:
-        problems.append("_generate_and_score_completions does not call self._calculate_rewards(...)")
-    if problems:
-        raise RuntimeError(
-            f"envsched.integrations.trl supports TRL {SUPPORTED_VERSIONS['trl']} with transformers "
-            f"{SUPPORTED_VERSIONS['transformers']}; installed: TRL {trl.__version__}, transformers "
-            f"{transformers.__version__}, where {trainer_cls.__name__} has: " + "; ".join(problems)
-            + f". Install trl=={SUPPORTED_VERSIONS['trl']} transformers=={SUPPORTED_VERSIONS['transformers']}.")
+    and the supported TRL/transformers versions (:func:`~envsched.integrations._trl_hooks.check_hooks`)."""
+    check_hooks("envsched.integrations.trl", {trainer_cls: _HOOKS},
+                [(trainer_cls, "_generate_and_score_completions", "self._calculate_rewards(",
+                  "where the feedback hook runs")])
 
 
 def default_task_to_row(task: Any) -> dict[str, Any]:

@@ -1,4 +1,3 @@
-# Over 700 lines: the trainer subclass, the worker swap and the task feed patch one TRL module's internals together.
 """TRL integration, asynchronous: train with ``AsyncGRPOTrainer`` on tasks drawn from any envsched :class:`TaskSampler`.
 
 Targets TRL 1.16.0 (``trl.experimental.async_grpo``, transformers 5.24.0). In that trainer, rollouts run ahead of
@@ -67,9 +66,7 @@ OpenEnv harness worker runs multi-turn OpenEnv episodes instead, each session cr
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import inspect
 import logging
 import math
 import os
@@ -78,12 +75,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
-import transformers
-import trl
 from datasets import Dataset
 from transformers import AttentionInterface
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -94,14 +88,23 @@ from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker,
 from trl.experimental.async_grpo.packing import TREE_ATTENTION
 
 from envsched.errors import check_int, is_number
+from envsched.integrations._async_rollout import (
+    DRAW_TIMEOUT_S,
+    EnvSchedRolloutLoop,
+    EnvSchedRolloutWorker,
+    GroupHeader,
+)
 from envsched.integrations._checkpoint import SAMPLER_STATE_FILE, read_state_file, write_state_file
-from envsched.integrations._draw_server import DrawServer, connect_draw_channel
+from envsched.integrations._draw_server import CONNECT_TIMEOUT_S, DrawServer
 from envsched.integrations._rewards import RewardScale
-from envsched.integrations.trl import DEFAULT_LOG_SIZE, SUPPORTED_VERSIONS, default_task_to_row, hook_problem
+from envsched.integrations._trl_hooks import check_hooks
+from envsched.integrations.trl import DEFAULT_LOG_SIZE, default_task_to_row
 from envsched.pool.spec import task_key
 from envsched.samplers.base import TaskSampler
 
 __all__ = [
+    "CONNECT_TIMEOUT_S",
+    "DRAW_TIMEOUT_S",
     "SAMPLER_STATE_FILE",
     "EnvSchedAsyncGRPOTrainer",
     "EnvSchedRolloutLoop",
@@ -118,18 +121,12 @@ logger = logging.getLogger(__name__)
 
 _STATE_FORMAT = "envsched.trl_async/1"
 
-#: Seconds the child waits for the trainer to answer a draw request before failing (the trainer is gone).
-DRAW_TIMEOUT_S = 300.0
-#: Seconds the child has to connect to the trainer's draw server and authenticate before failing with
-#: :class:`~envsched.integrations._draw_server.DrawChannelError` (the handshake takes milliseconds).
-CONNECT_TIMEOUT_S = 120.0
-
 #: Private hooks and attributes relied on: class -> {name: parameter names after self} (None: an attribute).
 _HOOKS: dict[type, dict[str, tuple[str, ...] | None]] = {
     AsyncGRPOTrainer: {"_save_checkpoint": ("model", "trial"), "_inner_training_loop": ("args", "kwargs"),
                        "log": ("logs", "start_time"), "_get_output_dir": ("trial",)},
     _AsyncRolloutLoop: {"_repeat_iterator": (), "_score_group": ("group",)},
-    AsyncRolloutWorker: {"_loop_cls": None},
+    AsyncRolloutWorker: {"_loop_cls": None, "__init__": ("queue_maxsize", "child_ready_timeout", "loop_kwargs")},
 }
 #: Source fragments whose presence the hooks depend on: (class, method, fragment, why); looked up at check time.
 _SOURCE_CHECKS = [
@@ -137,30 +134,23 @@ _SOURCE_CHECKS = [
     (RolloutQueueDataset, "__iter__", "staleness = version - sample.model_version", "the staleness rule"),
     (RolloutQueueDataset, "__iter__", "if staleness > self.max_staleness:", "the staleness rule"),
     (AsyncGRPOTrainer, "get_train_dataloader", "rollout_queue=self.rollout_queue", "the trainer's queue attribute"),
+    (AsyncGRPOTrainer, "__init__", "self.rollout_worker = AsyncRolloutWorker(", "the worker rebuilt to draw"),
     (_AsyncRolloutLoop, "_generate_loop", "group_id, row = next(work_iter)", "the draw point"),
     (_AsyncRolloutLoop, "_score_loop", "samples = await self._score_group(group)", "the scoring point"),
     (AsyncRolloutWorker, "start", "self._loop_kwargs", "the child's constructor arguments"),
+    (AsyncRolloutWorker, "__init__", 'loop_kwargs["queue_maxsize"] = queue_maxsize',
+     "the worker is rebuilt from its arguments"),
+    (AsyncRolloutWorker, "__init__", "self._loop_kwargs = loop_kwargs", "the worker is rebuilt from its arguments"),
+    (AsyncRolloutWorker, "__init__", "self._child_ready_timeout = child_ready_timeout",
+     "the worker is rebuilt from its arguments"),
 ]
 
 
 def check_async_trl_hooks() -> None:
     """Refuse a TRL whose private hooks differ from those this module relies on (see ``_HOOKS`` and
-    ``_SOURCE_CHECKS``); raises ``RuntimeError`` naming the installed and the supported versions."""
-    problems = [p for cls, hooks in _HOOKS.items() for name, params in hooks.items()
-                if (p := hook_problem(f"{cls.__name__}.{name}", getattr(cls, name, None), params)) is not None]
-    for cls, name, fragment, why in _SOURCE_CHECKS:
-        try:
-            ok = fragment in inspect.getsource(getattr(cls, name))
-        except (AttributeError, OSError, TypeError):
-            ok = False
-        if not ok:
-            problems.append(f"{cls.__name__}.{name} no longer contains {fragment!r} ({why})")
-    if problems:
-        raise RuntimeError(
-            f"envsched.integrations.trl_async supports TRL {SUPPORTED_VERSIONS['trl']} with transformers "
-            f"{SUPPORTED_VERSIONS['transformers']}; installed: TRL {trl.__version__}, transformers "
-            f"{transformers.__version__}, where: " + "; ".join(problems)
-            + f". Install trl=={SUPPORTED_VERSIONS['trl']} transformers=={SUPPORTED_VERSIONS['transformers']}.")
+    ``_SOURCE_CHECKS``); raises ``RuntimeError`` naming the installed and the supported versions
+    (:func:`~envsched.integrations._trl_hooks.check_hooks`)."""
+    check_hooks("envsched.integrations.trl_async", _HOOKS, _SOURCE_CHECKS)
 
 
 # ---------------------------------------------------------------------------------------------- CPU support
@@ -222,97 +212,6 @@ def trl_cpu_compat() -> Iterator[None]:
     finally:
         for mod, name, value in saved:
             setattr(mod, name, value)
-
-
-# ---------------------------------------------------------------------------------------------- child side
-@dataclass
-class GroupHeader:
-    """Sent by the child on the sample queue just before a scored group's rows."""
-
-    group_id: int
-    rewards: list[float | None]  # per rollout (conversation), the worker's summed reward; None if unscored
-    costs: list[float]  # per rollout, completion tokens
-    rows: int  # training rows that follow on the queue
-    model_version: int
-    enqueued_at: float | None = None
-
-
-class EnvSchedRolloutLoop(_AsyncRolloutLoop):
-    """TRL's rollout loop (runs in the spawned child) drawing its prompts from the trainer's task sampler and
-    announcing each scored group with a :class:`GroupHeader`. Extra constructor argument: ``envsched_channel``,
-    the ``(address, authkey)`` of the trainer's draw server (:mod:`envsched.integrations._draw_server`, a
-    ``multiprocessing.connection`` on 127.0.0.1 with HMAC authentication; TRL pickles the loop's arguments,
-    which rules out queues). Connecting has a deadline (:data:`CONNECT_TIMEOUT_S`): a trainer that does not
-    answer is a ``DrawChannelError`` naming its address, not a hang."""
-
-    def __init__(self, *, envsched_channel: tuple[Any, bytes], **kwargs: Any) -> None:
-        address, authkey = envsched_channel
-        self._es_conn = connect_draw_channel(address, authkey, timeout_s=CONNECT_TIMEOUT_S)
-        self._es_tasks: dict[int, Any] = {}  # group id -> drawn task spec (sent on the harness path only)
-        super().__init__(**kwargs)
-
-    def _repeat_iterator(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        while True:
-            t0 = time.perf_counter()
-            self._es_conn.send(1)
-            if not self._es_conn.poll(DRAW_TIMEOUT_S):
-                raise RuntimeError(f"envsched: the trainer did not answer a draw request within "
-                                   f"{DRAW_TIMEOUT_S:.0f}s")
-            reply = self._es_conn.recv()
-            # the round trip blocks this child's event loop: logged as envsched/draw_wait_s (mean per draw)
-            rate = self._rates["envsched/draw_wait_s"]
-            rate[0] += time.perf_counter() - t0
-            rate[1] += 1
-            if reply[0] != "ok":
-                raise RuntimeError(f"envsched: drawing a task failed in the trainer: {reply[1]}")
-            group_id, row = reply[1], reply[2]
-            if len(reply) > 3:  # the harness path: the drawn task spec, for the session factory
-                self._es_tasks[group_id] = reply[3]
-            for _ in range(self.num_generations):
-                yield group_id, row
-
-    async def _score_group(self, group: Any) -> list[Any]:
-        samples = await super()._score_group(group)
-        rewards: list[float | None] = []
-        i = 0
-        for sequences in group.completions_sequences:
-            r = samples[i].metrics.get("reward") if sequences else None
-            rewards.append(None if r is None or not math.isfinite(float(r)) else float(r))
-            i += len(sequences)
-        header = GroupHeader(group_id=int(group.group_id), rewards=rewards,
-                             costs=[float(len(c)) for c in group.completions_ids], rows=len(samples),
-                             model_version=int(group.model_version), enqueued_at=time.time())
-        while True:  # same back-pressure as TRL's own pushes
-            try:
-                self.rollout_buffer.put_nowait(header)
-                break
-            except queue.Full:
-                await asyncio.sleep(0.1)
-        return samples
-
-
-class EnvSchedRolloutWorker(AsyncRolloutWorker):
-    """TRL's rollout worker running :class:`EnvSchedRolloutLoop`; ``stop()`` drains the sample queue while the child
-    exits (a child whose queue feeder still holds unread samples cannot exit, and TRL would wait 15 s and then
-    terminate it). Drained groups stay unresolved: the sampler keeps them as outstanding."""
-
-    _loop_cls = EnvSchedRolloutLoop
-
-    def stop(self) -> None:
-        done = threading.Event()
-
-        def drain() -> None:
-            while not done.is_set():
-                with contextlib.suppress(queue.Empty, OSError, EOFError, ValueError):
-                    self.rollout_buffer.get(timeout=0.1)
-
-        t = threading.Thread(target=drain, name="envsched-drain", daemon=True)
-        t.start()
-        try:
-            super().stop()
-        finally:
-            done.set()
-            t.join(timeout=5)
 
 
 # ---------------------------------------------------------------------------------------------- trainer side
@@ -501,7 +400,19 @@ class EnvSchedAsyncGRPOTrainer(AsyncGRPOTrainer):
             url)``, :mod:`envsched.integrations.openenv_harness`); each rollout's session is created with the task
             spec the sampler drew for its group. ``harness_adapter`` (e.g. ``MCPHarnessAdapter()``: TRL samples each
             turn), ``rollout_reward_fn`` and ``lossless_capture`` are passed to TRL's harness loop as they are.
+
+    The rollout worker: TRL builds its ``AsyncRolloutWorker``, and the trainer builds :attr:`rollout_worker_class`
+    (with ``harness_session_factory=``, :attr:`harness_rollout_worker_class`) in its place from the same
+    arguments, adding the draw channel (and the harness's arguments).
     """
+
+    #: The rollout worker built in place of TRL's: :class:`EnvSchedRolloutWorker` or a subclass of it (a
+    #: subclass of this trainer may set its own).
+    rollout_worker_class: type[EnvSchedRolloutWorker] = EnvSchedRolloutWorker
+    #: The rollout worker built with ``harness_session_factory=``: a subclass of
+    #: :class:`~envsched.integrations.openenv_harness.EnvSchedHarnessRolloutWorker`, or ``None`` for that class
+    #: itself (imported only then: it needs the ``openenv`` extra).
+    harness_rollout_worker_class: type[EnvSchedRolloutWorker] | None = None
 
     def __init__(self, model: str, reward_funcs: Any = None, args: Any = None, *, task_sampler: TaskSampler,
                  tasks: Sequence[Any] | None = None, task_to_row: Callable[[Any], dict[str, Any]] | None = None,
@@ -512,10 +423,13 @@ class EnvSchedAsyncGRPOTrainer(AsyncGRPOTrainer):
                  lossless_capture: bool = True, **kwargs: Any) -> None:
         check_async_trl_hooks()
         harness: dict[str, Any] | None = None
+        worker_class, worker_base = self.rollout_worker_class, EnvSchedRolloutWorker
         if harness_session_factory is not None:
-            from envsched.integrations.openenv_harness import check_harness_hooks
+            from envsched.integrations.openenv_harness import EnvSchedHarnessRolloutWorker, check_harness_hooks
 
             check_harness_hooks()
+            worker_class = self.harness_rollout_worker_class or EnvSchedHarnessRolloutWorker
+            worker_base = EnvSchedHarnessRolloutWorker
             if not callable(harness_session_factory):
                 raise TypeError("harness_session_factory must be a callable returning an OpenEnv "
                                 "ResourceSessionFactory (e.g. functools.partial(OpenEnvTaskSessionFactory, url))")
@@ -527,6 +441,10 @@ class EnvSchedAsyncGRPOTrainer(AsyncGRPOTrainer):
         elif harness_adapter is not None or rollout_reward_fn is not None:
             raise ValueError("harness_adapter= and rollout_reward_fn= belong to the OpenEnv harness: pass "
                              "harness_session_factory= too")
+        if not (isinstance(worker_class, type) and issubclass(worker_class, worker_base)):
+            attribute = "rollout_worker_class" if harness is None else "harness_rollout_worker_class"
+            raise TypeError(f"{type(self).__name__}.{attribute} must be {worker_base.__name__} or a subclass of it, "
+                            f"got {worker_class!r}")
         log_size = check_int(log_size, "log_size", low=0)
         if args is None or int(getattr(args, "max_steps", -1)) <= 0:
             raise ValueError("args.max_steps must be set (> 0): tasks are drawn from the sampler, there are no epochs")
@@ -582,20 +500,23 @@ class EnvSchedAsyncGRPOTrainer(AsyncGRPOTrainer):
         if self.accelerator.num_processes != 1:
             raise NotImplementedError("EnvSchedAsyncGRPOTrainer is tested with one training process only")
         if self.accelerator.is_main_process:
-            self._es_channel = DrawServer(self._es_reply)
-            if type(self.rollout_worker) is not AsyncRolloutWorker:
-                raise ValueError(f"rollout_worker {type(self.rollout_worker).__name__}: only TRL's default "
+            built = self.rollout_worker
+            if type(built) is not AsyncRolloutWorker:
+                raise ValueError(f"rollout_worker {type(built).__name__}: only TRL's default "
                                  "AsyncRolloutWorker can draw from the sampler")
-            # same state; adds the draw loop and drain (and, with the harness, HarnessRolloutWorker's loop)
-            if harness is None:
-                self.rollout_worker.__class__ = EnvSchedRolloutWorker
-            else:
-                from envsched.integrations.openenv_harness import EnvSchedHarnessRolloutWorker
-
-                self.rollout_worker.__class__ = EnvSchedHarnessRolloutWorker
-                self.rollout_worker._loop_kwargs.update(harness)
-            self.rollout_worker._loop_kwargs["envsched_channel"] = (self._es_channel.address,
-                                                                    self._es_channel.authkey)
+            # TRL's worker is not started yet: build the drawing one from its arguments, with the draw channel
+            loop_kwargs = dict(built._loop_kwargs)
+            queue_maxsize = loop_kwargs.pop("queue_maxsize")
+            loop_kwargs.update(harness or {})
+            self._es_channel = DrawServer(self._es_reply)
+            loop_kwargs["envsched_channel"] = (self._es_channel.address, self._es_channel.authkey)
+            try:
+                with trl_cpu_compat():
+                    self.rollout_worker = worker_class(queue_maxsize=queue_maxsize,
+                                                       child_ready_timeout=built._child_ready_timeout, **loop_kwargs)
+            except BaseException:
+                self._es_channel.close()
+                raise
             self.rollout_queue = FeedbackQueue(self.rollout_worker.rollout_buffer, self._es_feed,
                                                lambda: self.model_version, int(self.args.max_staleness))
 
