@@ -170,3 +170,32 @@ def test_postgres_crafted_events_are_named_like_sqlites(pg_url, name, seq, paylo
     finally:
         d.close()
         HistoryStore(pg_url, table_prefix=prefix).drop()
+
+
+def test_postgres_task_list_and_lease_outcomes_are_checked(pg_url):
+    prefix = f"d_{uuid.uuid4().hex[:10]}"
+    d = DurableSampler(UniformSampler(make_pool(3, 3), seed=1), HistoryStore(pg_url, table_prefix=prefix),
+                       group_size=1)
+    try:
+        t = d.sample(2, leases=["L1", "L2"])
+        d.update(t[0], [1.0], lease="L1")
+        import sqlalchemy
+
+        with d.store._backend.engine.begin() as c:
+            c.execute(sqlalchemy.text(f"UPDATE {prefix}_leases SET outcome = 'boom' WHERE lease = 'L1'"))
+        reader = StoreReader(pg_url, table_prefix=prefix)
+        with pytest.raises(DashboardError, match=r"a lease has the outcome 'boom', expected update, discard or "
+                                                 r"reclaim \(damaged store\)"):
+            reader.lease_counts()
+        reader.close()
+        with d.store._backend.engine.begin() as c:
+            c.execute(sqlalchemy.text(f"UPDATE {prefix}_meta SET value = :v WHERE key = 'tasks'"),
+                      {"v": '[{"id": "a"}, "b"]'})
+        for use_sql_json in (True, False):
+            reader = StoreReader(pg_url, table_prefix=prefix, use_sql_json=use_sql_json)
+            with pytest.raises(DashboardError, match=r"metadata 'tasks' is not a JSON list of task objects"):
+                reader.tasks()
+            reader.close()
+    finally:
+        d.close()
+        HistoryStore(pg_url, table_prefix=prefix).drop()

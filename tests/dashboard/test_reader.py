@@ -88,7 +88,7 @@ def test_reader_is_read_only_and_never_blocks_the_writer(tmp_path, run_writer):
     assert ix.num_steps == 3
     conn = reader._sqlite_connect()  # the connection each read opens
     with pytest.raises(sqlite3.OperationalError, match=r"readonly|read-only|query_only|attempt to write"):
-        conn.execute(f"DELETE FROM {reader.t_events}")
+        conn.execute(f"DELETE FROM {reader.tables.events}")
     conn.close()
     # the writer commits while the reader's connection is open and reading in another thread
     stop = threading.Event()

@@ -153,7 +153,8 @@ CASES = [
     # payloads that are not an event object
     Case("payload_not_json", [_payload(2, "not json")], r"event 2 \(update\): its payload is not valid JSON"),
     Case("payload_empty", [_payload(2, "")], r"event 2 \(update\): its payload is not valid JSON"),
-    Case("payload_list", [_payload(2, "[1, 2]")], r"event 2 \(update\): its payload is a list of 2, expected"),
+    Case("payload_list", [_payload(2, "[1, 2]")],
+         r"event 2 \(update\): its payload is a list of 2 \(\[1, 2\]\), expected a JSON object"),
     Case("payload_string", [_payload(1, '"keys"')], r"event 1 \(sample\): its payload is a string \('keys'\)"),
     Case("payload_number", [_payload(4, "5")], r"event 4 \(discard\): its payload is the number 5"),
     Case("payload_null", [_payload(2, "null")], r"event 2 \(update\): its payload is null"),
@@ -238,7 +239,11 @@ CASES = [
     Case("sampler_class_list", [_meta("sampler_class", "[1]")], r"metadata 'sampler_class' is a list of 1"),
     Case("format_other", [_meta("format", '"other/1"')], r"has format 'other/1', expected 'envsched.store/1'"),
     Case("format_missing", [("DELETE FROM envsched_meta WHERE key = 'format'", ())], r"has format None"),
-    Case("meta_value_deep", [_meta("sampler_params", DEEP)], r"metadata 'sampler_params' is not valid JSON"),
+    # the metadata is checked as the store itself checks it (envsched.store.schema.validate_meta)
+    Case("store_id_missing", [("DELETE FROM envsched_meta WHERE key = 'store_id'", ())], r"metadata lacks 'store_id'"),
+    Case("num_tasks_text", [_meta("num_tasks", '"8"')],
+         r"metadata 'num_tasks' is a string \('8'\), expected an integer"),
+    Case("meta_value_deep", [_meta("sampler_params", DEEP)], r"metadata 'sampler_params' is JSON nested too deeply"),
     Case("meta_value_not_json", [_meta("pool_fingerprint", "abc")], r"metadata 'pool_fingerprint' is not valid JSON"),
     # the tables themselves
     Case("events_table_dropped", [("DROP TABLE envsched_events", ())], r"no such table: envsched_events"),

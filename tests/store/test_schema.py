@@ -24,6 +24,7 @@ from envsched.store import DurableSampler, HistoryStore, StoreError
 from envsched.store.schema import (
     STORE_FORMAT,
     UPGRADES,
+    MalformedStoreData,
     Payload,
     Tables,
     discard_payload,
@@ -153,6 +154,80 @@ def test_the_queries_read_what_was_logged_on_postgres(pg_prefix: str) -> None:
     store.close()
 
 
+def _check_refusals(target: str, prefix: str) -> None:
+    """The reads a watcher runs refuse values the format does not allow: the fast path (the database's JSON
+    types) without naming the event, the Python parse naming the event and the field; the rest reads as before."""
+    writer = HistoryStore(target, table_prefix=prefix, check=False)
+    reader = HistoryStore(target, table_prefix=prefix, read_only=True, check=False)
+    q, t = reader.queries, reader.tables
+
+    def edit(sql: str, **params: Any) -> None:
+        with writer.transaction() as tx:
+            tx.execute(sql, params)
+
+    edit(f"UPDATE {t.events} SET payload = :p WHERE seq = 3", p='{"key": "k", "rewards": [1, "x"]}')
+    edit(f"UPDATE {t.events} SET payload = :p WHERE seq = 7", p='{"key": "k", "reason": null, "reclaimed": "yes"}')
+    with reader.transaction() as tx:
+        assert q.numbered_events(tx, 0, 100) == (7, None) and q.max_seq(tx) == 7
+        with pytest.raises(MalformedStoreData) as fast:
+            q.event_rows_by_kind(tx, 0, 7)
+        assert fast.value.seq is None
+        with pytest.raises(MalformedStoreData,
+                           match=r"^event 3 \(update\): field 'rewards'\[1\] is a string \('x'\)") as slow:
+            q.event_rows_by_kind(tx, 0, 7, sql_json=False)
+        assert slow.value.seq == 3
+        assert [r[0] for r in q.update_rows(tx, 3, 6)] == [5]  # the events around it read as before
+        with pytest.raises(MalformedStoreData, match="discard event's field of the wrong type"):
+            q.discard_rows(tx, 6, 7)
+        with pytest.raises(MalformedStoreData, match=r"^event 7 \(discard\): field 'reclaimed' is a string"):
+            q.discard_rows(tx, 6, 7, sql_json=False)
+    edit(f"UPDATE {t.events} SET kind = 'evil' WHERE seq = 6")
+    edit(f"UPDATE {t.events} SET seq = 9 WHERE seq = 7")
+    with reader.transaction() as tx:
+        assert q.numbered_events(tx, 0, 100) == (5, "event 6 has unknown kind 'evil' (a store logs sample, update, "
+                                                    "discard)")
+        assert q.numbered_events(tx, 6, 100) == (6, "event 7 is missing (the next event is 9): the log has a gap "
+                                                    "(damaged store; `envsched store verify` checks it)")
+        assert q.numbered_events(tx, 2, 2) == (4, None)  # bounded by position
+        assert q.max_seq(tx) == 9
+    edit(f"UPDATE {t.leases} SET outcome = 'boom' WHERE lease = 'lb'")
+    edit(f"UPDATE {t.meta} SET value = :v WHERE key = 'tasks'", v='[{"id": "a"}, 2]')
+    with reader.transaction() as tx:
+        with pytest.raises(MalformedStoreData, match=r"^a lease has the outcome 'boom', expected update, discard or "
+                                                     r"reclaim"):
+            q.lease_counts(tx)
+        for sql_json in (True, False):
+            with pytest.raises(MalformedStoreData, match=r"^metadata 'tasks' is not a JSON list of task objects"):
+                q.task_rows(tx, 10, sql_json=sql_json)
+    writer.close()
+    reader.close()
+
+
+def test_the_queries_refuse_what_the_format_does_not_allow_on_sqlite(tmp_path: Path) -> None:
+    path = tmp_path / "h.sqlite"
+    _drive(HistoryStore(path))
+    _check_refusals(str(path), "envsched")
+    conn = sqlite3.connect(path)  # SQLite keeps what a column is given: a sequence number or lease event as text
+    with conn:
+        conn.execute("UPDATE envsched_events SET seq = 'nine' WHERE seq = 9")
+        conn.execute("UPDATE envsched_leases SET issued_seq = 'x' WHERE lease = 'la'")
+    conn.close()
+    store = HistoryStore(path, read_only=True, check=False)
+    with store.transaction() as tx:
+        assert store.queries.max_seq(tx) == 6
+        assert store.queries.numbered_events(tx, 6, 10) == (6, "the event after event 6 has the sequence number "
+                                                               "'nine', which is not an integer (damaged store)")
+        with pytest.raises(MalformedStoreData, match=r"^lease 'la' has the issuing event 'x', expected an event"):
+            store.queries.issued_seqs(tx, ["la"])
+    store.close()
+
+
+def test_the_queries_refuse_what_the_format_does_not_allow_on_postgres(pg_prefix: str) -> None:
+    assert URL is not None
+    _drive(HistoryStore(URL, table_prefix=pg_prefix))
+    _check_refusals(URL, pg_prefix)
+
+
 def test_lease_counts_of_a_store_without_a_lease_table(tmp_path: Path) -> None:
     path = tmp_path / "h.sqlite"
     _drive(HistoryStore(path))
@@ -206,9 +281,8 @@ def test_a_dropped_lease_table_is_damage_not_a_pending_upgrade(tmp_path: Path) -
         DurableSampler.resume(HistoryStore(path, read_only=True))
 
 
-#: Modules that still spell the store's table names or payload paths themselves, until they read through
-#: envsched.store.schema (the dashboard's reader: its StoreQueries calls are listed in docs/durability.md).
-PENDING = {"dashboard/reader.py"}
+#: The stored format's modules: the layout (schema.py) and the statements that read it (queries.py).
+SCHEMA_MODULES = {"store/schema.py", "store/queries.py"}
 SPELLINGS = re.compile(r"\{[^}]*\}_(?:meta|events|snapshots|leases)\b"  # a table name built from a prefix
                        r"|envsched_(?:meta|events|snapshots|leases)\b"  # the default prefix's table names
                        r"|'\$\.\w+'"  # an SQLite JSON path
@@ -216,11 +290,11 @@ SPELLINGS = re.compile(r"\{[^}]*\}_(?:meta|events|snapshots|leases)\b"  # a tabl
 
 
 def spellings(package: Path) -> dict[str, list[int]]:
-    """``file -> lines`` of the table names and payload paths spelled outside ``store/schema.py``."""
+    """``file -> lines`` of the table names and payload paths spelled outside :data:`SCHEMA_MODULES`."""
     out: dict[str, list[int]] = {}
     for path in sorted(package.rglob("*.py")):
         rel = path.relative_to(package).as_posix()
-        if rel == "store/schema.py":
+        if rel in SCHEMA_MODULES:
             continue
         lines = [i for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
                  if SPELLINGS.search(line)]
@@ -231,12 +305,13 @@ def spellings(package: Path) -> dict[str, list[int]]:
 
 def test_only_the_schema_spells_table_names_and_payload_paths() -> None:
     found = spellings(Path(envsched.__file__).resolve().parent)
-    assert set(found) <= PENDING, {k: v for k, v in found.items() if k not in PENDING}
+    assert found == {}, found
 
 
 def test_the_spelling_check_finds_a_second_copy(tmp_path: Path) -> None:
     (tmp_path / "store").mkdir()
     (tmp_path / "store" / "schema.py").write_text("META = f'{p}_meta'\n")
+    (tmp_path / "store" / "queries.py").write_text("q = \"SELECT json_extract(payload, '$.key')\"\n")
     (tmp_path / "x.py").write_text("a = 1\nt = f'{prefix}_events'\n")
     (tmp_path / "y.py").write_text("q = \"SELECT json_extract(payload, '$.rewards')\"\n\nr = \"p::jsonb ->> 'key'\"\n")
     (tmp_path / "z.py").write_text("events = store.t_events\n")

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from envsched.dashboard.reader import EventBatch, StoreReader
-from envsched.errors import is_int, is_number
 from envsched.method.run_file import (
     EXPLAIN_FORMAT,
     RunFileLimitError,
@@ -28,10 +27,10 @@ from envsched.method.run_file import (
     parse_run_line,
     read_run_line,
 )
+from envsched.validation import is_int, is_number
 
 __all__ = ["RunFileTail", "RunIndex"]
 
-PHASES = ("cold_start", "coverage", "exploitation", "fill")
 _KIND_UPDATE, _KIND_DISCARD, _KIND_RECLAIM = 0, 1, 2
 #: the most records kept from a run file (the newest); older picks lose their explanation, not their outcome
 MAX_RUN_RECORDS = 2_000_000

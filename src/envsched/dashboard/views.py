@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import hypergeom
 
-from envsched.dashboard.model import PHASES, RunIndex
+from envsched.dashboard.model import RunIndex
 
 __all__ = ["MAX_COLUMNS", "build_views", "metrics", "pick_rows"]
 
@@ -190,6 +190,15 @@ def signal_views(ix: RunIndex, snap: dict[str, Any]) -> dict[str, Any]:
     return {"signal": signal, "signal_env": signal_env}
 
 
+def _phases() -> tuple[str, ...]:
+    """EnvSched's phases (:data:`envsched.method.history.statistics.PHASES`, their one definition), imported
+    only when a run file's picks are shown: that package loads the graph builder (scikit-learn), which the
+    rest of the dashboard never needs."""
+    from envsched.method.history.statistics import PHASES
+
+    return PHASES
+
+
 def prediction_table(ix: RunIndex, snap: dict[str, Any]) -> dict[str, np.ndarray]:
     """Explained picks joined with their outcome: phase code, predicted variance, observed variance and
     signal (NaN / False while the group is outstanding)."""
@@ -199,7 +208,8 @@ def prediction_table(ix: RunIndex, snap: dict[str, Any]) -> dict[str, np.ndarray
     keys = np.array(list(explained.keys()), dtype=np.int64).reshape(-1, 2)
     vals = list(explained.values())
     pred = np.array([np.nan if v["pred_var"] is None else v["pred_var"] for v in vals], dtype=np.float64)
-    phase = np.array([PHASES.index(v["phase"]) if v["phase"] in PHASES else -1 for v in vals])
+    phases = _phases()
+    phase = np.array([phases.index(v["phase"]) if v["phase"] in phases else -1 for v in vals])
     picks = snap["picks"]
     T = len(ix.keys) + 1
     code = picks["step"].astype(np.int64) * T + (picks["task"] + 1)
@@ -233,7 +243,7 @@ def prediction_views(ix: RunIndex, snap: dict[str, Any], *, bins: int = 10) -> d
     edges = np.linspace(0.0, top, bins + 1)
     data: list[dict[str, Any]] = [{"type": "scatter", "mode": "lines", "name": "perfect prediction", "x": [0, top],
                                    "y": [0, top], "line": {"color": "#bdbdbd", "dash": "dash"}, "hoverinfo": "skip"}]
-    for code, name in enumerate(PHASES):
+    for code, name in enumerate(_phases()):
         sel = usable & (t["phase"] == code)
         if not sel.any():
             continue

@@ -2,9 +2,10 @@
 
 The store keeps, under one table prefix, the metadata, the hash-chained events, the sampler's state
 snapshots and the lease index; what each table and event payload holds, the format's version and its in-place
-upgrades are described in :mod:`envsched.store.schema`, which also runs every read. This module writes:
-creation (tables, metadata and the initial snapshot, all or nothing), events with the chain's head, snapshots,
-leases and the upgrades, and it verifies what it reads (the chain, the head, the log's end, the metadata).
+upgrades are described in :mod:`envsched.store.schema`, and every read is in :mod:`envsched.store.queries`.
+This module writes: creation (tables, metadata and the initial snapshot, all or nothing), events with the
+chain's head, snapshots, leases and the upgrades, and it verifies what it reads (the chain, the head, the
+log's end, the metadata).
 
 Every write is one transaction taken under an exclusive lock (SQLite ``BEGIN IMMEDIATE`` in WAL mode with
 ``synchronous=FULL``, :mod:`envsched.store.sqlite`; PostgreSQL a transaction-scoped advisory lock,
@@ -30,15 +31,14 @@ from envsched.errors import redact_url
 from envsched.store.errors import StoreCorruptError, StoreError, StoreMismatchError
 from envsched.store.leases import OUTCOMES
 from envsched.store.postgresql import PostgresBackend
+from envsched.store.queries import StoreQueries, Transaction
 from envsched.store.schema import (
     EVENT_KINDS,
     HEAD_KEY,
     STORE_FORMAT,
     Event,
     Snapshot,
-    StoreQueries,
     Tables,
-    Transaction,
     canonical_json,
     chain_digest,
     genesis_digest,
@@ -87,7 +87,7 @@ class HistoryStore:
     Attributes:
         tables: the store's :class:`~envsched.store.schema.Tables` (``t_meta``, ``t_events``, ``t_snap`` and
             ``t_leases`` are their names).
-        queries: the :class:`~envsched.store.schema.StoreQueries` every read of this store runs; with
+        queries: the :class:`~envsched.store.queries.StoreQueries` every read of this store runs; with
             :meth:`transaction` they read anything the store holds.
     """
 

@@ -1,10 +1,12 @@
-"""The history store's stored format, in one place: table names and layout, metadata, event payloads, the
-hash chain, the format's version and its in-place upgrades, and the read-only queries every reader runs.
+"""The history store's stored format, in one place: table names and layout, metadata, event payloads and
+what each field may hold, the hash chain, the format's version and its in-place upgrades.
 
-This module is the only one that spells a table name or a path into an event payload. The backends
-(:mod:`envsched.store.sqlite`, :mod:`envsched.store.postgresql`) connect, lock and translate driver errors;
-the durable store (:mod:`envsched.store.history`) writes and verifies; readers -- the store itself,
-``envsched store info`` and ``verify``, the dashboard -- read through :class:`StoreQueries` here.
+This module and :mod:`envsched.store.queries` (every read of the format, in SQL for both dialects) are the
+only ones that spell a table name or a path into an event payload (``tests/store/test_schema.py`` checks it).
+The backends (:mod:`envsched.store.sqlite`, :mod:`envsched.store.postgresql`) connect, lock and translate
+driver errors; the durable store (:mod:`envsched.store.history`) writes and verifies; readers -- the store
+itself, ``envsched store info`` and ``verify``, the dashboard -- read through
+:class:`~envsched.store.queries.StoreQueries`.
 
 **Tables** (``p`` is the table prefix, default ``envsched``; :class:`Tables`):
 
@@ -36,7 +38,12 @@ the durable store (:mod:`envsched.store.history`) writes and verifies; readers -
 
 **Versions.** A store records its format under ``format``; a store of any other format is refused. Format 1
 received additions after its first stores were written (:data:`UPGRADES`); each is made in place by the next
-writer, and a store still without one is read as it is (:meth:`StoreQueries.pending_upgrades` names them).
+writer, and a store still without one is read as it is (``StoreQueries.pending_upgrades`` names them).
+
+**Checks.** A store is data anyone may hand over: :func:`validate_meta` refuses metadata of the wrong shape,
+:func:`check_event` an event whose fields are not of the types above (one line naming the field), and
+:func:`event_head_problem` an event numbered out of order, of an unknown kind or without a finite time;
+a read that finds such a value raises :class:`MalformedStoreData`.
 """
 
 from __future__ import annotations
@@ -47,18 +54,18 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from envsched.errors import is_int, is_number
 from envsched.store.errors import StoreCorruptError
-from envsched.store.leases import OUTCOMES
+from envsched.validation import is_int, is_number
 
 __all__ = ["DIALECTS", "EVENT_KINDS", "FORMAT_VERSION", "HEAD_KEY", "PREFIX_PATTERN", "STORE_FORMAT",
-           "UPGRADES", "Event", "Payload", "Snapshot", "StoreQueries", "Tables", "Transaction", "Upgrade",
-           "canonical_json", "chain_digest", "check_prefix", "discard_payload", "genesis_digest",
-           "loads_stored", "meta_problems", "parse_head", "sample_payload", "update_payload", "validate_meta"]
+           "UPGRADES", "Event", "MalformedStoreData", "Payload", "Snapshot", "Tables", "Upgrade", "canonical_json",
+           "chain_digest", "check_event", "check_prefix", "discard_payload", "event_head_problem",
+           "finite_or_null", "genesis_digest", "loads_stored", "meta_problems", "parse_head", "quote",
+           "sample_payload", "type_name", "update_payload", "validate_meta"]
 
 #: Version of the stored format; :data:`STORE_FORMAT` is what a store records under ``format``.
 FORMAT_VERSION = 1
@@ -73,6 +80,7 @@ HEAD_KEY = "head"
 #: Metadata every store holds, with the type each must have.
 REQUIRED_META: tuple[tuple[str, type], ...] = (("store_id", str), ("sampler_class", str), ("sampler_params", dict),
                                                ("pool_fingerprint", str), ("num_tasks", int))
+_TYPE_WORDS = {str: "a string", dict: "an object", int: "an integer"}
 
 
 @dataclass(frozen=True)
@@ -215,37 +223,81 @@ def loads_stored(text: Any, what: str) -> Any:
         raise StoreCorruptError(f"{what} is not valid JSON ({str(exc)[:80]}; damaged store)") from None
 
 
+# ---------------------------------------------------------------------------------------------- messages
+#: How many characters of a refused value a message quotes.
+QUOTE_CHARS = 60
+
+
+class MalformedStoreData(StoreCorruptError):
+    """A value read from a store is not what the format allows (a damaged or crafted store). The message is a
+    phrase without the store's name (the reader, which knows it, adds it); ``seq`` is the event it concerns
+    when known (``None``: the read found something off without naming the event)."""
+
+    def __init__(self, detail: str, *, seq: int | None = None) -> None:
+        super().__init__(detail)
+        self.detail, self.seq = detail, seq
+
+
+def quote(value: Any) -> str:
+    """``repr(value)``, cut to :data:`QUOTE_CHARS` characters (a message quotes a refused value, never all of it)."""
+    text = repr(value)
+    return text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS] + "..."
+
+
+def type_name(value: Any) -> str:
+    """What a JSON ``value`` is, for a message: ``null``, ``a boolean``, ``the number 5``, ``a string ('abc')``,
+    ``a list of 2 ([1, 2])``, ``an object``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if is_number(value, numpy=False):
+        return f"the number {quote(value)}"
+    if isinstance(value, str):
+        return f"a string ({quote(value)})"
+    if isinstance(value, list):
+        return f"a list of {len(value)} ({quote(value)})"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def finite_or_null(value: Any) -> bool:
+    """Whether ``value`` is a finite JSON number or null (what a reward or a cost may be)."""
+    return value is None or (is_number(value, numpy=False) and math.isfinite(value))
+
+
 # ---------------------------------------------------------------------------------------------- metadata
 def meta_problems(meta: Mapping[str, Any]) -> list[str]:
     """What is wrong with the optional metadata values (each a short phrase); empty when all is well."""
     out: list[str] = []
     gs = meta.get("group_size")
     if gs is not None and not (is_int(gs) and 1 <= gs <= 1_000_000):
-        out.append(f"'group_size' is {str(gs)[:40]!r} ({type(gs).__name__}), expected a positive integer or null")
+        out.append(f"'group_size' is {type_name(gs)}, expected a positive integer or null")
     if meta["num_tasks"] < 0:
         out.append(f"'num_tasks' is {meta['num_tasks']}, expected a count >= 0")
     rr = meta.get("reward_range")
     if rr is not None and not (isinstance(rr, list) and len(rr) == 2
                                and all(is_number(x) and math.isfinite(x) for x in rr) and rr[0] < rr[1]):
-        out.append(f"'reward_range' is {str(rr)[:60]!r}, expected [low, high] with finite low < high")
+        out.append(f"'reward_range' is {type_name(rr)}, expected [low, high] with finite low < high")
     if "params_rebuildable" in meta and not isinstance(meta["params_rebuildable"], bool):
-        out.append("'params_rebuildable' is not true or false")
+        out.append(f"'params_rebuildable' is {type_name(meta['params_rebuildable'])}, expected true or false")
     tasks = meta.get("tasks")
     if tasks is not None:
         if not isinstance(tasks, list):
-            out.append(f"'tasks' is a {type(tasks).__name__}, expected a list")
+            out.append(f"'tasks' is {type_name(tasks)}, expected a list")
         elif len(tasks) != meta["num_tasks"]:
             out.append(f"'num_tasks' says {meta['num_tasks']} but the recorded task list has {len(tasks)} tasks")
     graph = meta.get("graph")
     if graph is not None:
         if not isinstance(graph, dict):
-            out.append(f"'graph' is a {type(graph).__name__}, expected an object")
+            out.append(f"'graph' is {type_name(graph)}, expected an object")
         elif not (isinstance(graph.get("fingerprint"), str) and isinstance(graph.get("config", {}), dict)
                   and isinstance(graph.get("path"), str | type(None))
                   and is_int(graph.get("num_nodes"))):
             out.append("'graph' lacks a fingerprint, or its config, path or num_nodes has the wrong type")
     if "lease_table" in meta and not isinstance(meta["lease_table"], bool):
-        out.append("'lease_table' is not true or false")
+        out.append(f"'lease_table' is {type_name(meta['lease_table'])}, expected true or false")
     return out
 
 
@@ -260,8 +312,8 @@ def validate_meta(meta: Mapping[str, Any], where: str) -> None:
     for key, kinds in REQUIRED_META:
         value = meta[key]
         if not (is_int(value) if kinds is int else isinstance(value, kinds)):
-            raise StoreCorruptError(f"store {where}: metadata {key!r} is a {type(value).__name__}, "
-                                    f"expected {kinds.__name__} (damaged or crafted store)")
+            raise StoreCorruptError(f"store {where}: metadata {key!r} is {type_name(value)}, "
+                                    f"expected {_TYPE_WORDS[kinds]} (damaged or crafted store)")
     problems = meta_problems(meta)
     if problems:
         raise StoreCorruptError(f"store {where}: metadata {problems[0]} (damaged or crafted store)")
@@ -355,345 +407,92 @@ class Payload:
         return self.data.get("rewards"), self.data.get("costs")
 
 
-# ---------------------------------------------------------------------------------------------- reading
-class Transaction(Protocol):
-    """What the queries run on: ``execute(sql, params)`` returns all rows as tuples."""
-
-    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]: ...
-
-
-def _chunks(values: Sequence[Any], size: int, letter: str) -> list[tuple[dict[str, Any], str]]:
-    """``values`` in chunks of ``size``, each as named parameters and the ``:l0, :l1, ...`` placeholders."""
-    out = []
-    for i in range(0, len(values), size):
-        names = {f"{letter}{j}": v for j, v in enumerate(values[i:i + size])}
-        if names:
-            out.append((names, ", ".join(f":{k}" for k in names)))
-    return out
+def _time_problem(created: Any) -> str | None:
+    if is_number(created, numpy=False) and math.isfinite(created):
+        return None
+    return f"its time 'created' is {type_name(created)}, expected seconds since the epoch"
 
 
-class StoreQueries:
-    """Every read of a store, for one store's :class:`Tables` in one SQL ``dialect`` (``"sqlite"`` or
-    ``"postgresql"``). Each method takes a :class:`Transaction` and only reads; decoding and checking what
-    was read is the caller's (the durable store verifies the chain, a watcher shows what was committed).
-
-    The rows of :meth:`sample_rows`, :meth:`update_rows` and :meth:`discard_rows` are extracted by the
-    database itself (SQLite's JSON1 functions, PostgreSQL's ``jsonb``) unless ``sql_json=False`` is given,
-    which parses the payloads in Python (any backend; the reference the two are compared with).
-    """
-
-    def __init__(self, tables: Tables | str, dialect: str) -> None:
-        if dialect not in DIALECTS:
-            raise ValueError(f"dialect must be one of {DIALECTS}, got {dialect!r}")
-        self.tables = tables if isinstance(tables, Tables) else Tables(tables)
-        self.dialect = dialect
-
-    # ------------------------------------------------------------------ tables
-    def table_names(self, tx: Transaction) -> set[str]:
-        """The names of every table in an SQLite database (this store's and any other)."""
-        if self.dialect != "sqlite":
-            raise ValueError("table_names lists an SQLite database's tables; use table_exists on PostgreSQL")
-        return {r[0] for r in tx.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-
-    def table_exists(self, tx: Transaction, table: str) -> bool:
-        """Whether ``table`` exists (PostgreSQL: in the current schema, read from ``pg_class`` through the
-        statement's snapshot -- ``to_regclass()`` would consult the catalog snapshot, which can predate another
-        writer's committed ``CREATE TABLE`` while this transaction waited for the lock)."""
-        if self.dialect == "sqlite":
-            return bool(tx.execute("SELECT name FROM sqlite_master WHERE type='table' AND name = :t", {"t": table}))
-        rows = tx.execute("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
-                          "ON n.oid = c.relnamespace WHERE c.relname = :t AND n.nspname = current_schema())",
-                          {"t": table})
-        return bool(rows[0][0])
-
-    def foreign_objects(self, tx: Transaction) -> list[tuple[str, str]]:
-        """``(kind, name)`` of every trigger, view (SQLite) or rule (PostgreSQL) on or named like the store's
-        tables: envsched creates none, so any is an edit of the store."""
-        tables = self.tables.names()
-        if self.dialect == "sqlite":
-            rows = tx.execute("SELECT type, name, tbl_name FROM sqlite_master WHERE type IN ('trigger', 'view')")
-            return [(t, n) for t, n, tbl in rows if tbl in tables or n in tables]
-        rows = tx.execute(
-            "SELECT 'trigger', t.tgname FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = "
-            "t.tgrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE NOT t.tgisinternal AND "
-            "n.nspname = current_schema() AND c.relname IN (:a, :b, :c, :d) UNION ALL "
-            "SELECT 'rule', r.rulename FROM pg_catalog.pg_rules r WHERE r.schemaname = current_schema() "
-            "AND r.tablename IN (:a, :b, :c, :d)", dict(zip("abcd", tables, strict=True)))
-        return [(t, n) for t, n in rows]
-
-    # ------------------------------------------------------------------ metadata
-    def meta_rows(self, tx: Transaction, *, tasks: bool = True) -> list[tuple[Any, Any]]:
-        """``(key, JSON text)`` of every metadata entry (without the task list unless ``tasks``)."""
-        sql = f"SELECT key, value FROM {self.tables.meta}"
-        return [(k, v) for k, v in tx.execute(sql if tasks else sql + " WHERE key <> 'tasks'")]
-
-    def meta_text(self, tx: Transaction, key: str) -> tuple[Any] | None:
-        """The row ``(JSON text,)`` of one metadata entry, or ``None`` when there is none."""
-        rows = tx.execute(f"SELECT value FROM {self.tables.meta} WHERE key = :k", {"k": key})
-        return (rows[0][0],) if rows else None
-
-    def task_rows(self, tx: Transaction, instruction_chars: int, *, sql_json: bool = True) -> list[tuple[Any, ...]]:
-        """``(id, split, index, env, first instruction_chars characters of the instruction)`` of every recorded
-        task, in order (values the task does not have are ``None``)."""
-        n, meta = int(instruction_chars), self.tables.meta
-        if sql_json and self.dialect == "sqlite":
-            return tx.execute(f"SELECT json_extract(j.value, '$.id'), json_extract(j.value, '$.split'), "
-                              f"json_extract(j.value, '$.index'), json_extract(j.value, '$.env'), "
-                              f"substr(json_extract(j.value, '$.instruction'), 1, {n}) FROM {meta} m, "
-                              "json_each(m.value) j WHERE m.key = 'tasks' ORDER BY j.key")
-        if sql_json:
-            return tx.execute(f"SELECT t->>'id', t->>'split', t->>'index', t->>'env', left(t->>'instruction', {n}) "
-                              f"FROM {meta} m, jsonb_array_elements(m.value::jsonb) WITH ORDINALITY AS a(t, i) "
-                              "WHERE m.key = 'tasks' ORDER BY i")
-        raw = tx.execute(f"SELECT value FROM {meta} WHERE key = 'tasks'")
-        data = json.loads(raw[0][0]) if raw else []
-        return [(t.get("id"), t.get("split"), t.get("index"), t.get("env"),
-                 t.get("instruction")[:n] if isinstance(t.get("instruction"), str) else None)
-                for t in data if isinstance(t, dict)]
-
-    # ------------------------------------------------------------------ events and snapshots
-    def last_event(self, tx: Transaction) -> tuple[int, str | None]:
-        """``(seq, digest)`` of the last event (``(0, None)`` when there is none)."""
-        rows = tx.execute(f"SELECT seq, digest FROM {self.tables.events} ORDER BY seq DESC LIMIT 1")
-        return (int(rows[0][0]), str(rows[0][1])) if rows else (0, None)
-
-    def event_rows(self, tx: Transaction, after: int, limit: int | None = None) -> list[tuple[Any, ...]]:
-        """``(seq, kind, payload text, digest)`` of the events after ``after``, in order."""
-        sql = f"SELECT seq, kind, payload, digest FROM {self.tables.events} WHERE seq > :a ORDER BY seq"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        return tx.execute(sql, {"a": after})
-
-    def event_heads(self, tx: Transaction, after: int, limit: int) -> list[tuple[Any, ...]]:
-        """``(seq, kind, created)`` of the next ``limit`` events after ``after``, by position (as stored)."""
-        return tx.execute(f"SELECT seq, kind, created FROM {self.tables.events} WHERE seq > :a ORDER BY seq "
-                          "LIMIT :n", {"a": after, "n": int(limit)})
-
-    def event_payload_rows(self, tx: Transaction, after: int, upto: int) -> list[tuple[Any, ...]]:
-        """``(seq, kind, created, payload text)`` of the events in ``(after, upto]`` (as stored)."""
-        return tx.execute(f"SELECT seq, kind, created, payload FROM {self.tables.events} WHERE seq > :a AND "
-                          "seq <= :b ORDER BY seq", {"a": after, "b": upto})
-
-    def payload_text(self, tx: Transaction, seq: int) -> tuple[Any] | None:
-        """The row ``(payload text,)`` of event ``seq``, or ``None`` when there is none."""
-        rows = tx.execute(f"SELECT payload FROM {self.tables.events} WHERE seq = :s", {"s": seq})
-        return (rows[0][0],) if rows else None
-
-    def digest_at(self, tx: Transaction, seq: int) -> str | None:
-        """The digest of event ``seq`` (``None`` when there is none)."""
-        rows = tx.execute(f"SELECT digest FROM {self.tables.events} WHERE seq = :s", {"s": seq})
-        return str(rows[0][0]) if rows else None
-
-    def events_name_leases(self, tx: Transaction) -> bool:
-        """Whether any event's payload carries a lease id (``"lease":`` or ``"leases":`` as a key of the
-        canonical JSON: inside a string value the quote would be escaped)."""
-        rows = tx.execute(f"SELECT 1 FROM {self.tables.events} WHERE payload LIKE :a OR payload LIKE :b LIMIT 1",
-                          {"a": '%"lease":%', "b": '%"leases":%'})
-        return bool(rows)
-
-    def tail_references(self, tx: Transaction, *, leases: bool) -> tuple[Any, Any, Any]:
-        """The last event a snapshot, an issued lease and a consumed lease refer to (``None`` for none; the
-        lease table is read only when ``leases``)."""
-        snap = tx.execute(f"SELECT MAX(seq) FROM {self.tables.snapshots}")
-        lease = (tx.execute(f"SELECT MAX(issued_seq), MAX(closed_seq) FROM {self.tables.leases}")
-                 if leases else [(None, None)])
-        return (snap[0][0] if snap else None), lease[0][0], lease[0][1]
-
-    def snapshot_seqs(self, tx: Transaction) -> list[int]:
-        """Event numbers after which a snapshot is stored, in order."""
-        return [int(r[0]) for r in tx.execute(f"SELECT seq FROM {self.tables.snapshots} ORDER BY seq")]
-
-    def snapshot_row(self, tx: Transaction, *, latest: bool, at_most: int | None = None) -> tuple[Any, ...] | None:
-        """``(seq, state text, digest)`` of snapshot 0 (``latest=False``) or of the latest one with
-        ``seq <= at_most``; ``None`` when there is none."""
-        if latest:
-            sql = f"SELECT seq, state, digest FROM {self.tables.snapshots}"
-            params: dict[str, Any] = {}
-            if at_most is not None:
-                sql += " WHERE seq <= :m"
-                params["m"] = at_most
-            rows = tx.execute(sql + " ORDER BY seq DESC LIMIT 1", params)
-        else:
-            rows = tx.execute(f"SELECT seq, state, digest FROM {self.tables.snapshots} WHERE seq = 0")
-        return tuple(rows[0]) if rows else None
-
-    def sample_rows(self, tx: Transaction, after: int, upto: int, *, sql_json: bool = True) -> list[tuple[Any, ...]]:
-        """``(seq, created, position in the draw, task key, drawn under a lease)`` per drawn group of the
-        ``sample`` events in ``(after, upto]``."""
-        if not sql_json:
-            return self._python_rows(tx, after, upto)[0]
-        p, e = {"a": after, "b": upto}, self.tables.events
-        if self.dialect == "sqlite":
-            return tx.execute(f"SELECT e.seq, e.created, j.key, j.value, json_type(e.payload, '$.leases') IS NOT "
-                              f"NULL FROM {e} e, json_each(e.payload, '$.keys') j WHERE e.kind = 'sample' AND "
-                              "e.seq > :a AND e.seq <= :b ORDER BY e.seq, j.key", p)
-        return tx.execute(f"SELECT e.seq, e.created, k.i - 1, k.v, (e.payload::jsonb ? 'leases') FROM {e} e, "
-                          "jsonb_array_elements_text(e.payload::jsonb -> 'keys') WITH ORDINALITY AS k(v, i) "
-                          "WHERE e.kind = 'sample' AND e.seq > :a AND e.seq <= :b ORDER BY e.seq, k.i", p)
-
-    def update_rows(self, tx: Transaction, after: int, upto: int, *, sql_json: bool = True) -> list[tuple[Any, ...]]:
-        """``(seq, created, key, lease, rollouts, scored, min, max, sum, sum of squares, total cost)`` per
-        ``update`` event in ``(after, upto]`` (min and max of the scored rewards, ``None`` when none is scored).
-
-        PostgreSQL aggregates in SQL; from SQLite the reward and cost arrays come as compact JSON text that
-        numpy parses and aggregates in one pass (faster than SQLite's ``json_each`` with ``GROUP BY``)."""
-        if not sql_json:
-            return self._python_rows(tx, after, upto)[1]
-        p, e = {"a": after, "b": upto}, self.tables.events
-        if self.dialect == "sqlite":
-            return _aggregate_updates(tx.execute(
-                "SELECT seq, created, json_extract(payload, '$.key'), json_extract(payload, '$.lease'), "
-                "json_extract(payload, '$.rewards'), json_extract(payload, '$.costs') "
-                f"FROM {e} WHERE kind = 'update' AND seq > :a AND seq <= :b ORDER BY seq", p))
-        return tx.execute(f"SELECT e.seq, e.created, e.payload::jsonb ->> 'key', e.payload::jsonb ->> 'lease', "
-                          "jsonb_array_length(e.payload::jsonb -> 'rewards'), COUNT(r.x), MIN(r.x), MAX(r.x), "
-                          "COALESCE(SUM(r.x), 0), COALESCE(SUM(r.x * r.x), 0), "
-                          "(SELECT COALESCE(SUM(c::text::float8), 0) FROM jsonb_array_elements(CASE WHEN "
-                          "jsonb_typeof(e.payload::jsonb -> 'costs') = 'array' THEN e.payload::jsonb -> 'costs' "
-                          "ELSE '[]'::jsonb END) c) "
-                          f"FROM {e} e LEFT JOIN LATERAL (SELECT CASE WHEN jsonb_typeof(v) = 'number' THEN "
-                          "v::text::float8 END AS x FROM jsonb_array_elements(e.payload::jsonb -> 'rewards') v) r "
-                          "ON TRUE WHERE e.kind = 'update' AND e.seq > :a AND e.seq <= :b GROUP BY e.seq "
-                          "ORDER BY e.seq", p)
-
-    def discard_rows(self, tx: Transaction, after: int, upto: int, *, sql_json: bool = True) -> list[tuple[Any, ...]]:
-        """``(seq, created, key, lease, reason, reclaimed)`` per ``discard`` event in ``(after, upto]``."""
-        if not sql_json:
-            return self._python_rows(tx, after, upto)[2]
-        p, e = {"a": after, "b": upto}, self.tables.events
-        if self.dialect == "sqlite":
-            return tx.execute(f"SELECT seq, created, json_extract(payload, '$.key'), json_extract(payload, '$.lease'), "
-                              "json_extract(payload, '$.reason'), COALESCE(json_extract(payload, '$.reclaimed'), 0) "
-                              f"FROM {e} WHERE kind = 'discard' AND seq > :a AND seq <= :b ORDER BY seq", p)
-        return tx.execute(f"SELECT seq, created, payload::jsonb ->> 'key', payload::jsonb ->> 'lease', "
-                          "payload::jsonb ->> 'reason', COALESCE((payload::jsonb ->> 'reclaimed')::boolean, false) "
-                          f"FROM {e} WHERE kind = 'discard' AND seq > :a AND seq <= :b ORDER BY seq", p)
-
-    def _python_rows(self, tx: Transaction, after: int, upto: int) -> tuple[list[Any], list[Any], list[Any]]:
-        """The rows of :meth:`sample_rows`, :meth:`update_rows` and :meth:`discard_rows`, parsed in Python."""
-        samples, updates, discards = [], [], []
-        for seq, kind, created, payload in self.event_payload_rows(tx, after, upto):
-            data = json.loads(payload)
-            if kind == "sample":
-                leased = "leases" in data
-                samples += [(seq, created, i, k, leased) for i, k in enumerate(data.get("keys") or [])]
-            elif kind == "update":
-                rewards = data.get("rewards") or []
-                scored = [float(r) for r in rewards if r is not None]
-                costs = data.get("costs") or []
-                updates.append((seq, created, data.get("key"), data.get("lease"), len(rewards), len(scored),
-                                min(scored) if scored else None, max(scored) if scored else None,
-                                float(sum(scored)), float(sum(x * x for x in scored)), float(sum(costs))))
-            elif kind == "discard":
-                discards.append((seq, created, data.get("key"), data.get("lease"), data.get("reason"),
-                                 bool(data.get("reclaimed", False))))
-        return samples, updates, discards
-
-    # ------------------------------------------------------------------ leases
-    def lease_row(self, tx: Transaction, lease: str) -> tuple[Any, ...] | None:
-        """``(key, issued_seq, closed_seq, outcome)`` of a lease as stored, or ``None``."""
-        rows = tx.execute(f"SELECT key, issued_seq, closed_seq, outcome FROM {self.tables.leases} WHERE lease = :l",
-                          {"l": lease})
-        return tuple(rows[0]) if rows else None
-
-    def lease_rows(self, tx: Transaction, ids: Sequence[str]) -> list[tuple[Any, ...]]:
-        """``(lease, key, issued_seq, closed_seq, outcome)`` of the leases among ``ids`` the store issued."""
-        out: list[tuple[Any, ...]] = []
-        for names, marks in _chunks(ids, 500, "l"):
-            out += tx.execute(f"SELECT lease, key, issued_seq, closed_seq, outcome FROM {self.tables.leases} "
-                              f"WHERE lease IN ({marks})", names)
-        return out
-
-    def issued(self, tx: Transaction, ids: Sequence[str]) -> set[str]:
-        """The ids among ``ids`` that the store issued."""
-        out: set[str] = set()
-        for names, marks in _chunks(ids, 500, "l"):
-            out.update(str(r[0]) for r in tx.execute(f"SELECT lease FROM {self.tables.leases} WHERE lease IN "
-                                                     f"({marks})", names))
-        return out
-
-    def issued_seqs(self, tx: Transaction, ids: Sequence[str]) -> dict[str, int]:
-        """``lease -> issued_seq`` of the leases among ``ids`` the store issued."""
-        out: dict[str, int] = {}
-        for names, marks in _chunks(ids, 500, "l"):
-            out.update({str(a): int(b) for a, b in tx.execute(
-                f"SELECT lease, issued_seq FROM {self.tables.leases} WHERE lease IN ({marks})", names)})
-        return out
-
-    def open_leases(self, tx: Transaction) -> list[tuple[str, str]]:
-        """``(lease, key)`` of every lease not yet consumed, oldest first."""
-        return [(str(a), str(b)) for a, b in tx.execute(
-            f"SELECT lease, key FROM {self.tables.leases} WHERE closed_seq IS NULL ORDER BY issued_seq, lease")]
-
-    def all_lease_rows(self, tx: Transaction) -> list[tuple[Any, ...]]:
-        """``(lease, key, issued_seq, closed_seq, outcome)`` of every lease."""
-        return tx.execute(f"SELECT lease, key, issued_seq, closed_seq, outcome FROM {self.tables.leases}")
-
-    def lease_counts(self, tx: Transaction, *, missing_table_ok: bool = False) -> dict[str, int]:
-        """Leases by state: ``open`` and each outcome (with ``missing_table_ok``, zeros for a store without a
-        lease table; otherwise the missing table is the driver's error)."""
-        out = {"open": 0, **{o: 0 for o in OUTCOMES}}
-        if missing_table_ok and not self.table_exists(tx, self.tables.leases):
-            return out
-        for outcome, count in tx.execute(f"SELECT outcome, COUNT(*) FROM {self.tables.leases} GROUP BY outcome"):
-            out["open" if outcome is None else str(outcome)] = int(count)
-        return out
-
-    # ------------------------------------------------------------------ versions
-    def lease_table_required(self, tx: Transaction, meta: Mapping[str, Any]) -> bool:
-        """Whether the lease table must be there: the store was created with one, or its events name leases.
-        A store without the table for which this is false was written before leases existed."""
-        return bool(meta.get("lease_table")) or self.events_name_leases(tx)
-
-    def pending_upgrades(self, tx: Transaction, meta: Mapping[str, Any]) -> list[Upgrade]:
-        """The :data:`UPGRADES` a store with metadata ``meta`` still lacks (the next writer makes them)."""
-        out = []
-        if HEAD_KEY not in meta and self.last_event(tx)[0] > 0:
-            out.append(UPGRADES[0])
-        if not self.table_exists(tx, self.tables.leases) and not self.lease_table_required(tx, meta):
-            out.append(UPGRADES[1])
-        return out
+def event_head_problem(seq: Any, expected: int, kind: Any, created: Any) -> str | None:
+    """What is wrong with the stored event found where event ``expected`` should be -- its number, kind or time
+    (a phrase for a message that names the event) -- or ``None`` when nothing is."""
+    if not is_int(seq, numpy=False):
+        return (f"the event after event {expected - 1} has the sequence number {quote(seq)}, which is not an "
+                "integer (damaged store)")
+    if seq != expected:
+        return (f"event {expected} is missing (the next event is {seq}): the log has a gap (damaged store; "
+                "`envsched store verify` checks it)")
+    if kind not in EVENT_KINDS:
+        return f"event {seq} has unknown kind {quote(kind)} (a store logs {', '.join(EVENT_KINDS)})"
+    problem = _time_problem(created)
+    return None if problem is None else f"event {seq} ({kind}): {problem}"
 
 
-# ---------------------------------------------------------------------------------------------- aggregation
-def _json_numbers(texts: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Flat values and per-row lengths of compact JSON arrays of numbers and nulls (``None``: no array);
-    null becomes NaN."""
-    lens = np.fromiter((t.count(",") + 1 if isinstance(t, str) and len(t) > 2 else 0 for t in texts),
-                       dtype=np.int64, count=len(texts))
-    body = ",".join(t[1:-1] for t in texts if isinstance(t, str) and len(t) > 2)
-    vals = np.array(body.replace("null", "nan").split(","), dtype=np.float64) if body else np.zeros(0)
-    if vals.size != lens.sum():  # pragma: no cover - only for arrays SQLite did not write compactly
-        raise StoreCorruptError("an update's rewards are not a flat JSON array of numbers")
-    return vals, lens
+def check_event(kind: Any, created: Any, payload: Any) -> dict[str, Any]:
+    """The decoded payload of one stored event, after checking every field of its kind against the layout
+    above; otherwise ``ValueError`` with a one-line reason that names the field (the caller adds the store and
+    the event)."""
+    if kind not in EVENT_KINDS:
+        raise ValueError(f"unknown kind {quote(kind)} (a store logs {', '.join(EVENT_KINDS)})")
+    problem = _time_problem(created)
+    if problem is not None:
+        raise ValueError(problem)
+    if isinstance(payload, bytes):
+        try:
+            payload = payload.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError("its payload is not UTF-8 text") from None
+    if not isinstance(payload, str):
+        raise ValueError(f"its payload is {type_name(payload)}, expected JSON text")
+    try:
+        data = json.loads(payload)
+    except RecursionError:
+        raise ValueError("its payload is nested too deeply to be an event") from None
+    except ValueError as exc:
+        raise ValueError(f"its payload is not valid JSON ({getattr(exc, 'msg', exc)})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"its payload is {type_name(data)}, expected a JSON object")
 
+    def field(name: str, ok: Any, expected: str, *, required: bool = True) -> Any:
+        if name not in data:
+            if required:
+                raise ValueError(f"field {name!r} is missing, expected {expected}")
+            return None
+        value = data[name]
+        if not ok(value):
+            raise ValueError(f"field {name!r} is {type_name(value)}, expected {expected}")
+        return value
 
-def _per_row(func: Any, values: np.ndarray, lens: np.ndarray, empty: float) -> np.ndarray:
-    """``func.reduceat`` over consecutive runs of ``lens`` values (``empty`` for a run of none)."""
-    out = np.full(lens.size, empty)
-    nonempty = lens > 0
-    if nonempty.any():
-        out[nonempty] = func.reduceat(values, (np.cumsum(lens) - lens)[nonempty])
-    return out
+    def items(name: str, values: list[Any], ok: Any, expected: str) -> None:
+        for i, v in enumerate(values):
+            if not ok(v):
+                raise ValueError(f"field {name!r}[{i}] is {type_name(v)}, expected {expected}")
 
+    def is_list(v: Any) -> bool:
+        return isinstance(v, list)
 
-def _aggregate_updates(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """``(seq, created, key, lease, rewards JSON, costs JSON)`` rows -> the rows of
-    :meth:`StoreQueries.update_rows`."""
-    if not rows:
-        return []
-    seq, created, key, lease, rewards, costs = zip(*rows, strict=True)
-    vals, lens = _json_numbers(list(rewards))
-    ok = ~np.isnan(vals)
-    scored = _per_row(np.add, ok.astype(np.float64), lens, 0.0).astype(np.int64)
-    total = _per_row(np.add, np.where(ok, vals, 0.0), lens, 0.0)
-    squares = _per_row(np.add, np.where(ok, vals * vals, 0.0), lens, 0.0)
-    lo = _per_row(np.minimum, np.where(ok, vals, np.inf), lens, np.inf)
-    hi = _per_row(np.maximum, np.where(ok, vals, -np.inf), lens, -np.inf)
-    cvals, clens = _json_numbers(list(costs))
-    cost = _per_row(np.add, np.nan_to_num(cvals), clens, 0.0)
-    none = scored == 0
-    lo_list = np.where(none, None, lo).tolist()
-    hi_list = np.where(none, None, hi).tolist()
-    return list(zip(seq, created, key, lease, lens.tolist(), scored.tolist(), lo_list, hi_list, total.tolist(),
-                    squares.tolist(), cost.tolist(), strict=True))
+    def is_str(v: Any) -> bool:
+        return isinstance(v, str)
+
+    if kind == "sample":
+        keys = field("keys", is_list, "a list of task ids")
+        items("keys", keys, is_str, "a task id (a string)")
+        leases = field("leases", is_list, "a list of lease ids, one per drawn task", required=False)
+        if leases is not None:
+            items("leases", leases, is_str, "a lease id (a string)")
+            if len(leases) != len(keys):
+                raise ValueError(f"field 'leases' holds {len(leases)} lease ids for {len(keys)} drawn tasks")
+    else:
+        field("key", is_str, "a task id (a string)")
+        field("lease", lambda v: v is None or isinstance(v, str), "a lease id (a string)", required=False)
+    if kind == "update":
+        rewards = field("rewards", is_list, "a list of rewards (numbers or null)")
+        items("rewards", rewards, finite_or_null, "a finite number or null")
+        costs = field("costs", lambda v: v is None or isinstance(v, list), "a list of costs or null",
+                      required=False)
+        if costs is not None:
+            items("costs", costs, finite_or_null, "a finite number or null")
+    elif kind == "discard":
+        field("reason", lambda v: v is None or isinstance(v, str), "a reason (a string) or null", required=False)
+        field("reclaimed", lambda v: v is None or isinstance(v, bool), "true or false", required=False)
+    return data
