@@ -43,7 +43,7 @@ def test_reference_answers_score_one_and_wrong_answers_less(bench_specs: list[di
     from envsched.envs import reasoning_gym as rg
 
     assert len(bench_specs) in (1750, 2550)
-    rg._dataset.cache_clear()  # regenerate every item from its spec alone, in reverse order
+    _fresh_items(rg)  # regenerate every item from its spec alone, in reverse order
     env = ReasoningGymEnvironment()
     not_same, not_full, not_lower = [], [], []
     for spec in reversed(bench_specs):
@@ -100,14 +100,28 @@ def test_specs_are_json_and_regenerate_offline() -> None:
     assert [s["instruction"] for s in other] != [s["instruction"] for s in specs[:6]]
 
 
-def test_a_scorer_that_raises_gives_an_unscored_episode() -> None:
-    # prime_factorization's own score_answer raises on a non-numeric answer (reasoning-gym 0.1.25)
+def test_a_scorer_that_raises_on_the_answer_scores_it_zero_with_the_reason() -> None:
+    # prime_factorization's own score_answer raises on a non-numeric answer (reasoning-gym 0.1.25): a failure
+    # the answer caused is the answer's (0.0, the exception recorded), never an unscored episode
     spec = build_reasoning_gym_pool(["prime_factorization"], tasks_per_dataset=1)[0]
     env = ReasoningGymEnvironment()
     env.reset(spec)
     result = env.step("zzz not a number")
-    assert result.done and result.reward is None and env.final_reward() is None
-    assert "ValueError" in result.info["error"]
+    assert result.done and result.reward == 0.0 and env.final_reward() == 0.0
+    assert "raised" in result.info["scoring"] and "ValueError" in result.info["scoring"]
+    assert "error" not in result.info
+    env.reset(spec)
+    assert env.step(env.reference_answer).reward == 1.0
+
+
+def test_an_item_that_cannot_be_rebuilt_is_an_unscored_episode() -> None:
+    """Only a failure that is not the answer's (the dataset cannot be rebuilt) leaves the episode unscored."""
+    from envsched.envs.safe_scoring import score_answer
+
+    spec = build_reasoning_gym_pool(["gcd"], tasks_per_dataset=1)[0]
+    item = regenerate_item(spec)
+    with pytest.raises(RuntimeError, match="could not run"):
+        score_answer("gcd", item, item["answer"], config={"no_such_option": 1}, seed=0, size=1)
 
 
 def test_bad_inputs() -> None:
@@ -144,7 +158,7 @@ def test_extra_datasets_regenerate_their_items_in_any_order() -> None:
 
     specs = build_reasoning_gym_pool(EXTRA_DATASETS, tasks_per_dataset=6, seed=11)
     assert len(TaskPool(specs).envs) == 8
-    rg._dataset.cache_clear()  # regenerate from scratch, in reverse order
+    _fresh_items(rg)  # regenerate from scratch, in reverse order
     mismatched = [s["id"] for s in reversed(specs) if regenerate_item(s)["question"] != s["instruction"]]
     assert mismatched == []
     assert [s["id"] for s in specs if score_task_answer(s, regenerate_item(s)["answer"]) != 1.0] == []
@@ -156,11 +170,19 @@ def test_items_do_not_depend_on_the_ambient_decimal_context() -> None:
     from envsched.envs import reasoning_gym as rg
 
     specs = build_reasoning_gym_pool(["decimal_chain_sum", "decimal_arithmetic"], tasks_per_dataset=10, seed=2)
-    rg._dataset.cache_clear()
+    _fresh_items(rg)
     with decimal.localcontext() as ctx:
         ctx.prec = 3  # e.g. what BFCL's MathAPI leaves behind in a process running it
         assert [regenerate_item(s)["question"] for s in specs] == [s["instruction"] for s in specs]
         assert all(score_task_answer(s, regenerate_item(s)["answer"]) == 1.0 for s in specs)
+
+
+def _fresh_items(rg) -> None:
+    """Forget the generated items: the next ones come from a fresh generation worker."""
+    from envsched.envs._rg_items import _ItemWorker
+
+    rg._cached_item.cache_clear()
+    _ItemWorker.clear_idle()
 
 
 def _benign_answers(reference: str) -> list[str]:
@@ -184,11 +206,12 @@ _EVALUATING_ELSEWHERE = ("binary_matrix", "countdown", "intermediate_integration
 def test_the_safe_path_scores_as_the_datasets_own_scorer_on_benign_answers(dataset: str) -> None:
     """Every default dataset (one item per tier) and the evaluating datasets outside it (two items):
     references score 1.0 through the safe path, and benign answers score exactly what reasoning-gym's own
-    score_answer gives them."""
+    score_answer gives them in this process (0 where it raises; less where an integrity rule applies)."""
     import decimal
 
-    from envsched.envs import reasoning_gym as rg
-    from envsched.envs.safe_scoring import scoring_kind
+    from reasoning_gym import factory
+
+    from envsched.envs.safe_scoring import ANSWER_RULES, scoring_kind
 
     assert scoring_kind(dataset) != "unaudited"
     n = 2 if dataset in _EVALUATING_ELSEWHERE else len(dataset_tiers(dataset))
@@ -198,17 +221,19 @@ def test_the_safe_path_scores_as_the_datasets_own_scorer_on_benign_answers(datas
         item = regenerate_item(spec)
         assert score_task_answer(spec, item["answer"]) == 1.0, spec["id"]
         m = spec["reasoning_gym"]
-        ds = rg._dataset(dataset, json.dumps(m["config"], sort_keys=True), m["seed"], m["size"])
+        ds = factory.create_dataset(dataset, size=m["size"], seed=m["seed"], **m["config"])
         for answer in _benign_answers(str(item["answer"])):
             with decimal.localcontext(decimal.Context()):
                 try:
                     want = float(ds.score_answer(answer, entry=item))
                 except Exception:
-                    want = None
+                    want = 0.0  # a scorer that raises on an answer scores it 0 (docs/scorers.md)
+            if answer.strip() == "":
+                want = 0.0  # a blank answer scores 0 (some datasets gave it 0.01, a reward for nothing)
             try:
                 got = score_task_answer(spec, answer)
             except Exception:
                 got = None
-            if got != want:
-                differ.append((spec["id"], answer[:40], got, want))
+            if got != want and not (dataset in ANSWER_RULES and got is not None and got < want):
+                differ.append((spec["id"], answer[:40], got, want))  # an integrity rule only lowers a reward
     assert differ == []

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 
 from envsched.envs import safe_scoring
 from envsched.envs.reasoning_gym import ReasoningGymEnvironment, build_reasoning_gym_pool, score_task_answer
-from envsched.envs.safe_scoring import EVALUATING_DATASETS, EvaluationBlocked, UnsafeScorerError
+from envsched.envs.safe_scoring import EVALUATING_DATASETS, UnsafeScorerError
 
 HANG_GUARD_S = 60.0  # a generous bound per answer: a hang guard, not a speed target
 RSS_BOUND = 2 * 2**30
@@ -202,19 +201,14 @@ def test_an_answer_over_the_length_cap_scores_zero_unscored(one_task_each: dict)
     assert result.reward == 0.0 and "more than" in result.info["scoring"]
 
 
-def test_the_guard_blocks_evaluation_and_writes_but_not_imports(tmp_path: Path) -> None:
-    with safe_scoring._guarded():
-        with pytest.raises(EvaluationBlocked, match="code compiled from text"):
-            eval("1 + 1")
-        with pytest.raises(EvaluationBlocked, match="for writing"):
-            open(tmp_path / "w.txt", "w")  # noqa: SIM115
-        with pytest.raises(EvaluationBlocked, match=r"os\.system"):
-            os.system("true")
-        import importlib
-        sys.modules.pop("colorsys", None)
-        assert importlib.import_module("colorsys").rgb_to_hsv(1, 0, 0)[2] == 1  # imports still work
+def test_this_process_runs_no_scorer_and_arms_no_guard(one_task_each: dict) -> None:
+    """Scoring happens in worker processes (the guard is armed there, envs/_guard.py and
+    tests/hostile/test_guard_hostile.py): this process keeps evaluating, writing and importing freely."""
+    from envsched.envs import _guard
+
+    assert score_task_answer(one_task_each["spiral_matrix"], "[1]*3") == 0.0
+    assert not _guard.armed()
     assert eval("1 + 1") == 2
-    assert not (tmp_path / "w.txt").exists()
 
 
 # ---------------------------------------------------------------------------------------- unaudited datasets

@@ -1,5 +1,6 @@
-"""Bounded worker processes, reused through an idle list: what BFCL's call worker (:mod:`envsched.envs.bfcl`)
-and the reasoning-gym scorer worker (:mod:`envsched.envs.safe_scoring`) share.
+"""Bounded worker processes, reused through an idle list: what BFCL's call worker (:mod:`envsched.envs.bfcl`),
+the reasoning-gym scorer worker (:mod:`envsched.envs.safe_scoring`) and the reasoning-gym generation worker
+(:mod:`envsched.envs._rg_items`) share.
 
 A worker is forked where the platform can (it starts at once, with what the parent imported, and runs none of
 the caller's ``__main__``), caps its own address space a budget above its start size, and talks to the parent
@@ -86,17 +87,20 @@ class PooledWorker:
                 cls.idle.pop().kill()
 
     def release(self) -> None:
-        """Back to the idle list for the next use (or stopped if the list is full)."""
+        """Back to the idle list for the next use (or stopped if the list is full or it was killed)."""
         cls = type(self)
         with cls.idle_lock:
-            if self.proc.is_alive() and len(cls.idle) < cls.max_idle:
+            if not self.conn.closed and self.proc.is_alive() and len(cls.idle) < cls.max_idle:
                 cls.idle.append(self)
                 return
-        self.kill()
+        self.kill(wait=False)
 
-    def kill(self) -> None:
+    def kill(self, wait: bool = True) -> None:
+        """Stop the worker (SIGKILL). Without ``wait`` the caller goes on at once: a large process takes tens of
+        milliseconds to exit, and multiprocessing reaps it when it next starts a process."""
         with contextlib.suppress(Exception):
             self.proc.kill()
-            self.proc.join(5)
+            if wait:
+                self.proc.join(5)
         with contextlib.suppress(Exception):
             self.conn.close()

@@ -38,6 +38,10 @@ Bounded per client (docs/limits.md, "Server"; :mod:`envsched.envs.server_guard`)
 * a WebSocket session without a client message for ``idle_timeout_s`` (default 60 s,
   ``ENVSCHED_OPENENV_IDLE_TIMEOUT_S``) is closed and its capacity freed; so is one that does not read its
   replies; sessions opened over HTTP ``/mcp`` expire after the same idle time (OpenEnv's reaper);
+* one client address holds at most ``max_sessions_per_client`` sessions (default half of the server's,
+  ``ENVSCHED_OPENENV_MAX_SESSIONS_PER_CLIENT``); past it a new session is refused with ``CAPACITY_REACHED``
+  and a message that says the limit is per client, while other clients are served (loopback clients are not
+  counted unless ``ENVSCHED_OPENENV_CAP_LOOPBACK=1``: they all share one address);
 * a request head must arrive within ``ENVSCHED_OPENENV_HEADER_TIMEOUT_S`` (default 10 s) -- served with
   ``python -m envsched.envs.openenv_server`` (or uvicorn ``--http envsched.envs.server_guard:GuardedH11Protocol``),
   a request body within ``body_timeout_s`` (default 30 s, ``ENVSCHED_OPENENV_BODY_TIMEOUT_S``);
@@ -71,12 +75,14 @@ from pathlib import Path
 from typing import Any
 
 from envsched.envs.base import Environment, EnvironmentUnavailable, StepResult
-from envsched.errors import EnvSchedError, InvalidValueError, check_int, is_int
+from envsched.errors import EnvSchedError, InvalidValueError
 from envsched.pool.pool import TaskPool
+from envsched.validation import check_bool, check_int, is_int
 
 try:
     from openenv.core.env_server import Action, ConcurrencyConfig, HTTPEnvServer, Observation, State
     from openenv.core.env_server import Environment as OpenEnvBase
+    from openenv.core.env_server.exceptions import SessionCapacityError
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise EnvironmentUnavailable(
         "envsched.envs.openenv_server needs the `openenv` package: pip install 'envsched[openenv]' "
@@ -89,6 +95,7 @@ from envsched.envs.server_guard import (
     DEFAULT_IDLE_TIMEOUT_S,
     WebSocketGuard,
     check_seconds,
+    current_client,
     env_seconds,
     field_errors,
     guarded_protocol,
@@ -106,13 +113,16 @@ __all__ = [
     "MAX_PAGE_SIZE",
     "AnswerAction",
     "AnswerEnvironment",
+    "ClientSessionLimit",
     "PoolTaskEnvironment",
     "ServerThread",
     "TaskObservation",
     "TaskRequestError",
     "chain_sum_pool",
     "create_default_app",
+    "default_sessions_per_client",
     "harden_app",
+    "is_loopback",
     "main",
     "make_app",
     "pool_environment_class",
@@ -152,15 +162,27 @@ register_field_names(AnswerAction, TaskObservation)  # error locations may name 
 
 
 # ---------------------------------------------------------------------------- the runner
-def reasoning_gym_entry(task: Mapping[str, Any], seed: int | None = None) -> tuple[Any, dict[str, Any]]:
-    """The reasoning-gym dataset and item of a task described by ``initial_state.reasoning_gym``.
+def reasoning_gym_entry(task: Mapping[str, Any], seed: int | None = None) -> tuple[str, dict[str, Any]]:
+    """The reasoning-gym dataset name and item of a task described by ``initial_state.reasoning_gym``: item 0
+    of ``create_dataset(dataset, seed=seed + episode_seed * stride, size=1, **config)``, generated in the
+    generation worker (no generator runs in the server's process: :mod:`envsched.envs._rg_items`).
 
     Deterministic in ``(task, seed)``: the same task and seed give the same question (RFC 013 D4).
     """
     try:
-        import reasoning_gym
+        from reasoning_gym import factory
     except ImportError as exc:  # pragma: no cover
         raise EnvironmentUnavailable("reasoning-gym tasks need `pip install reasoning-gym`") from exc
+    from envsched.envs._rg_items import generate_item
+
+    name, config, data_seed = _rg_task(task, seed)
+    if name not in factory.DATASETS:
+        raise ValueError(f"task {task.get('id')!r}: unknown reasoning-gym dataset {name[:80]!r}")
+    return name, generate_item(name, config, data_seed, 1, 0)
+
+
+def _rg_task(task: Mapping[str, Any], seed: int | None) -> tuple[str, dict[str, Any], int]:
+    """(dataset, config, data seed) of a task described by ``initial_state.reasoning_gym``, checked."""
     desc = (task.get("initial_state") or {}).get("reasoning_gym")
     if not isinstance(desc, Mapping) or not isinstance(desc.get("dataset"), str):
         raise ValueError(f"task {task.get('id')!r} has no initial_state.reasoning_gym.dataset")
@@ -168,9 +190,10 @@ def reasoning_gym_entry(task: Mapping[str, Any], seed: int | None = None) -> tup
     if not is_int(base, numpy=False):
         raise InvalidValueError(f"task {task.get('id')!r}: initial_state.reasoning_gym.seed must be an integer",
                                 name="initial_state.reasoning_gym.seed", value=base)
-    data_seed = base + (seed or 0) * _EPISODE_SEED_STRIDE
-    dataset = reasoning_gym.create_dataset(desc["dataset"], seed=data_seed, size=1, **dict(desc.get("config") or {}))
-    return dataset, dataset[0]
+    config = desc.get("config") or {}
+    if not isinstance(config, Mapping):
+        raise ValueError(f"task {task.get('id')!r}: initial_state.reasoning_gym.config must be an object")
+    return desc["dataset"], dict(config), base + (seed or 0) * _EPISODE_SEED_STRIDE
 
 
 class AnswerEnvironment(Environment):
@@ -197,14 +220,13 @@ class AnswerEnvironment(Environment):
         elif "reasoning_gym" in state:
             from envsched.envs.safe_scoring import check_scorer_allowed, score_answer
 
-            dataset, entry = reasoning_gym_entry(task, seed)
-            desc = state["reasoning_gym"]
-            check_scorer_allowed(desc["dataset"])
+            name, config, data_seed = _rg_task(task, seed)
+            check_scorer_allowed(name)
+            _, entry = reasoning_gym_entry(task, seed)
             prompt = str(entry["question"])
             # never evaluates the answer as code (docs/scorers.md); the worker rebuilds the same size-1 dataset
-            self._scorer = lambda answer: score_answer(
-                desc["dataset"], dataset, entry, answer, config=dict(desc.get("config") or {}),
-                seed=desc.get("seed", 0) + (seed or 0) * _EPISODE_SEED_STRIDE, size=1).reward
+            self._scorer = lambda answer: score_answer(name, entry, answer, config=config, seed=data_seed,
+                                                       size=1).reward
         elif isinstance(state.get("question"), str) or isinstance(task.get("instruction"), str):
             prompt = state.get("question") or task["instruction"]
             reference = state.get("answer")
@@ -359,20 +381,99 @@ def _client_safe(call: Callable[[], Any], what: str, task: Mapping[str, Any]) ->
         raise TaskRequestError(500, "internal server error") from None
 
 
+class ClientSessionLimit(SessionCapacityError, EnvSchedError):
+    """A client already holds its share of the server's sessions (``max_sessions_per_client``). Answered like
+    OpenEnv's capacity error (``CAPACITY_REACHED`` over the WebSocket, a JSON-RPC error over ``/mcp``), with a
+    message saying that the limit is per client."""
+
+    def __init__(self, held: int, limit: int, active: int, max_sessions: int) -> None:
+        super().__init__(active, max_sessions, register_client_message(
+            f"too many sessions from this client: it holds {held} of at most {limit} per client (the server "
+            f"serves {max_sessions} in all, other clients are still served); close one and retry"))
+        self.held = held
+        self.limit = limit
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether ``host`` is a loopback address (127.0.0.0/8, ::1, ``localhost``)."""
+    import ipaddress
+
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
 class _BoundedEnvServer(HTTPEnvServer):
-    """OpenEnv's server, with sessions opened by a WebSocket tied to that connection: OpenEnv's idle
-    reaper (``session_timeout``) then ends only sessions without a connection (opened over ``/mcp``),
-    while :class:`~envsched.envs.server_guard.WebSocketGuard` closes idle connections, whose sessions
-    OpenEnv destroys as the connection ends. Without this, the reaper could destroy the session under an
-    open connection whose client sends only ``state`` messages (not counted as activity by OpenEnv)."""
+    """OpenEnv's server, with two bounds of envsched's:
+
+    * sessions opened by a WebSocket are tied to that connection: OpenEnv's idle reaper (``session_timeout``)
+      then ends only sessions without a connection (opened over ``/mcp``), while
+      :class:`~envsched.envs.server_guard.WebSocketGuard` closes idle connections, whose sessions OpenEnv
+      destroys as the connection ends. Without this, the reaper could destroy the session under an open
+      connection whose client sends only ``state`` messages (not counted as activity by OpenEnv);
+    * a client address holds at most ``max_sessions_per_client`` sessions (:class:`ClientSessionLimit` past
+      it), so that one client cannot hold every session. Loopback clients are not counted unless
+      ``cap_loopback``: on a loopback server every client has the same address, so a cap per address would
+      only lower the server's capacity.
+    """
+
+    def __init__(self, *args: Any, max_sessions_per_client: int, cap_loopback: bool = False,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_sessions_per_client = max_sessions_per_client
+        self.cap_loopback = cap_loopback
+        self._client_of: dict[str, str] = {}  # session id -> the counted client address that opened it
+        self._creating: dict[str, int] = {}  # counted client address -> sessions being created
+
+    def _held(self, client: str) -> int:
+        held = sum(1 for sid, c in self._client_of.items() if c == client and sid in self._sessions)
+        return held + self._creating.get(client, 0)
 
     async def _create_session(self) -> tuple[str, Any]:
-        session_id, env = await super()._create_session()
-        if in_websocket():
+        client = current_client()
+        counted = client is not None and (self.cap_loopback or not is_loopback(client))
+        if counted:
             async with self._session_lock:
-                if session_id in self._sessions:
+                held = self._held(client)
+                if held >= self.max_sessions_per_client:
+                    _log.info("client %s refused a session: it holds %d (limit %d per client)", client, held,
+                              self.max_sessions_per_client)
+                    raise ClientSessionLimit(held, self.max_sessions_per_client, len(self._sessions),
+                                             self._max_concurrent_envs)
+                self._creating[client] = self._creating.get(client, 0) + 1
+        try:
+            session_id, env = await super()._create_session()
+        finally:
+            if counted:
+                async with self._session_lock:
+                    self._creating[client] -= 1
+                    if not self._creating[client]:
+                        del self._creating[client]
+        async with self._session_lock:
+            if session_id in self._sessions:
+                if counted:
+                    self._client_of[session_id] = client
+                if in_websocket():
                     self._session_websocket_attachments.add(session_id)
         return session_id, env
+
+    async def _destroy_session(self, session_id: str) -> None:
+        await super()._destroy_session(session_id)
+        async with self._session_lock:
+            self._client_of.pop(session_id, None)
+
+    def sessions_by_client(self) -> dict[str, int]:
+        """Open sessions per counted client address (for operators and tests)."""
+        out: dict[str, int] = {}
+        for sid, client in list(self._client_of.items()):
+            if sid in self._sessions:
+                out[client] = out.get(client, 0) + 1
+        return out
 
 
 def _public(task: dict[str, Any]) -> dict[str, Any]:
@@ -415,24 +516,39 @@ def pool_environment_class(pool: TaskPool, runner_factory: Callable[[], Environm
                                                "runner_factory": staticmethod(runner_factory)})
 
 
+def default_sessions_per_client(max_concurrent_envs: int) -> int:
+    """The per-client session cap when none is given: half the server's sessions, rounded up."""
+    return max(1, -(-max_concurrent_envs // 2))
+
+
 def make_app(pool: TaskPool, *, env_name: str = DEFAULT_ENV_NAME, max_concurrent_envs: int = 8,
              runner_factory: Callable[[], Environment] = AnswerEnvironment, default_split: str | None = None,
              max_body_bytes: int = MAX_BODY_BYTES, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
-             body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S) -> Any:
+             body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S, max_sessions_per_client: int | None = None,
+             cap_loopback: bool = False) -> Any:
     """A FastAPI app (serve it with uvicorn) for ``pool``: Task API + WebSocket episodes, hardened
     (:func:`harden_app`).
 
     ``max_concurrent_envs`` sessions at most; a session without a client message for ``idle_timeout_s``
     seconds ends (its WebSocket closed with code 4408, or, for a session opened over ``/mcp``, by OpenEnv's
-    reaper), so idle clients cannot hold the capacity."""
+    reaper), so idle clients cannot hold the capacity. One client address holds at most
+    ``max_sessions_per_client`` sessions (default :func:`default_sessions_per_client`: half of
+    ``max_concurrent_envs``); past it a new session is refused with ``CAPACITY_REACHED`` and a message saying
+    the limit is per client, while other clients are served. Loopback clients are not counted unless
+    ``cap_loopback`` (on loopback every client has the same address)."""
     from fastapi import FastAPI
 
     idle_timeout_s = check_seconds("idle_timeout_s", idle_timeout_s)
+    max_concurrent_envs = check_int(max_concurrent_envs, "max_concurrent_envs", low=1)
+    per_client = (default_sessions_per_client(max_concurrent_envs) if max_sessions_per_client is None
+                  else check_int(max_sessions_per_client, "max_sessions_per_client", low=1))
+    cap_loopback = check_bool(cap_loopback, "cap_loopback")
     env_cls = pool_environment_class(pool, runner_factory, default_split=default_split)
     app = FastAPI(title="envsched OpenEnv server", version="1.0.0")
     server = _BoundedEnvServer(env_cls, AnswerAction, TaskObservation, env_name=env_name,
                                concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_concurrent_envs,
-                                                                    session_timeout=idle_timeout_s))
+                                                                    session_timeout=idle_timeout_s),
+                               max_sessions_per_client=per_client, cap_loopback=cap_loopback)
     server.register_routes(app, mode=os.environ.get("OPENENV_MODE", "simulation"))
     app.state.env_server = server
     return harden_app(app, max_body_bytes=max_body_bytes, idle_timeout_s=idle_timeout_s,
@@ -597,12 +713,19 @@ def chain_sum_pool(per_tier: Mapping[str, int] | None = None, tiers: int = 5) ->
 
 def create_default_app() -> Any:
     """The app ``uvicorn envsched.envs.openenv_server:app`` serves (configured by environment variables:
-    ``ENVSCHED_OPENENV_POOL``, ``_NAME``, ``_MAX_SESSIONS``, ``_DEFAULT_SPLIT``, ``_IDLE_TIMEOUT_S``,
-    ``_BODY_TIMEOUT_S``, ``_MAX_BODY_BYTES``; docs/limits.md)."""
+    ``ENVSCHED_OPENENV_POOL``, ``_NAME``, ``_MAX_SESSIONS``, ``_MAX_SESSIONS_PER_CLIENT``, ``_CAP_LOOPBACK``,
+    ``_DEFAULT_SPLIT``, ``_IDLE_TIMEOUT_S``, ``_BODY_TIMEOUT_S``, ``_MAX_BODY_BYTES``; docs/limits.md)."""
     path = os.environ.get("ENVSCHED_OPENENV_POOL")
     pool = TaskPool.from_file(Path(path)) if path else chain_sum_pool()
+    sessions = _env_int("ENVSCHED_OPENENV_MAX_SESSIONS", 8)
+    loopback = os.environ.get("ENVSCHED_OPENENV_CAP_LOOPBACK", "").strip().lower()
+    if loopback not in ("", "0", "1", "true", "false", "yes", "no"):
+        raise ValueError(f"ENVSCHED_OPENENV_CAP_LOOPBACK must be 1 or 0, got {loopback!r}")
     return make_app(pool, env_name=os.environ.get("ENVSCHED_OPENENV_NAME", DEFAULT_ENV_NAME),
-                    max_concurrent_envs=_env_int("ENVSCHED_OPENENV_MAX_SESSIONS", 8),
+                    max_concurrent_envs=sessions,
+                    max_sessions_per_client=_env_int("ENVSCHED_OPENENV_MAX_SESSIONS_PER_CLIENT",
+                                                     default_sessions_per_client(sessions)),
+                    cap_loopback=loopback in ("1", "true", "yes"),
                     default_split=os.environ.get("ENVSCHED_OPENENV_DEFAULT_SPLIT") or None,
                     max_body_bytes=_env_int("ENVSCHED_OPENENV_MAX_BODY_BYTES", MAX_BODY_BYTES),
                     idle_timeout_s=env_seconds("ENVSCHED_OPENENV_IDLE_TIMEOUT_S", DEFAULT_IDLE_TIMEOUT_S),

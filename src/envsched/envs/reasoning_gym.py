@@ -21,8 +21,8 @@ by their own scorer under a guard, and a dataset that was not audited is refused
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import decimal
 import functools
 import inspect
 import json
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from envsched.envs.base import Environment, EnvironmentUnavailable, StepResult
-from envsched.errors import check_int
+from envsched.validation import check_int
 
 __all__ = [
     "BENCHMARK_DATASETS",
@@ -83,15 +83,6 @@ def _rg() -> Any:
     except ImportError as exc:  # pragma: no cover - reasoning-gym is a core dependency
         raise EnvironmentUnavailable(f"reasoning-gym is not installed ({exc}); install it: {_RG_INSTALL}") from exc
     return reasoning_gym, factory
-
-
-def _decimal_context() -> decimal.localcontext:
-    """Python's default decimal context, whatever the process's current one is.
-
-    Decimal datasets (``decimal_chain_sum``, ``decimal_arithmetic``) compute with the ambient context, which
-    other code changes (BFCL's MathAPI sets the global precision); a fixed context keeps items reproducible.
-    """
-    return decimal.localcontext(decimal.Context())
 
 
 def rg_version() -> str:
@@ -165,10 +156,18 @@ def _seed(base: int, name: str, tier: int, split: str) -> int:
     return (int(base) * 1_000_003 + zlib.crc32(f"{name}/{split}/{tier}".encode())) % (2**31 - 1)
 
 
-@functools.lru_cache(maxsize=1024)
-def _dataset(name: str, config_json: str, seed: int, size: int) -> Any:
-    _, factory = _rg()
-    return factory.create_dataset(name, size=size, seed=seed, **json.loads(config_json))
+@functools.lru_cache(maxsize=256)
+def _cached_item(name: str, config_json: str, seed: int, size: int, index: int) -> dict[str, Any]:
+    from envsched.envs._rg_items import generate_item
+
+    return generate_item(name, json.loads(config_json), seed, size, index)
+
+
+def _item(name: str, config: Mapping[str, Any], seed: int, size: int, index: int) -> dict[str, Any]:
+    """Item ``index`` of a dataset, generated in the generation worker (:mod:`envsched.envs._rg_items`: no
+    generator runs in this process) and cached; a copy, so a caller may change it."""
+    return copy.deepcopy(_cached_item(name, json.dumps(dict(config), sort_keys=True), int(seed), int(size),
+                                      int(index)))
 
 
 def _meta(task: Mapping[str, Any]) -> dict[str, Any]:
@@ -180,14 +179,13 @@ def _meta(task: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def regenerate_item(task: Mapping[str, Any]) -> dict[str, Any]:
-    """Regenerate a task's reasoning-gym item (question, reference answer, metadata) from its spec."""
+    """Regenerate a task's reasoning-gym item (question, reference answer, metadata) from its spec, in the
+    generation worker (some generators keep memory or take seconds: none runs in this process)."""
     m = _meta(task)
     _check_dataset(m["dataset"])
     if not 0 <= int(m["item"]) < int(m["size"]):
         raise ValueError(f"task {task.get('id')!r}: item {m['item']} outside 0..{m['size'] - 1}")
-    ds = _dataset(m["dataset"], json.dumps(m["config"], sort_keys=True), int(m["seed"]), int(m["size"]))
-    with _decimal_context():
-        return ds[int(m["item"])]
+    return _item(m["dataset"], m["config"], m["seed"], m["size"], m["item"])
 
 
 def score_task_answer(task: Mapping[str, Any], answer: str | None, *,
@@ -209,9 +207,8 @@ def _score(task: Mapping[str, Any], answer: Any, allow: bool | None, item: Mappi
     check_scorer_allowed(m["dataset"], allow)
     if item is None:
         item = regenerate_item(task)
-    ds = _dataset(m["dataset"], json.dumps(m["config"], sort_keys=True), int(m["seed"]), int(m["size"]))
-    return score_answer(m["dataset"], ds, item, answer, config=m["config"], seed=int(m["seed"]),
-                        size=int(m["size"]), allow_evaluating=allow)
+    return score_answer(m["dataset"], item, answer, config=m["config"], seed=int(m["seed"]), size=int(m["size"]),
+                        allow_evaluating=allow)
 
 
 @functools.cache
@@ -302,10 +299,8 @@ def build_reasoning_gym_pool(datasets: Iterable[str] | str | None = None, *,
                 continue
             cfg = tiers[tier]
             tier_seed = _seed(seed, name, tier, split)
-            ds = _dataset(name, json.dumps(cfg, sort_keys=True), tier_seed, n_tier)
             for item_index in range(n_tier):
-                with _decimal_context():
-                    item = ds[item_index]
+                item = _item(name, cfg, tier_seed, n_tier, item_index)
                 specs.append({
                     "id": f"reasoning_gym/{name}-{split}-{k}",
                     "env": name,

@@ -19,7 +19,9 @@ MAX_EXPR_CHARS = 50_000
 MAX_EXPR_TOKENS = 20_000
 MAX_EXPR_DEPTH = 64
 MAX_NUMBER_DIGITS = 1_000
-#: A power of two constants may have at most this many bits (``9**9**9`` is refused before SymPy sees it).
+#: A constant (a subexpression without free names) may have at most about this many bits, whatever its base:
+#: ``9**9**9``, ``sqrt(2)**(2**36)``, ``pi**(10**6)`` and ``2**(10**6/3)`` are refused before SymPy sees them
+#: (SymPy computes such powers exactly, or to that precision when ``floor``/``Abs`` evaluate them).
 MAX_CONSTANT_BITS = 100_000
 
 
@@ -197,6 +199,55 @@ def _constant(node: tuple[Any, ...]) -> fractions.Fraction | None:
     return a + b if op == "+" else a - b if op == "-" else a * b
 
 
+def _too_big() -> ValueError:
+    return ValueError(f"a constant of more than {MAX_CONSTANT_BITS} bits (a power too large to compute)")
+
+
+def _estimate(node: tuple[Any, ...]) -> int | None:
+    """An upper bound of the bits of a subtree without free names (``None`` when it has a free name: SymPy
+    keeps it symbolic; 0 when it holds a float: SymPy computes it in floating point); ``ValueError`` when a
+    subtree may exceed :data:`MAX_CONSTANT_BITS`. A power's bound is its base's times the exponent's magnitude
+    whatever the base (an integer, a root, ``pi``, a call), so an irrational base is bounded too."""
+    kind = node[0]
+    if kind == "num":
+        text = node[1]
+        return max(1, int(text).bit_length()) if text.isdigit() else 0
+    if kind == "name":
+        return 2 if node[1] in _CONSTANTS else None
+    if kind in ("neg", "pos"):
+        return _estimate(node[1])
+    if kind == "call":
+        parts = [_estimate(a) for a in node[2]]
+        if any(p is None for p in parts):
+            return None
+        bits = max((p for p in parts if p is not None), default=1) + 1
+        if node[1] == "exp" and parts and parts[0]:  # exp(c) has about 1.45 c bits, and c < 2**bits(c)
+            bits = 2 * 2 ** parts[0] if parts[0] < 20 else MAX_CONSTANT_BITS + 1
+        if bits > MAX_CONSTANT_BITS:
+            raise _too_big()
+        return bits
+    a, b = _estimate(node[2]), _estimate(node[3])
+    if a is None or b is None:
+        return None
+    op = node[1]
+    if op != "**":
+        bits = a + b if op in ("*", "/") else max(a, b) + 1
+    elif a == 0 or b == 0:
+        return 0  # a float base or exponent: computed in floating point
+    else:
+        base = _constant(node[2])
+        exponent = _constant(node[3])
+        if base is not None and abs(base) in (0, 1):
+            return 1
+        if exponent is not None:
+            bits = a * -(-abs(exponent.numerator) // exponent.denominator)
+        else:  # an irrational exponent: its magnitude is below 2**b
+            bits = a * 2 ** b if b < 20 else MAX_CONSTANT_BITS + 1
+    if bits > MAX_CONSTANT_BITS:
+        raise _too_big()
+    return bits
+
+
 def safe_parse_expr(s: str, local_dict: Mapping[str, Any] | None = None, transformations: Any = None,
                     global_dict: Any = None, evaluate: bool = True) -> Any:
     """What a scorer's ``sympy.parse_expr(s, local_dict=...)`` becomes: the same SymPy expression for the
@@ -214,6 +265,8 @@ def safe_parse_expr(s: str, local_dict: Mapping[str, Any] | None = None, transfo
         raise ValueError(f"only text is parsed, not {type(s).__name__}")
     text = s.strip()
     tree = _Parser(_tokens(text)).parse()
+    _constant(tree)  # refuse a power of rationals too large to compute ...
+    _estimate(tree)  # ... and any other constant power, whatever its base
     allowed, reserved = _names()
     local = dict(local_dict or {})
 
@@ -253,7 +306,6 @@ def safe_parse_expr(s: str, local_dict: Mapping[str, Any] | None = None, transfo
             return +build(node[1])
         op, left, right = node[1], build(node[2]), build(node[3])
         if op == "**":
-            _constant(node)  # refuse a constant power too large to compute
             return left ** right
         if op == "*":
             return left * right

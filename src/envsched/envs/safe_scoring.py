@@ -1,7 +1,18 @@
-"""Scoring reasoning-gym answers without ever evaluating a model's output as code.
+"""Scoring reasoning-gym answers without ever evaluating a model's output as code, each answer bounded in time
+and memory, and with rewards a degenerate answer cannot game.
 
-Eleven reasoning-gym 0.1.25 scorers evaluate text (found by reading the package and by scoring marker-file
-payloads on every dataset under an audit hook, see docs/scorers.md):
+**Process isolation.** Every answer is scored in a **scorer worker** (:class:`_ScorerWorker`), a process
+forked from the caller and reused between answers: its address space is capped ``ENVSCHED_SCORER_MEMORY_MB``
+MiB above its start size, and the caller waits at most ``ENVSCHED_SCORER_TIMEOUT_S`` seconds for each answer
+(one deadline per answer), then kills it. The caller's process runs no scorer code: a scorer that loops, holds
+the GIL (``Fraction("1e99999999")`` held it for 197 s in process), recurses or allocates gigabytes stalls
+only its worker. An answer that exceeds a bound scores 0.0, with the reason in :attr:`Score.note`, and a
+fresh worker serves the next answer; a worker whose address space grew past half its budget (a scorer that
+keeps memory) is replaced after its answer. Items are generated in another worker
+(:mod:`envsched.envs._rg_items`).
+
+**Nothing is evaluated.** Eleven reasoning-gym 0.1.25 scorers evaluate text (found by reading the package and
+by scoring marker-file payloads on every dataset under an audit hook, see docs/scorers.md):
 
 - ``eval`` of the model's answer: ``spiral_matrix``, ``string_insertion``, ``binary_matrix``, ``n_queens``;
 - ``sympy.parse_expr`` of the model's answer (``parse_expr`` runs ``eval`` on the tokenized text):
@@ -10,37 +21,35 @@ payloads on every dataset under an audit hook, see docs/scorers.md):
 - ``eval`` of the dataset's own generated text, never of the answer: ``number_sorting`` (its reference
   answer when that is not JSON) and ``bitwise_arithmetic`` (the problem, on every call).
 
-envsched scores these without evaluating anything:
+In the worker these are made safe: ``bitwise_arithmetic``'s reference answer is ``hex(eval(problem))``, so the
+answer is compared with ``int(reference, 0)`` exactly as reasoning-gym's ``verify_solution`` compares it with
+``eval(problem)``; the ten others run their own ``score_answer`` with the module's ``eval`` replaced by
+:func:`literal_eval_compat` (``ast.literal_eval`` after a length and nesting check: Python literals only) and
+``parse_expr`` replaced by :func:`safe_parse_expr` (in :mod:`envsched.envs.safe_expr`), a strict tokenizer and
+recursive-descent parser that builds the same SymPy expression as ``parse_expr``'s standard transformations
+for the grammar of numbers, ``+ - * / **``, parentheses, calls of an allow-list of functions, and plain names,
+with no attributes, strings, subscripts, keywords, dunders or non-ASCII text. So every answer a dataset
+accepted as a literal or an expression of that grammar scores as it did; an answer that only scored through
+evaluation (``[1]*3``, ``range(4)``, ``S(1)/2``) now scores as a malformed answer. Every other audited dataset
+parses its answer (``int``, ``float``, ``json.loads``, regular expressions, string comparison) with its own
+``score_answer``. In the worker an audit hook (:mod:`envsched.envs._guard`) is armed for good as a second
+line: it stops running code that was not imported, processes, sockets, ``ctypes``, unpickling and writes.
 
-- ``bitwise_arithmetic`` in process: the reference answer is ``hex(eval(problem))``, so the answer is compared
-  with ``int(reference, 0)`` exactly as reasoning-gym's ``verify_solution`` compares it with ``eval(problem)``.
-- the ten others in a **bounded worker process** (:class:`_ScorerWorker`: forked, its address space capped at
-  ``ENVSCHED_SCORER_MEMORY_MB`` MiB above its start size, killed after ``ENVSCHED_SCORER_TIMEOUT_S`` seconds)
-  that runs the dataset's own ``score_answer`` with the module's ``eval`` replaced by
-  :func:`literal_eval_compat` (``ast.literal_eval`` after a length and nesting check: Python literals only)
-  and ``parse_expr`` replaced by :func:`safe_parse_expr` (in :mod:`envsched.envs.safe_expr`), a strict
-  tokenizer and recursive-descent parser that builds the same SymPy expression as ``parse_expr``'s standard
-  transformations for the grammar of numbers, ``+ - * / **``, parentheses, calls of an allow-list of
-  functions, and plain names (local names, an allow-list of constants, other names as ``Symbol``/``Function``
-  as ``auto_symbol`` does), with no attributes, strings, subscripts, keywords, dunders or non-ASCII text.
-  Nothing is ``eval``-ed: the expression is built with SymPy's operators from the parsed tree. So every answer
-  a dataset accepted as a literal or an expression of that grammar scores as it did; an answer that only
-  scored through evaluation (``[1]*3``, ``range(4)``, ``S(1)/2``) now scores as a malformed answer. An answer
-  over its time or memory budget scores 0.0 and the worker is replaced.
-
-Every other audited dataset parses its answer (``int``, ``float``, ``json.loads``, regular expressions,
-string comparison) and is scored in process by its own ``score_answer`` under a **guard**: an audit hook
-(:func:`sys.addaudithook`) that, while a score is being computed on the thread, aborts ``exec`` of code
-compiled from a string (``eval``/``exec``/``compile`` input; imports are allowed), process creation,
-sockets, ``ctypes``, ``pickle`` class lookups and opening files for writing. The same guard is always on in
-the worker. So a future reasoning-gym release that starts evaluating answers in an audited dataset is
-stopped rather than trusted.
+**Reward integrity** (:mod:`envsched.envs._answer_checks`): before any scorer sees it, a blank answer
+(whitespace and control characters only) and a NaN or infinite number (``nan``, ``nanj``, ``inf``,
+``1e999``...) score 0.0 unless the reference answer is one too; :data:`ANSWER_RULES` holds the dataset-specific
+rules the integrity sweep needed (``complex_arithmetic`` gave ``"nan"`` 1.0, ``coin_flip`` gave ``"0"`` 1.0,
+``game_of_life_halting`` gave every non-empty answer 1.0); a reward that is not a finite
+number in [0, 1] becomes 0.0 (or is clipped), with the reason recorded. A scorer that raises on an answer
+(``"1e999"``: ``OverflowError``) scores it 0.0 with the exception recorded, never ``None``: a failure the
+answer caused is the answer's. Only a failure of the infrastructure (the dataset cannot be rebuilt) raises.
 
 A dataset that was not audited (not in :data:`AUDITED_DATASETS`, e.g. one a newer reasoning-gym adds or one
 registered at run time) has no safe scorer: :func:`check_scorer_allowed` refuses it, so it is left out of
 pools built from ``"all"`` and refused by ``score_task_answer``, ``ReasoningGymEnvironment`` and the OpenEnv
 server, unless the operator sets ``ENVSCHED_ALLOW_EVALUATING_SCORERS=1`` (or passes
-``allow_evaluating_scorers=True``): then its own scorer runs in process without the guard.
+``allow_evaluating_scorers=True``): then its own scorer runs in a worker of its own, under the same time and
+memory bounds, whose guard allows evaluation (and still blocks processes, sockets and writes).
 
 An answer longer than :data:`MAX_ANSWER_CHARS` characters scores 0.0 without being scored.
 """
@@ -51,25 +60,31 @@ import ast
 import contextlib
 import dataclasses
 import decimal
+import fractions
 import functools
 import json
+import math
 import os
 import pickle
 import resource
 import sys
 import threading
+import time
 import types
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+from envsched.envs._answer_checks import clean_reward, degenerate_reason
+from envsched.envs._guard import EvaluationBlocked, arm
 from envsched.envs._settings import env_number
-from envsched.envs._worker_pool import PooledWorker, limit_address_space
+from envsched.envs._worker_pool import PooledWorker, address_space, limit_address_space
 from envsched.envs.safe_expr import MAX_EXPR_CHARS, _names, safe_parse_expr
 from envsched.errors import EnvSchedError
 
 __all__ = [
     "ALLOW_EVALUATING_ENV",
+    "ANSWER_RULES",
     "AUDITED_DATASETS",
     "AUDITED_RG_VERSION",
     "EVALUATING_DATASETS",
@@ -110,7 +125,8 @@ AUDITED_RG_VERSION = "0.1.25"
 #: reasoning-gym datasets whose ``score_answer`` evaluates text: what it evaluates, and how envsched scores it.
 EVALUATING_DATASETS: dict[str, str] = {
     "binary_matrix": "eval(answer) -> literal parser, in the scorer worker",
-    "bitwise_arithmetic": "eval(metadata['problem']) (generated, not the answer) -> int(reference, 0), in process",
+    "bitwise_arithmetic": "eval(metadata['problem']) (generated, not the answer) -> int(reference, 0), in the "
+                          "scorer worker",
     "countdown": "sympy parse_expr(answer) -> strict expression parser, in the scorer worker",
     "intermediate_integration": "sympy.parse_expr(answer) -> strict expression parser, in the scorer worker",
     "n_queens": "eval(answer) -> literal parser, in the scorer worker",
@@ -121,8 +137,8 @@ EVALUATING_DATASETS: dict[str, str] = {
     "spiral_matrix": "eval(answer) -> literal parser, in the scorer worker",
     "string_insertion": "eval(answer) -> literal parser, in the scorer worker",
 }
-_IN_PROCESS_SAFE = frozenset({"bitwise_arithmetic"})
-_WORKER_SAFE = frozenset(EVALUATING_DATASETS) - _IN_PROCESS_SAFE
+_OWN_FORMULA = frozenset({"bitwise_arithmetic"})
+_WORKER_SAFE = frozenset(EVALUATING_DATASETS) - _OWN_FORMULA
 
 #: Every dataset of reasoning-gym 0.1.25 (all but ``composite``), audited: the eleven of
 #: :data:`EVALUATING_DATASETS` get envsched's scorers, the others parse their answers and run under the guard.
@@ -151,13 +167,10 @@ class UnsafeScorerError(EnvSchedError, ValueError):
     """A dataset has no safe scorer and the operator has not accepted evaluating scorers."""
 
 
-class EvaluationBlocked(EnvSchedError, RuntimeError):
-    """The guard stopped a scorer from running code, starting a process or writing a file."""
-
-
 @dataclasses.dataclass(frozen=True)
 class Score:
-    """A reward and, when the answer was not scored normally, why (too long, over its budget)."""
+    """A reward and, when the answer was not scored normally, why (too long, blank or non-finite, over its
+    time or memory budget, the scorer raised on it, the scorer's reward was not a number in [0, 1])."""
 
     reward: float
     note: str | None = None
@@ -170,12 +183,12 @@ def evaluating_scorers_allowed() -> bool:
 
 
 def scoring_kind(name: str) -> str:
-    """How envsched scores a dataset: ``"worker"`` (its evaluating scorer replaced, in the bounded worker),
-    ``"safe"`` (envsched's own formula, in process), ``"guarded"`` (its own scorer, which only parses, under
-    the guard) or ``"unaudited"`` (no safe scorer)."""
+    """How envsched scores a dataset (every kind in a scorer worker): ``"worker"`` (its evaluating scorer with
+    ``eval``/``parse_expr`` replaced), ``"safe"`` (envsched's own formula), ``"guarded"`` (its own scorer,
+    which only parses) or ``"unaudited"`` (no safe scorer: refused unless the operator accepts evaluation)."""
     if name in _WORKER_SAFE:
         return "worker"
-    if name in _IN_PROCESS_SAFE:
+    if name in _OWN_FORMULA:
         return "safe"
     if name in AUDITED_DATASETS:
         return "guarded"
@@ -210,66 +223,6 @@ def check_scorer_allowed(name: str, allow_evaluating: bool | None = None) -> Non
             "allow_evaluating_scorers=True) to accept that")
 
 
-# ---------------------------------------------------------------------------------------------- the guard
-_GUARD = threading.local()
-_HOOK_INSTALLED = False
-_HOOK_LOCK = threading.Lock()
-_BLOCKED_EVENTS = frozenset({
-    "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
-    "subprocess.Popen", "pty.spawn", "socket.connect", "socket.bind", "socket.sendto", "ctypes.dlopen",
-    "ctypes.dlsym", "ctypes.cdata", "pickle.find_class", "os.remove", "os.rmdir", "os.rename", "os.chmod",
-    "os.symlink", "os.link", "shutil.rmtree", "webbrowser.open", "urllib.Request",
-})
-
-
-def _in_import() -> bool:
-    """Whether the current ``exec`` runs a module being imported (import machinery on the stack)."""
-    try:
-        frame: Any = sys._getframe(2)
-    except ValueError:  # pragma: no cover
-        return False
-    while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if not getattr(_GUARD, "on", 0):
-        return
-    if event == "exec":
-        code = args[0] if args else None
-        if isinstance(code, types.CodeType) and code.co_filename.startswith("<") and not _in_import():
-            raise EvaluationBlocked("a scorer tried to run code compiled from text")
-    elif event == "open":
-        mode = args[1] if len(args) > 1 else "r"
-        flags = args[2] if len(args) > 2 else 0
-        if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND)):
-            raise EvaluationBlocked(f"a scorer tried to open {args[0]!r} for writing")
-    elif event in _BLOCKED_EVENTS:
-        raise EvaluationBlocked(f"a scorer tried {event}")
-
-
-def _install_hook() -> None:
-    global _HOOK_INSTALLED
-    with _HOOK_LOCK:
-        if not _HOOK_INSTALLED:
-            sys.addaudithook(_audit)
-            _HOOK_INSTALLED = True
-
-
-@contextlib.contextmanager
-def _guarded() -> Any:
-    _install_hook()
-    _GUARD.on = getattr(_GUARD, "on", 0) + 1
-    try:
-        yield
-    finally:
-        _GUARD.on -= 1
-
-
 # ---------------------------------------------------------------------------------------------- literals
 def _max_depth(text: str) -> int:
     depth = best = 0
@@ -294,6 +247,69 @@ def literal_eval_compat(source: Any, globals: Any = None, locals: Any = None) ->
     if _max_depth(source) > MAX_LITERAL_DEPTH:
         raise ValueError(f"a literal nested more than {MAX_LITERAL_DEPTH} levels deep")
     return ast.literal_eval(source)
+
+
+# ---------------------------------------------------------------------------------------------- answer rules
+Rule = Callable[[Any, str, Mapping[str, Any]], "tuple[float, str] | None"]
+
+
+def _complex_arithmetic(dataset: Any, answer: str, entry: Mapping[str, Any]) -> tuple[float, str] | None:
+    """``complex_arithmetic`` scores ``min(1.0, exp(-|answer - result|))``: 1.0 for any answer its parser reads
+    as a NaN (``exp(-nan)`` is NaN and ``min(1.0, nan)`` is 1.0)."""
+    value = dataset.parse_string_to_complex(answer)
+    if isinstance(value, complex | float | int) and not (math.isfinite(value.real) and math.isfinite(value.imag)):
+        return 0.0, "complex_arithmetic read the answer as a NaN or infinite number"
+    return None
+
+
+def _coin_flip(dataset: Any, answer: str, entry: Mapping[str, Any]) -> tuple[float, str] | None:
+    """``coin_flip`` gives an answer off by more than its tolerance the share of its leading characters that
+    match the reference's (as ``%.10g``), over the *shorter* of the two: ``"0"`` scored 1.0 for every
+    probability below 1 and ``"0.12"`` for 0.125. The share is taken over the longer of the two instead."""
+    reward = float(dataset.score_answer(answer, entry=entry))
+    if reward <= 0.0:
+        return None
+    try:
+        got = float(fractions.Fraction(answer.replace(",", "")))
+        want = float(fractions.Fraction(str(entry["answer"]).replace(",", "")))
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return None
+    if abs(got - want) <= 1e-4:  # within reasoning-gym's tolerance: its 1.0 stands
+        return None
+    a, b = f"{got:.10g}", f"{want:.10g}"
+    match = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    fixed = match / max(len(a), len(b))
+    return (fixed, "coin_flip's prefix credit over the longer number") if fixed != reward else None
+
+
+def _game_of_life_halting(dataset: Any, answer: str, entry: Mapping[str, Any]) -> tuple[float, str] | None:
+    """``game_of_life_halting`` compares ``bool(answer)`` with ``bool(reference)``: every non-empty answer
+    scored 1.0 (the reference is ``"True"`` or ``"False"``). Only the reference's word (any case) may score."""
+    if answer.strip().casefold() != str(entry["answer"]).strip().casefold():
+        return 0.0, "game_of_life_halting: the answer is not the reference's True or False"
+    return None
+
+
+#: Dataset-specific reward-integrity rules, run in the scorer worker instead of the dataset's scorer: each
+#: returns ``(reward, why)`` to replace the dataset's reward, or ``None`` to keep it (docs/scorers.md,
+#: "Reward integrity"). Found by the integrity sweep of every dataset envsched can schedule.
+ANSWER_RULES: dict[str, Rule] = {
+    "coin_flip": _coin_flip,
+    "complex_arithmetic": _complex_arithmetic,
+    "game_of_life_halting": _game_of_life_halting,
+}
+
+
+def _bitwise(answer: Any, entry: Mapping[str, Any]) -> float:
+    """``bitwise_arithmetic``: reasoning-gym compares ``int(str(answer), 0)`` with ``eval(problem)``, whose
+    hexadecimal form is the reference answer."""
+    if isinstance(answer, str):
+        try:
+            if int(str(answer), 0) == int(str(entry["answer"]), 0):
+                return 1.0
+        except Exception:  # as reasoning-gym: a malformed answer scores 0
+            pass
+    return 0.0
 
 
 # ---------------------------------------------------------------------------------------------- the worker
@@ -332,7 +348,7 @@ def _make_scorers_safe() -> None:
                 setattr(module, alias, proxy)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=512)
 def _worker_dataset(name: str, config_json: str, seed: int, size: int) -> Any:
     from reasoning_gym import factory
 
@@ -340,52 +356,87 @@ def _worker_dataset(name: str, config_json: str, seed: int, size: int) -> Any:
         return factory.create_dataset(name, size=size, seed=seed, **json.loads(config_json))
 
 
-def _worker_main(conn: Any, memory_bytes: int) -> None:
-    """The scorer worker: caps its address space, makes the evaluating scorers safe, then scores
-    ``(name, config_json, seed, size, entry, answer)`` requests under the guard; replies are JSON bytes
-    (the parent never unpickles what this process sends)."""
+def _receive(conn: Any) -> Any:
+    """The next request, unpickled (from the trusted caller only; the guard allows class lookups here)."""
+    return pickle.loads(conn.recv_bytes())
+
+
+def _score_request(msg: tuple[Any, ...]) -> dict[str, Any]:
+    """Score one ``(name, config_json, seed, size, entry, answer)`` request: the JSON reply."""
+    name, config_json, seed, size, entry, answer = msg
+    try:
+        dataset = _worker_dataset(name, config_json, seed, size)
+    except Exception as exc:  # the dataset cannot be rebuilt: not the answer's doing
+        from reasoning_gym import factory
+
+        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}", "unregistered": name not in factory.DATASETS}
+    try:
+        with decimal.localcontext(decimal.Context()):
+            if scoring_kind(name) == "safe":
+                return {"reward": _bitwise(answer, entry)}
+            rule = ANSWER_RULES.get(name)
+            fixed = rule(dataset, answer, entry) if rule is not None and isinstance(answer, str) else None
+            if fixed is not None:
+                return {"reward": float(fixed[0]), "rule": fixed[1]}
+            reward = dataset.score_answer(answer, entry=entry)
+        return {"reward": float(reward)}
+    except MemoryError:
+        return {"budget": "the answer exceeded the scorer's memory budget"}
+    except EvaluationBlocked as exc:
+        return {"raised": f"the guard stopped the scorer: {exc}"}
+    except Exception as exc:  # the dataset's scorer raised on this answer (RecursionError included)
+        return {"raised": f"{type(exc).__name__}: {str(exc)[:200]}"}
+
+
+def _serve(conn: Any, memory_bytes: int, allow_evaluation: bool) -> None:
+    """A scorer worker: caps its address space, makes the evaluating scorers safe, arms the guard for good,
+    then answers requests; replies are JSON bytes (the parent never unpickles what this process sends), with
+    ``grown``: how far its address space has grown since it started."""
     limit_address_space(memory_bytes)
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     _make_scorers_safe()
     _names()
-    _install_hook()
+    start = address_space()
+    arm(allow_evaluation=allow_evaluation, unpicklers=(_receive,))
     conn.send_bytes(b'{"ready": true}')
     while True:
         try:
-            msg = pickle.loads(conn.recv_bytes())  # from the trusted caller only
+            msg = _receive(conn)
         except (EOFError, OSError):
             return
         try:
-            name, config_json, seed, size, entry, answer = msg
-            ds = _worker_dataset(name, config_json, seed, size)
-            with _guarded(), decimal.localcontext(decimal.Context()):
-                reward = float(ds.score_answer(answer, entry=entry))
-            reply: dict[str, Any] = {"reward": reward}
-        except MemoryError:
-            reply = {"budget": "the answer exceeded the scorer's memory budget"}
-        except Exception as exc:  # the dataset's own scorer raised: reported, the worker goes on
-            reply = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-        try:
-            conn.send_bytes(json.dumps(reply).encode())
-        except MemoryError:  # pragma: no cover
-            conn.send_bytes(b'{"budget": "the scorer ran out of memory"}')
+            reply = _score_request(msg)
+            reply["grown"] = address_space() - start
+            data = json.dumps(reply).encode()
+        except MemoryError:  # pragma: no cover - the reply itself did not fit
+            data = b'{"budget": "the scorer ran out of memory"}'
+        conn.send_bytes(data)
+
+
+def _worker_main(conn: Any, memory_bytes: int) -> None:
+    _serve(conn, memory_bytes, allow_evaluation=False)
+
+
+def _evaluating_worker_main(conn: Any, memory_bytes: int) -> None:
+    _serve(conn, memory_bytes, allow_evaluation=True)
 
 
 _REPLY_BYTES = 1 << 16
 
 
 class _ScorerWorker(PooledWorker):
-    """One scorer worker process and the pipe to it."""
+    """One scorer worker process (guard armed, evaluation blocked) and the pipe to it."""
 
     target = _worker_main
     process_name = "envsched-scorer"
     idle: ClassVar[list[_ScorerWorker]] = []
     idle_lock = threading.Lock()
-    max_idle = 4
+    max_idle = 8
 
     def __init__(self, memory_bytes: int) -> None:
-        _names()  # computed here, so the forked child imports nothing (another thread may hold an import lock)
+        import reasoning_gym.factory  # noqa: F401  # imported here, so the forked child imports nothing (another
+        _names()  # thread may hold an import lock at the fork)
         super().__init__(memory_bytes)
         if not self.conn.poll(120.0):
             self.kill()
@@ -396,27 +447,42 @@ class _ScorerWorker(PooledWorker):
             self.kill()
             raise RuntimeError(f"the scorer worker process failed to start (exit code {self.proc.exitcode})") from exc
 
-    def score(self, msg: tuple[Any, ...], timeout_s: float) -> dict[str, Any]:
+    def score(self, msg: tuple[Any, ...], timeout_s: float, deadline: float | None = None) -> dict[str, Any]:
         """The worker's JSON reply; ``{"budget": why}`` when it ran out of time or memory or died (then the
-        worker is gone)."""
+        worker is gone). The reply is awaited until ``deadline`` (``time.monotonic()``; default: ``timeout_s``
+        from now). A worker that grew past half its memory budget is stopped after its reply."""
+        if deadline is None:
+            deadline = time.monotonic() + timeout_s
         try:
             payload = pickle.dumps(msg)
-        except (TypeError, ValueError, pickle.PicklingError) as exc:
+        except (TypeError, ValueError, AttributeError, pickle.PicklingError) as exc:
             raise ValueError(f"cannot send this item to the scorer worker: {exc}") from exc
         try:
             self.conn.send_bytes(payload)
-            if self.conn.poll(timeout_s):
+            if self.conn.poll(max(0.0, deadline - time.monotonic())):
                 reply = json.loads(self.conn.recv_bytes(_REPLY_BYTES))
                 if not isinstance(reply, dict):
                     raise ValueError("a reply that is not an object")
-                if "budget" in reply:
-                    self.kill()
+                grown = reply.get("grown")
+                if "budget" in reply or not isinstance(grown, int) or grown > self.memory_bytes // 2:
+                    self.kill(wait=False)
                 return reply
         except (EOFError, OSError, ValueError) as exc:
-            self.kill()
+            self.kill(wait=False)
             return {"budget": f"the scorer worker died ({type(exc).__name__}, exit code {self.proc.exitcode})"}
-        self.kill()
+        self.kill(wait=False)  # the answer's deadline: the caller goes on while the worker exits
         return {"budget": f"the answer took longer than {timeout_s:g}s to score"}
+
+
+class _EvaluatingScorerWorker(_ScorerWorker):
+    """A scorer worker for datasets the operator accepted without a safe scorer: same bounds, and a guard
+    that allows evaluation (processes, sockets and writes stay blocked)."""
+
+    target = _evaluating_worker_main
+    process_name = "envsched-scorer-evaluating"
+    idle: ClassVar[list[_ScorerWorker]] = []
+    idle_lock = threading.Lock()
+    max_idle = 2
 
 
 def scorer_budget() -> tuple[float, int]:
@@ -427,50 +493,55 @@ def scorer_budget() -> tuple[float, int]:
 
 
 # ---------------------------------------------------------------------------------------------- scoring
-def _bitwise(answer: Any, entry: Mapping[str, Any]) -> float:
-    """``bitwise_arithmetic``: reasoning-gym compares ``int(str(answer), 0)`` with ``eval(problem)``, whose
-    hexadecimal form is the reference answer."""
-    if isinstance(answer, str):
+def _ask_worker(worker_class: type[_ScorerWorker], msg: tuple[Any, ...]) -> dict[str, Any]:
+    """The reply for ``msg``, within one deadline counted from now (a worker's start included)."""
+    timeout, memory = scorer_budget()
+    deadline = time.monotonic() + timeout
+    for attempt in range(2):
+        worker = worker_class.get(memory)
         try:
-            if int(str(answer), 0) == int(str(entry["answer"]), 0):
-                return 1.0
-        except Exception:  # as reasoning-gym: a malformed answer scores 0
-            pass
-    return 0.0
+            reply = worker.score(msg, timeout, deadline)
+        finally:
+            worker.release()
+        if reply.get("unregistered") and attempt == 0:  # registered after the idle workers were forked
+            worker_class.clear_idle()
+            continue
+        return reply
+    return reply  # pragma: no cover - the loop returns
 
 
-def score_answer(name: str, dataset: Any, entry: Mapping[str, Any], answer: Any, *, config: Mapping[str, Any],
+def score_answer(name: str, entry: Mapping[str, Any], answer: str | None, *, config: Mapping[str, Any],
                  seed: int, size: int, allow_evaluating: bool | None = None) -> Score:
-    """Score ``answer`` for a reasoning-gym item without evaluating it (see the module doc).
+    """Score ``answer`` for the reasoning-gym item ``entry`` in a scorer worker (see the module doc).
 
-    ``dataset`` is the dataset object (used in process); ``config``, ``seed`` and ``size`` rebuild it in the
-    worker. Raises :class:`UnsafeScorerError` for a dataset without a safe scorer (unless allowed), and
-    whatever an in-process scorer raises.
+    ``config``, ``seed`` and ``size`` rebuild the item's dataset in the worker. Returns the reward and, when
+    the answer was not scored normally, why (:class:`Score`): an answer over a bound, blank, non-finite, or
+    one the scorer raised on scores 0.0. Raises :class:`UnsafeScorerError` for a dataset without a safe
+    scorer (unless allowed), ``TypeError`` for an answer that is not text or ``None``, and ``RuntimeError``
+    when the dataset cannot be rebuilt in the worker (not the answer's doing).
     """
     check_scorer_allowed(name, allow_evaluating)
-    if isinstance(answer, str) and len(answer) > MAX_ANSWER_CHARS:
+    if answer is None:
+        return Score(0.0, "no answer: scored 0")
+    if not isinstance(answer, str):
+        raise TypeError(f"an answer is text (str) or None, got {type(answer).__name__}")
+    if len(answer) > MAX_ANSWER_CHARS:
         return Score(0.0, f"an answer of {len(answer)} characters, more than {MAX_ANSWER_CHARS}: not scored")
-    kind = scoring_kind(name)
-    if kind == "safe":
-        return Score(_bitwise(answer, entry))
-    if kind == "unaudited":  # the operator accepted evaluating scorers
-        with decimal.localcontext(decimal.Context()):
-            return Score(float(dataset.score_answer(answer, entry=entry)))
-    if kind == "guarded":
-        with _guarded(), decimal.localcontext(decimal.Context()):
-            return Score(float(dataset.score_answer(answer, entry=entry)))
-    timeout, memory = scorer_budget()
+    why = degenerate_reason(answer, entry.get("answer", ""))
+    if why is not None:
+        return Score(0.0, f"{why}: scored 0")
     try:
         msg = (name, json.dumps(dict(config), sort_keys=True), int(seed), int(size), dict(entry), answer)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"cannot send this item to the scorer worker: {exc}") from exc
-    worker = _ScorerWorker.get(memory)
-    try:
-        reply = worker.score(msg, timeout)
-    finally:
-        worker.release()
-    if "reward" in reply and isinstance(reply["reward"], int | float):
-        return Score(float(reply["reward"]))
-    if "budget" in reply:
-        return Score(0.0, f"{reply['budget']}: scored 0")
-    raise RuntimeError(f"the {name} scorer failed: {reply.get('error', reply)}")
+    worker_class = _EvaluatingScorerWorker if scoring_kind(name) == "unaudited" else _ScorerWorker
+    reply = _ask_worker(worker_class, msg)
+    if "reward" in reply:
+        reward, note = clean_reward(reply["reward"])
+        if note is None and isinstance(reply.get("rule"), str):
+            note = f"{reply['rule']}: scored {reward:g}"
+        return Score(reward, note)
+    for key, what in (("budget", "{}: scored 0"), ("raised", "the scorer raised on this answer ({}): scored 0")):
+        if key in reply:
+            return Score(0.0, what.format(reply[key]))
+    raise RuntimeError(f"the {name} scorer could not run: {reply.get('error', reply)}")

@@ -6,11 +6,13 @@ with a WebSocket attached; uvicorn reads a request head for as long as the clien
 WebSocket clients used to hold the server's eight sessions forever, and slow-header connections were held
 without limit. This module bounds each client:
 
-* :class:`WebSocketGuard` (ASGI middleware, active however the app is served): a WebSocket that sends no
-  message for ``idle_timeout_s`` gets an ``IDLE_TIMEOUT`` error frame and is closed with code
-  :data:`IDLE_CLOSE_CODE`; OpenEnv then destroys its session (its own ``finally``), so the slot is free for
-  the next client. A reply the client does not read within the same time ends the connection too.
-  Messages above ``max_message_bytes`` and binary frames are answered with an error and dropped.
+* :class:`WebSocketGuard` (ASGI middleware, active however the app is served) records the client's address for
+  the request (:func:`current_client`: the per-client session cap of :mod:`envsched.envs.openenv_server`
+  counts by it); a WebSocket that sends no message for ``idle_timeout_s`` gets an ``IDLE_TIMEOUT`` error
+  frame and is closed with code :data:`IDLE_CLOSE_CODE`; OpenEnv then destroys its session (its own
+  ``finally``), so the slot is free for the next client. A reply the client does not read within the same
+  time ends the connection too. Messages above ``max_message_bytes`` and binary frames are answered with an
+  error and dropped.
   Error frames are rewritten to a stable message and code (never the exception text or the client's
   input; the original goes to the server log), also in ``/mcp`` JSON-RPC answers.
 * :class:`GuardedH11Protocol` (uvicorn's h11 protocol with a request-head deadline): a connection that has
@@ -34,7 +36,7 @@ import threading
 from typing import Any
 
 from envsched.envs._settings import env_number
-from envsched.errors import check_int, check_number, is_int
+from envsched.validation import check_int, check_number, is_int
 
 __all__ = [
     "DEFAULT_HEADER_TIMEOUT_S",
@@ -43,6 +45,7 @@ __all__ = [
     "IDLE_CLOSE_CODE",
     "GuardedH11Protocol",
     "WebSocketGuard",
+    "current_client",
     "env_seconds",
     "field_errors",
     "in_websocket",
@@ -62,6 +65,7 @@ IDLE_CLOSE_CODE = 4408
 log = logging.getLogger("envsched.openenv_server")
 
 _IN_WEBSOCKET: contextvars.ContextVar[bool] = contextvars.ContextVar("envsched_in_websocket", default=False)
+_CLIENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("envsched_client", default=None)
 _CLIENT_MESSAGES: set[str] = set()
 _CLIENT_MESSAGES_LOCK = threading.Lock()
 _MAX_CLIENT_MESSAGES = 4096
@@ -70,6 +74,12 @@ _MAX_CLIENT_MESSAGES = 4096
 def in_websocket() -> bool:
     """Whether the current task serves a WebSocket connection (set by :class:`WebSocketGuard`)."""
     return _IN_WEBSOCKET.get()
+
+
+def current_client() -> str | None:
+    """The address of the client the current task serves (set by :class:`WebSocketGuard` from the ASGI scope;
+    behind a proxy, the address uvicorn's ``--proxy-headers`` put there), or ``None``."""
+    return _CLIENT.get()
 
 
 def register_client_message(message: str) -> str:
@@ -226,17 +236,22 @@ class WebSocketGuard:
         self._warned_unguarded = False
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "websocket":
-            await self._websocket(scope, receive, send)
-        elif scope["type"] == "http" and scope.get("path") == "/mcp":
-            await self._http_mcp(scope, receive, send)
-        else:
-            if scope["type"] == "http" and not _HeadDeadline.in_use and not self._warned_unguarded:
-                self._warned_unguarded = True
-                log.warning("served without envsched's request-head timeout: slow-header clients are not cut "
-                            "off; serve with `python -m envsched.envs.openenv_server` or uvicorn "
-                            "`--http envsched.envs.server_guard:GuardedH11Protocol` (docs/limits.md)")
-            await self.app(scope, receive, send)
+        client = scope.get("client")
+        token = _CLIENT.set(str(client[0]) if client else None)
+        try:
+            if scope["type"] == "websocket":
+                await self._websocket(scope, receive, send)
+            elif scope["type"] == "http" and scope.get("path") == "/mcp":
+                await self._http_mcp(scope, receive, send)
+            else:
+                if scope["type"] == "http" and not _HeadDeadline.in_use and not self._warned_unguarded:
+                    self._warned_unguarded = True
+                    log.warning("served without envsched's request-head timeout: slow-header clients are not cut "
+                                "off; serve with `python -m envsched.envs.openenv_server` or uvicorn "
+                                "`--http envsched.envs.server_guard:GuardedH11Protocol` (docs/limits.md)")
+                await self.app(scope, receive, send)
+        finally:
+            _CLIENT.reset(token)
 
     async def _websocket(self, scope: Any, receive: Any, send: Any) -> None:
         idle = self.idle_timeout_s
