@@ -1,16 +1,20 @@
 """The dashboard's reader on a real PostgreSQL store: the database's own JSON extraction gives what Python's
-parsing gives, and the recomputed metrics are the sampler's."""
+parsing gives, and the recomputed metrics are the sampler's; a server that refuses the session is one line in
+every command that opens a store."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from envsched.cli.main import cli
 from envsched.dashboard.model import RunIndex
 from envsched.dashboard.reader import DashboardError, StoreReader
 from envsched.dashboard.views import build_views, metrics
@@ -199,3 +203,34 @@ def test_postgres_task_list_and_lease_outcomes_are_checked(pg_url):
     finally:
         d.close()
         HistoryStore(pg_url, table_prefix=prefix).drop()
+
+
+def _other_user(url: str) -> str:
+    """``url`` with the role ``nosuchrole`` (and a password) instead of its own."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://nosuchrole:S3cretPw@{rest.split('@', 1)[-1]}"
+
+
+def _with_option(url: str) -> str:
+    return url + ("&" if "?" in url else "?") + "options=-c%20nosuch_setting%3D1"
+
+
+# a server that refuses the session (what libpq reports on several lines, with FATAL and two spaces)
+REFUSED_SESSIONS = {
+    "no_database": (lambda u: u.rsplit("/", 1)[0] + "/nosuchdb_x", r'FATAL: database "nosuchdb_x" does not exist'),
+    "no_role": (_other_user, r'FATAL: role "nosuchrole" does not exist'),
+    "unknown_setting": (_with_option, r'FATAL: unrecognized configuration parameter "nosuch_setting"'),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_SESSIONS))
+def test_a_server_that_refuses_the_session_is_one_line_everywhere(pg_url, tmp_path, name):
+    change, match = REFUSED_SESSIONS[name]
+    url = change(pg_url)
+    for argv in (["store", "info", url], ["store", "verify", url], ["report", url, "--html", str(tmp_path / "r.html")]):
+        res = CliRunner().invoke(cli, argv)
+        lines = res.output.strip().splitlines()
+        assert res.exit_code == 1 and len(lines) == 1, (argv[:2], res.output)
+        assert re.search(r"cannot connect to PostgreSQL \(connection failed: .*" + match + r"\)$", lines[0]), res.output
+        assert "S3cret" not in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "r.html").exists()

@@ -1,10 +1,12 @@
 """Hostile history stores: crafted metadata never makes envsched import or call code; a kill during a
-checkpoint leaves a store that still opens; a lost tail of the event log is detected."""
+checkpoint leaves a store that still opens; a lost tail of the event log is detected; a PostgreSQL store that
+cannot be connected to is one line naming it, its password redacted."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -205,3 +207,53 @@ def test_a_store_in_a_read_only_folder_says_read_only(tmp_path: Path) -> None:
             DurableSampler.resume(folder / "s.sqlite")
     finally:
         folder.chmod(0o755)
+
+
+# ---------------------------------------------------------------------------------------------- PostgreSQL URLs
+def _closed_port() -> int:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there
+    return int(port)
+
+
+# every way a PostgreSQL URL can fail to connect, without a server: (URL, what the one line says)
+CONNECT_FAILURES = {
+    "unknown_option": ("postgresql://u@127.0.0.1:{port}/db?PassWord=S3cretPw",
+                       r"cannot connect to PostgreSQL \(invalid connection option \"PassWord\"\)$"),
+    "refused": ("postgresql://u:S3cretPw@127.0.0.1:{port}/db",
+                r"cannot connect to PostgreSQL \(connection failed: .*Connection refused\. Is the server running on "
+                r"that host and accepting TCP/IP connections\?\)$"),
+    "refused_localhost": ("postgres://u@localhost:{port}/db?password=S3cretPw", r"cannot connect to PostgreSQL"),
+    "bad_sslmode": ("postgresql://u@127.0.0.1:{port}/db?sslmode=bogus&sslpassword=S3cretPw",
+                    r"cannot connect to PostgreSQL \(.*invalid sslmode value: \"bogus\"\)$"),
+    "port_out_of_range": ("postgresql://u:S3cretPw@127.0.0.1:99999/db", r"invalid port number"),
+    "no_socket": ("postgresql://u:S3cretPw@/db?host=/nonexistent/sock",
+                  r"cannot connect to PostgreSQL \(.*/nonexistent/sock/\.s\.PGSQL\.5432\" failed: No such file"),
+    "port_not_a_number": ("postgresql://u:S3cretPw@127.0.0.1:abc/db", r"not a usable PostgreSQL URL \(.*'abc'\)$"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONNECT_FAILURES))
+def test_a_postgres_store_that_cannot_connect_is_one_clear_line(name: str) -> None:
+    pytest.importorskip("psycopg")
+    url, match = CONNECT_FAILURES[name]
+    url = url.format(port=_closed_port())
+    # the library: a StoreError (a URL it cannot parse: a ValueError), one line, the password redacted
+    with pytest.raises((StoreError, ValueError)) as info:
+        store = HistoryStore(url, table_prefix="t_x", busy_timeout_s=2)
+        try:
+            store.header()
+        finally:
+            store.close()
+    text = str(info.value)
+    assert len(text.splitlines()) == 1 and re.search(match, text), text
+    assert "S3cret" not in text and text.startswith("store postgres")
+    # the CLI: exit status 1, that line, no traceback
+    res = CliRunner().invoke(cli, ["store", "info", url])
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 1 and len(lines) == 1 and re.search(match, lines[0]), res.output
+    assert "S3cret" not in res.output and "Traceback" not in res.output

@@ -86,7 +86,7 @@ def test_postgres_store_refuses_another_configuration_and_edited_rows(prefix: st
 
 def test_unreachable_postgres_is_a_clear_error() -> None:
     store = HistoryStore("postgresql://nobody@127.0.0.1:9/none", table_prefix="t_x", busy_timeout_s=2)
-    with pytest.raises(StoreError, match="cannot reach PostgreSQL"):
+    with pytest.raises(StoreError, match="cannot connect to PostgreSQL"):
         DurableSampler(UniformSampler(_pool()), store)
 
 

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from envsched.errors import EnvSchedError, redact_secrets, redact_url
+from envsched.store import postgresql
 from envsched.store.errors import StoreCorruptError
 from envsched.store.queries import StoreQueries
 from envsched.store.schema import MalformedStoreData, Tables, loads_stored, quote, validate_meta
@@ -188,24 +189,19 @@ class StoreReader:
         self._url = url
         self.where = redact_url(url)
         try:
-            import sqlalchemy
+            self._engine, _ = postgresql.create_engine(url, connect_timeout_s=10, pool_size=1, max_overflow=1)
         except ImportError:  # pragma: no cover - depends on the environment
             raise DashboardError("a PostgreSQL store needs SQLAlchemy and psycopg: "
                                  "pip install 'envsched[postgres]'") from None
-        if url.startswith(("postgresql://", "postgres://")):
-            url = "postgresql+psycopg://" + url.split("://", 1)[1]
+        except ValueError as exc:
+            raise DashboardError(str(exc)) from None
+        import sqlalchemy
+
         self._sa = sqlalchemy
-        try:
-            self._engine = sqlalchemy.create_engine(url, pool_pre_ping=True, pool_size=1, max_overflow=1,
-                                                    connect_args={"connect_timeout": 10})
-        except (sqlalchemy.exc.ArgumentError, ValueError, TypeError) as exc:
-            raise DashboardError(f"store {self.where}: not a usable PostgreSQL URL "
-                                 f"({redact_secrets(exc, self._url)})") from None
 
     def _db_error(self, exc: BaseException) -> DashboardError:
-        text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        first = text[0] if text else type(exc).__name__
-        return DashboardError(f"store {self.where}: {redact_secrets(first, self._url)}")
+        """A database error as one line naming the store (a connection's failure included)."""
+        return DashboardError(f"store {self.where}: {postgresql.driver_message(exc, self._url)}")
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[tuple[_Transaction, _Transaction]]:
@@ -239,8 +235,13 @@ class StoreReader:
                 return
             sa = self._sa
             try:
-                with self._engine.connect().execution_options(isolation_level="REPEATABLE READ",
-                                                              postgresql_readonly=True) as c, c.begin():
+                connection = self._engine.connect()
+            except sa.exc.SQLAlchemyError as exc:
+                raise DashboardError(f"store {self.where}: cannot connect to PostgreSQL "
+                                     f"({postgresql.driver_message(exc, self._url)})") from None
+            try:
+                with connection.execution_options(isolation_level="REPEATABLE READ",
+                                                  postgresql_readonly=True) as c, c.begin():
 
                     def run(sql: str, params: Mapping[str, Any] | None, data: bool) -> list[tuple[Any, ...]]:
                         try:
