@@ -361,3 +361,103 @@ def _masked(text: str) -> bytes:
     mask = os.urandom(4)
     assert len(payload) < 126
     return bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+# ---------------------------------------------------------------------------------------- sessions per client
+# One client used to be able to hold every session (8 connections filled a default server). Clients connect from
+# distinct loopback addresses (Linux routes 127.0.0.0/8 to the loopback interface) to a server that counts them.
+CAP_ATTACKS = ["40 connections at once", "40 connections one after the other", "connect, close, connect again x 40",
+               "20 /mcp session creates", "20 /mcp creates while 3 WebSockets are held"]
+
+
+@pytest.fixture(scope="module")
+def capped() -> Iterator[tuple[ServerThread, Any]]:
+    pool = TaskPool([{"id": f"t{i}", "env": "qa", "split": "test", "index": i,
+                      "initial_state": {"question": f"q{i}", "answer": "a"}} for i in range(5)])
+    app = make_app(pool, env_name="qa", max_concurrent_envs=8, max_sessions_per_client=3, cap_loopback=True,
+                   idle_timeout_s=30.0)
+    with ServerThread(app) as srv:
+        yield srv, app.state.env_server
+
+
+def _from(srv: ServerThread, source: str) -> Any:
+    sock = socket.create_connection((srv.host, srv.port), timeout=15, source_address=(source, 0))
+    return connect(_ws_url(srv), sock=sock, open_timeout=15, close_timeout=2)
+
+
+def _mcp(srv: ServerThread, source: str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    import http.client
+
+    conn = http.client.HTTPConnection(srv.host, srv.port, timeout=15, source_address=(source, 0))
+    try:
+        conn.request("POST", "/mcp", json.dumps({"jsonrpc": "2.0", "method": method, "id": 1, "params": params or {}}),
+                     {"Content-Type": "application/json"})
+        return json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+
+
+def _served(srv: ServerThread, source: str) -> bool:
+    with _from(srv, source) as ws:
+        ws.send(RESET)
+        if json.loads(ws.recv(timeout=15))["type"] != "observation":
+            return False
+        ws.send(STEP)
+        return json.loads(ws.recv(timeout=15))["data"]["reward"] == 1.0
+
+
+def _wait_idle(server: Any, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while server.active_sessions and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _refused(reply: dict[str, Any]) -> bool:
+    """A refusal for being over the per-client share, with the message that says so."""
+    data = reply.get("data") or {}
+    error = reply.get("error") or {}
+    message = str(data.get("message") or error.get("message") or "")
+    return "per client" in message and (data.get("code") == "CAPACITY_REACHED" or reply.get("jsonrpc") == "2.0")
+
+
+@pytest.mark.skipif(os.uname().sysname != "Linux", reason="needs 127.0.0.2 (Linux loopback)")
+@pytest.mark.parametrize("attack", CAP_ATTACKS)
+@pytest.mark.hostile_budget(60)
+def test_one_client_cannot_take_more_than_its_share(capped, attack: str) -> None:
+    """Each attack makes 40 (or 20) attempts from one address beyond what it holds: it ends up with its share of
+    3 sessions, every other attempt is refused with the per-client message, and another client is served."""
+    import contextlib
+
+    srv, server = capped
+    _wait_idle(server)
+    replies: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        if attack.endswith("held"):  # the client first takes its share over WebSockets
+            for ws in [stack.enter_context(_from(srv, "127.0.0.2")) for _ in range(3)]:
+                ws.send(RESET)
+                assert json.loads(ws.recv(timeout=15))["type"] == "observation"
+        if attack == "40 connections at once":
+            conns = [stack.enter_context(_from(srv, "127.0.0.2")) for _ in range(40)]
+            replies = [json.loads(ws.recv(timeout=15)) if k >= 3 else {} for k, ws in enumerate(conns)]
+            replies = replies[3:]  # the first 3 connections got the share's sessions (no frame until a message)
+        elif attack == "40 connections one after the other":
+            for k in range(40):
+                ws = stack.enter_context(_from(srv, "127.0.0.2"))
+                if k >= 3:
+                    replies.append(json.loads(ws.recv(timeout=15)))
+        elif attack == "connect, close, connect again x 40":
+            for ws in [stack.enter_context(_from(srv, "127.0.0.2")) for _ in range(3)]:
+                ws.send(RESET)
+                assert json.loads(ws.recv(timeout=15))["type"] == "observation"
+            for _ in range(40):
+                with _from(srv, "127.0.0.2") as ws:
+                    replies.append(json.loads(ws.recv(timeout=15)))
+        else:  # /mcp session creates
+            answers = [_mcp(srv, "127.0.0.2", "openenv/session/create") for _ in range(20)]
+            replies = answers[3:] if not attack.endswith("held") else answers
+            for answer in answers[:3] if not attack.endswith("held") else []:  # closed after the test
+                stack.callback(_mcp, srv, "127.0.0.2", "openenv/session/close",
+                               {"session_id": answer["result"]["session_id"]})
+        assert replies and all(_refused(r) for r in replies), [r for r in replies if not _refused(r)][:2]
+        assert server.sessions_by_client().get("127.0.0.2", 0) == 3  # never more than its share
+        assert _served(srv, "127.0.0.3")  # another client is served meanwhile
