@@ -13,10 +13,12 @@ curriculum's global level ``k`` with each range attribute narrowed to its level'
 curriculum has one tier, its default configuration.
 
 **Episodes** (:class:`ReasoningGymEnvironment`): ``reset(task)`` returns the question; ``step(answer_text)``
-ends the episode with the reward of the dataset's scoring rules. No answer is ever evaluated as code: the
-eleven datasets whose ``score_answer`` evaluates text are scored by envsched's safe equivalents, the others
-by their own scorer under a guard, and a dataset that was not audited is refused unless the operator sets
-``ENVSCHED_ALLOW_EVALUATING_SCORERS=1`` (:mod:`envsched.envs.safe_scoring`, docs/scorers.md).
+ends the episode with the reward of the dataset's scoring rules. Every answer is scored in a bounded worker
+process (a deadline per answer, a memory cap) and no answer is ever evaluated as code: the eleven datasets
+whose ``score_answer`` evaluates text are scored by envsched's safe equivalents, the others by their own
+scorer, under envsched's reward-integrity rules; a dataset that was not audited is refused unless the
+operator sets ``ENVSCHED_ALLOW_EVALUATING_SCORERS=1`` (:mod:`envsched.envs.safe_scoring`, docs/scorers.md).
+Items are generated in another worker process (:mod:`envsched.envs._rg_items`).
 """
 
 from __future__ import annotations
@@ -192,10 +194,11 @@ def score_task_answer(task: Mapping[str, Any], answer: str | None, *,
                       allow_evaluating_scorers: bool | None = None) -> float:
     """Score ``answer`` by the task's dataset's scoring rules (a reward in [0, 1]), never evaluating it as code.
 
-    Datasets whose reasoning-gym scorer evaluates text are scored by envsched's safe equivalents, the others
-    by their own ``score_answer`` under a guard (see :mod:`envsched.envs.safe_scoring`). A dataset without a
-    safe scorer raises :class:`~envsched.envs.safe_scoring.UnsafeScorerError` unless
-    ``allow_evaluating_scorers`` (or ``ENVSCHED_ALLOW_EVALUATING_SCORERS=1``).
+    Scored in a bounded worker process: datasets whose reasoning-gym scorer evaluates text by envsched's safe
+    equivalents, the others by their own ``score_answer`` (see :mod:`envsched.envs.safe_scoring`). An answer
+    over a bound, degenerate (blank, NaN), or one the scorer raises on scores 0.0. A dataset without a safe
+    scorer raises :class:`~envsched.envs.safe_scoring.UnsafeScorerError` unless ``allow_evaluating_scorers``
+    (or ``ENVSCHED_ALLOW_EVALUATING_SCORERS=1``).
     """
     return _score(task, answer, allow_evaluating_scorers).reward
 
@@ -327,9 +330,10 @@ class ReasoningGymEnvironment(Environment):
     """One-step episodes of reasoning-gym tasks: ``reset`` gives the question, ``step`` takes the answer.
 
     ``step(answer_text)`` returns ``StepResult(observation=None, reward=score, done=True)``; the score is
-    :func:`score_task_answer`'s (the dataset's scoring rules, never evaluating the answer). If the scorer
-    raises, the reward is ``None`` and ``info["error"]`` says why (the environment could not score the
-    answer); an answer over its scoring budget scores 0.0 with ``info["scoring"]`` saying why. ``reset``
+    :func:`score_task_answer`'s (the dataset's scoring rules, never evaluating the answer). An answer that
+    was not scored normally (over its time or memory budget, blank or NaN, or one the dataset's scorer raised
+    on) scores 0.0 with ``info["scoring"]`` saying why; only a failure that is not the answer's (the item's
+    dataset cannot be rebuilt) leaves the reward ``None`` with ``info["error"]`` saying why. ``reset``
     refuses a dataset without a safe scorer unless ``allow_evaluating_scorers`` (default:
     ``ENVSCHED_ALLOW_EVALUATING_SCORERS``).
     """
@@ -371,7 +375,7 @@ class ReasoningGymEnvironment(Environment):
             self._reward = score.reward
             if score.note:
                 info["scoring"] = score.note
-        except Exception as exc:  # the dataset's scorer failed on this answer: unscored, not zero
+        except Exception as exc:  # not the answer's failure (the dataset cannot be rebuilt): unscored
             self._reward = None
             self.last_error = f"{type(exc).__name__}: {exc}"
             info["error"] = self.last_error
