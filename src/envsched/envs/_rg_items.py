@@ -106,6 +106,10 @@ class _ItemWorker(PooledWorker):
     idle_lock = threading.Lock()
     max_idle = 2
 
+    def __init__(self, memory_bytes: int) -> None:
+        import reasoning_gym.factory  # noqa: F401  # imported here, so the forked child imports nothing (another
+        super().__init__(memory_bytes)  # thread may hold an import lock at the fork)
+
     def request(self, msg: tuple[Any, ...], timeout_s: float) -> tuple[tuple[str, Any], int]:
         try:
             self.conn.send(msg)
