@@ -57,7 +57,7 @@ def defined() -> dict[str, type[BaseException]]:
 def test_the_walk_finds_the_package_exceptions(defined: dict[str, type[BaseException]]) -> None:
     # a walk that found nothing would pass the test below vacuously
     for key in ("envsched.errors:InvalidValueError", "envsched.pool.spec:TaskSpecError",
-                "envsched.samplers._validate:StateError", "envsched.envs.base:InfrastructureError"):
+                "envsched.errors:StateError", "envsched.envs.base:InfrastructureError"):
         assert key in defined, key
 
 
@@ -68,9 +68,9 @@ def test_every_exception_class_derives_from_envsched_error(defined: dict[str, ty
 
 def test_converted_classes_keep_their_builtin_base() -> None:
     from envsched.envs.base import EnvironmentUnavailable, InfrastructureError
+    from envsched.errors import StateError
     from envsched.llm_http import ResponseDeadline, ResponseTooLarge
     from envsched.pool.spec import TaskSpecError
-    from envsched.samplers._validate import StateError
 
     assert issubclass(TaskSpecError, ValueError) and issubclass(StateError, ValueError)
     assert issubclass(InfrastructureError, RuntimeError) and issubclass(EnvironmentUnavailable, ImportError)

@@ -12,7 +12,7 @@ PACKAGE = Path(envsched.__file__).resolve().parent
 
 #: layer of each top-level part of the package, lowest first
 LAYERS: dict[str, int] = {
-    "_version": 0, "llm_http": 0, "errors": 0,
+    "_version": 0, "llm_http": 0, "errors": 0, "validation": 0,
     "pool": 1,
     "samplers": 2, "envs": 2, "testing": 2,
     "method": 3,
@@ -70,11 +70,11 @@ def violations(package: Path = PACKAGE) -> list[str]:
 
 
 def test_pool_is_the_lowest_layer():
-    # above layer 0 (the version string and envsched.errors, the exception base and value checks)
+    # above layer 0 (the version string, envsched.errors, the exceptions, and envsched.validation, the checks)
     pool_imports = {m for p in (PACKAGE / "pool").rglob("*.py") for _, m in imports(p)}
     layer0 = {f"envsched.{name}" for name, layer in LAYERS.items() if layer == 0}
     assert pool_imports and all(m.startswith("envsched.pool") or m in layer0 for m in pool_imports), pool_imports
-    assert "envsched.errors" in pool_imports
+    assert {"envsched.errors", "envsched.validation"} <= pool_imports
 
 
 def test_no_module_imports_a_higher_layer():

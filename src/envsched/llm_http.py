@@ -9,7 +9,8 @@ parse through :func:`loads_bounded`, so that a misbehaving or hostile endpoint c
   reading; the cap applies to the decoded body, so a compressed bomb stops there too);
 * ``timeout_s`` bounds the whole request -- connect, send, headers and body together -- not each read
   (httpx's own timeouts are per operation: an endpoint sending one byte every 1.5 s never trips
-  ``timeout=3``);
+  ``timeout=3``, so they are left off and one deadline covers everything). The deadline is measured on the
+  event loop's clock, which a caller may replace (``clock``): a test advances its own clock instead of waiting;
 * JSON nested deeper than ``max_depth`` (:data:`MAX_JSON_DEPTH`, 64) is refused with
   :class:`ResponseTooDeep` instead of a ``RecursionError`` from the parser or a later recursive walk.
 
@@ -27,7 +28,8 @@ from typing import Any, TypeVar
 
 import httpx
 
-from envsched.errors import EnvSchedError, check_int, check_number
+from envsched.errors import EnvSchedError
+from envsched.validation import check_int, check_number
 
 __all__ = [
     "ERROR_BODY_BYTES",
@@ -92,13 +94,10 @@ class BoundedResponse:
     url: str
 
 
-def _check_positive(name: str, value: Any) -> None:
-    check_number(value, name, low=0, low_open=True, finite=False)
-
-
-async def _post(url: str, content: bytes, headers: Mapping[str, str], timeout_s: float, max_bytes: int,
+async def _post(url: str, content: bytes, headers: Mapping[str, str], max_bytes: int,
                 follow_redirects: bool) -> BoundedResponse:
-    async with (httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), follow_redirects=follow_redirects) as client,
+    # no per-operation timeouts: the caller's deadline covers the whole request
+    async with (httpx.AsyncClient(timeout=httpx.Timeout(None), follow_redirects=follow_redirects) as client,
                 client.stream("POST", url, content=content, headers=dict(headers)) as resp):
         limit = max_bytes if resp.status_code < 400 else min(max_bytes, ERROR_BODY_BYTES)
         declared = resp.headers.get("content-length")
@@ -119,40 +118,54 @@ async def _post(url: str, content: bytes, headers: Mapping[str, str], timeout_s:
         return BoundedResponse(resp.status_code, resp.reason_phrase, b"".join(chunks), str(resp.url))
 
 
-def _run(factory: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
-    """Run a coroutine to completion from synchronous code (in a helper thread if this thread has a loop)."""
+def _run(factory: Callable[[], Coroutine[Any, Any, _T]], clock: Callable[[], float] | None = None) -> _T:
+    """Run a coroutine to completion from synchronous code (in a helper thread if this thread has a loop), on a
+    new event loop whose clock is ``clock`` when given."""
+
+    def new_loop() -> asyncio.AbstractEventLoop:
+        loop = asyncio.new_event_loop()
+        loop.time = clock  # type: ignore[method-assign,assignment]  # what every timer of the loop reads
+        return loop
+
+    def run() -> _T:
+        with asyncio.Runner(loop_factory=new_loop if clock is not None else None) as runner:
+            return runner.run(factory())
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(factory())
+        return run()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="envsched-llm-http") as pool:
-        return pool.submit(lambda: asyncio.run(factory())).result()
+        return pool.submit(run).result()
 
 
 def post_bounded(url: str, content: bytes, headers: Mapping[str, str], *, timeout_s: float,
-                 max_bytes: int = MAX_RESPONSE_BYTES, follow_redirects: bool = True) -> BoundedResponse:
+                 max_bytes: int = MAX_RESPONSE_BYTES, follow_redirects: bool = True,
+                 clock: Callable[[], float] | None = None) -> BoundedResponse:
     """POST ``content`` to ``url`` and read the response within ``timeout_s`` seconds in all and at most
     ``max_bytes`` of body.
+
+    ``clock`` (seconds, never decreasing) is the clock the deadline is measured on; by default the event loop's
+    own (``time.monotonic``). The loop reads it whenever it wakes (on I/O or a callback), so a clock that a
+    test advances passes the deadline at the loop's next wake-up, without the test waiting for it.
 
     Raises :class:`ResponseDeadline` (a ``TimeoutError``) when the deadline passes, whatever the request was
     doing; :class:`ResponseTooLarge` when a successful response's body passes ``max_bytes`` (error responses,
     status >= 400, are cut at :data:`ERROR_BODY_BYTES` instead); httpx's transport errors as they come.
     """
-    _check_positive("timeout_s", timeout_s)
+    check_number(timeout_s, "timeout_s", low=0, low_open=True, finite=False)
     max_bytes = check_int(max_bytes, "max_bytes", low=1)
 
     async def bounded() -> BoundedResponse:
         try:
             async with asyncio.timeout(timeout_s):
-                return await _post(url, content, headers, timeout_s, max_bytes, follow_redirects)
+                return await _post(url, content, headers, max_bytes, follow_redirects)
         except TimeoutError as exc:
             if isinstance(exc, ResponseDeadline):
                 raise
             raise ResponseDeadline(url, timeout_s) from None
-        except httpx.TimeoutException:
-            raise ResponseDeadline(url, timeout_s) from None
 
-    return _run(bounded)
+    return _run(bounded, clock)
 
 
 def json_depth(obj: Any, stop_above: int | None = None) -> int:

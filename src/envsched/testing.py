@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from envsched.errors import EnvSchedError, is_number
+from envsched.errors import EnvSchedError
 from envsched.pool.pool import TaskPool
 from envsched.pool.spec import task_key
 from envsched.samplers.base import MAX_BATCH, BaseSampler, TaskSampler
+from envsched.validation import is_number
 
 __all__ = ["BAD_SAMPLE_SIZES", "BAD_UPDATES", "METRIC_KEYS", "RULES", "SamplerCheckError", "bad_updates",
            "check_sampler"]

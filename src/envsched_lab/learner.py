@@ -73,8 +73,8 @@ from typing import Any, Literal
 import numpy as np
 import scipy.sparse as sp
 
-from envsched.errors import check_bool, check_int, check_number, is_int, is_number
 from envsched.pool.pool import TaskPool
+from envsched.validation import check_bool, check_int, check_number, is_int, is_number
 
 __all__ = ["LearnerConfig", "LearnerModel", "load_bfcl_memo", "save_bfcl_memo", "sharing_degree", "task_structure"]
 
@@ -153,7 +153,7 @@ class LearnerConfig:
             object.__setattr__(self, name, check_int(getattr(self, name), f"LearnerConfig.{name}", low=1))
 
     def _number(self, name: str, **bounds: Any) -> None:
-        """Check a number field with :func:`~envsched.errors.check_number`; a numpy scalar becomes a ``float``
+        """Check a number field with :func:`~envsched.validation.check_number`; a numpy scalar becomes a ``float``
         (a Python ``int`` or ``float`` is kept as given, so the config's recorded form is unchanged)."""
         value = getattr(self, name)
         check_number(value, f"LearnerConfig.{name}", **bounds)

@@ -26,9 +26,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from envsched.errors import check_int
 from envsched.pool.pool import TaskPool
 from envsched.samplers.base import BaseSampler
+from envsched.validation import check_int
 
 __all__ = ["LAB_SAMPLERS", "LearnerView", "OracleCoverageSampler", "OracleVarianceSampler", "TrainingView",
            "make_lab_sampler"]

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from envsched.errors import check_bool, check_int, check_number
+from envsched.validation import check_bool, check_int, check_number
 from envsched_lab.stats import compare, describe, minimum_detectable_effect, paired
 
 __all__ = ["DEV_SEEDS", "EVALUATION_ROUNDS", "EVAL_SEEDS", "TUNING_SEEDS", "ProtocolConfig", "load_config",

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from envsched.errors import check_int, check_number
 from envsched.pool.pool import TaskPool
+from envsched.validation import check_int, check_number
 from envsched_lab.learner import task_structure
 
 __all__ = ["PoolSplit", "SplitConfig", "split_pool", "split_v2"]

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
-from envsched.errors import check_int, check_number
+from envsched.validation import check_int, check_number
 
 __all__ = ["Comparison", "compare", "describe", "holm", "minimum_detectable_effect", "paired", "tost"]
 

@@ -4,16 +4,18 @@ and the size cap."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import http.server
 import json
+import select
 import socketserver
 import subprocess
 import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ClassVar
 
@@ -115,6 +117,50 @@ def test_a_directory_in_place_of_a_cache_file_is_a_miss(tmp_path: Path) -> None:
 HUGE = 800 * 1024 * 1024  # the audit's body: generated lazily, the server stops when the client hangs up
 
 
+class _EndpointClock:
+    """The clock a client's deadline is measured on, moved by the endpoint instead of the endpoint sleeping: the
+    slow paths advance it by their pause (1.5 s a byte, or the silence) and wait until the client's event loop
+    has seen the new time, so a 3 s deadline passes in milliseconds, at the same point of the exchange as on the
+    real clock. It stops moving once every loop that read it has closed (the client gave up).
+
+    The endpoint moves it in steps of :attr:`STEP` and stops when the client hangs up, so after the client's
+    deadline fires the clock moves on only for the few loop turns the client takes to close the connection:
+    a reading of the clock just after the call is the deadline to within a fraction of a second."""
+
+    STEP = 0.125  # a binary fraction: 1.5 s and 0.5 s pauses add up exactly
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._loops: set[asyncio.AbstractEventLoop] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            with self._lock:
+                self._loops.add(loop)
+        return self.now
+
+    def advance(self, seconds: float) -> bool:
+        """Move on by ``seconds`` and let each reading loop see it; ``False`` (not moved) once none is open."""
+        with self._lock:
+            loops = [loop for loop in self._loops if not loop.is_closed()]
+            if not loops:
+                return False
+            self.now += seconds
+        for loop in loops:
+            seen = threading.Event()
+            try:
+                loop.call_soon_threadsafe(seen.set)
+            except RuntimeError:  # closed meanwhile
+                continue
+            seen.wait(5.0)
+        return True
+
+
 def _completion(content: object, **extra: object) -> bytes:
     return json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}], **extra}).encode()
 
@@ -127,6 +173,21 @@ def _nested(depth: int) -> bytes:
 class _Hostile(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     sent: ClassVar[dict[str, int]] = {}
+    #: the clock of the test's next client, which the slow paths advance (the real clock when none is set)
+    clock: ClassVar[_EndpointClock | None] = None
+
+    def _pause(self, clock: _EndpointClock | None, seconds: float) -> bool:
+        """Let ``seconds`` pass on the requesting client's clock; ``False`` once that client is gone (it hung up,
+        or its event loop closed)."""
+        if clock is None:
+            time.sleep(seconds)
+            return True
+        for _ in range(round(seconds / _EndpointClock.STEP)):  # in small steps, checking for a hang-up each
+            if select.select([self.connection], [], [], 0)[0]:  # readable after a whole request: hung up
+                return False
+            if not clock.advance(_EndpointClock.STEP):
+                return False
+        return True
 
     def log_message(self, *args: object) -> None:
         pass
@@ -165,6 +226,7 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
         path = self.path.split("/")[1]
+        clock = _Hostile.clock  # this request's client's
         try:
             if path == "drip-body":  # headers at once, then one byte every 1.5 s
                 body = _completion("slow")
@@ -172,15 +234,19 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
                 for b in body:
                     self.wfile.write(bytes([b]))
                     self.wfile.flush()
-                    time.sleep(1.5)
+                    if not self._pause(clock, 1.5):
+                        break
             elif path == "drip-head":  # the status line, then one header byte every 1.5 s
                 self.wfile.write(b"HTTP/1.1 200 OK\r\n")
                 for b in b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}":
                     self.wfile.write(bytes([b]))
                     self.wfile.flush()
-                    time.sleep(1.5)
-            elif path == "silent":
-                time.sleep(30)
+                    if not self._pause(clock, 1.5):
+                        break
+            elif path == "silent":  # nothing for 30 s
+                for _ in range(60):
+                    if not self._pause(clock, 0.5):
+                        break
             elif path == "huge-declared":
                 self._stream(200, HUGE, b" " * 65536, chunked=False)
             elif path == "huge-chunked":
@@ -247,23 +313,39 @@ def endpoint() -> Iterator[str]:
     srv.server_close()
 
 
-def _policy(endpoint: str, path: str, timeout_s: float = 10.0) -> ChatCompletionsPolicy:
-    return ChatCompletionsPolicy(f"{endpoint}/{path}/v1", "m", timeout_s=timeout_s)
+def _policy(endpoint: str, path: str, timeout_s: float = 10.0, clock: _EndpointClock | None = None,
+            ) -> ChatCompletionsPolicy:
+    return ChatCompletionsPolicy(f"{endpoint}/{path}/v1", "m", timeout_s=timeout_s, clock=clock)
+
+
+@pytest.fixture
+def new_clock() -> Iterator[Callable[[], _EndpointClock]]:
+    """Makes the clock of the test's next client, which the endpoint's slow paths advance instead of sleeping."""
+
+    def make() -> _EndpointClock:
+        _Hostile.clock = _EndpointClock()
+        return _Hostile.clock
+
+    yield make
+    _Hostile.clock = None
 
 
 @pytest.mark.parametrize("path", ["drip-body", "drip-head", "silent", "redirect-drip"])
-def test_the_deadline_covers_the_whole_request(endpoint: str, path: str) -> None:
-    """1 byte every 1.5 s with timeout 3 s: today's per-read timeout never fired (75 s); now about 3 s."""
+def test_the_deadline_covers_the_whole_request(endpoint: str, path: str,
+                                               new_clock: Callable[[], _EndpointClock]) -> None:
+    """1 byte every 1.5 s with timeout 3 s: a per-read timeout never fires (the whole drip would take 75 s); the
+    deadline does, at 3 s. Measured on the endpoint's clock, so the test takes milliseconds."""
     t0 = time.monotonic()
+    clock = new_clock()
     with pytest.raises(PolicyUnavailable, match=r"timed out.*3 s deadline") as info:
-        _policy(endpoint, path, timeout_s=3).complete([{"role": "user", "content": "q"}])
-    elapsed = time.monotonic() - t0
-    assert 2.5 < elapsed < 8, elapsed  # the deadline, not a multiple of it (a generous hang guard above)
+        _policy(endpoint, path, timeout_s=3, clock=clock).complete([{"role": "user", "content": "q"}])
+    assert 3.0 <= clock.now < 4.0, clock.now  # at the deadline: not before it, not a read later
     assert f"{endpoint}/{path}/v1/chat/completions" in str(info.value)
-    t0 = time.monotonic()
+    clock = new_clock()
     with pytest.raises(ResponseDeadline, match=r"2 s deadline"):
-        post_bounded(f"{endpoint}/{path}/v1", b"{}", {}, timeout_s=2)
-    assert time.monotonic() - t0 < 6
+        post_bounded(f"{endpoint}/{path}/v1", b"{}", {}, timeout_s=2, clock=clock)
+    assert 2.0 <= clock.now < 3.0, clock.now
+    assert time.monotonic() - t0 < 5  # no real wait (a generous guard against a hang)
 
 
 @pytest.mark.parametrize("path, words", [
@@ -359,12 +441,15 @@ def test_the_llm_abstraction_refuses_hostile_responses(endpoint: str, tmp_path: 
     assert not list(tmp_path.rglob("*.json"))  # nothing cached
 
 
-def test_the_llm_abstraction_deadline_is_per_request_not_per_read(endpoint: str, tmp_path: Path) -> None:
-    llm = LLMAbstractor(f"{endpoint}/drip-body/v1", "m", cache_dir=tmp_path, max_retries=0, timeout=3)
+def test_the_llm_abstraction_deadline_is_per_request_not_per_read(
+        endpoint: str, tmp_path: Path, new_clock: Callable[[], _EndpointClock]) -> None:
+    clock = new_clock()
+    llm = LLMAbstractor(f"{endpoint}/drip-body/v1", "m", cache_dir=tmp_path, max_retries=0, timeout=3, clock=clock)
     t0 = time.monotonic()
     with pytest.raises(LLMAbstractionError, match="3 s deadline"):
         llm.extract(SPEC)
-    assert time.monotonic() - t0 < 8
+    assert 3.0 <= clock.now < 4.0, clock.now
+    assert time.monotonic() - t0 < 5
 
 
 @pytest.mark.parametrize("raw", [b"[" * 100000 + b"]" * 100000, b'{"a":' * 65 + b"1" + b"}" * 65,

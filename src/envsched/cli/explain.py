@@ -13,8 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from envsched.cli.common import MAX_EXPLAIN_STEP, int_range, visible
-from envsched.errors import is_int
 from envsched.method.explain import read_run_file
+from envsched.validation import is_int
 
 #: the console width from which the selections are shown as one table (narrower: vertical records)
 WIDE = 140

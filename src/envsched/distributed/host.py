@@ -56,7 +56,6 @@ from typing import Any
 
 from envsched.distributed.client import LocalClient
 from envsched.distributed.ray_support import in_restarted_actor, transient
-from envsched.errors import is_int
 from envsched.pool.spec import task_key
 from envsched.samplers.base import MAX_BATCH
 from envsched.samplers.wrappers import unwrap
@@ -71,6 +70,7 @@ from envsched.store.leases import (
     logged_group,
     resolve_lease,
 )
+from envsched.validation import is_int
 
 __all__ = ["Lease", "SamplerHost"]
 

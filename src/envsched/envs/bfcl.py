@@ -71,7 +71,7 @@ from envsched.envs._bfcl_package import (
 from envsched.envs._bfcl_worker import _CallWorker
 from envsched.envs.base import Environment, InfrastructureError, StepResult
 from envsched.envs.bfcl_pool import ENV_PRECEDENCE, build_bfcl_pool, ground_truth_calls
-from envsched.errors import check_int, check_number, is_int
+from envsched.validation import check_int, check_number, is_int
 
 __all__ = [
     "BFCL_INSTALL",

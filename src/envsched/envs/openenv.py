@@ -35,7 +35,8 @@ from http.client import HTTPException
 from typing import Any
 
 from envsched.envs.base import Environment, EnvironmentUnavailable, InfrastructureError, StepResult
-from envsched.errors import EnvSchedError, check_int, check_number
+from envsched.errors import EnvSchedError
+from envsched.validation import check_int, check_number
 
 __all__ = [
     "InvalidActionError",

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from envsched.errors import is_number
 from envsched.evaluation.harness import EvalResult, read_result_json
+from envsched.validation import is_number
 
 __all__ = ["COMPARED_METRICS", "EvalComparison", "as_eval_result", "compare_eval_results"]
 

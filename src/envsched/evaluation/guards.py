@@ -14,7 +14,7 @@ import socket
 import urllib.parse
 
 from envsched.envs.base import InfrastructureError
-from envsched.errors import check_int
+from envsched.validation import check_int
 
 __all__ = ["CircuitBreaker", "EndpointUnreachable", "EvaluationStopped", "check_endpoint"]
 

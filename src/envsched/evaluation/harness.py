@@ -33,13 +33,13 @@ from typing import Any
 
 from envsched.envs.base import Environment, InfrastructureError
 from envsched.envs.openenv import InvalidActionError
-from envsched.errors import check_int, check_number, is_number
 from envsched.evaluation.guards import CircuitBreaker, EvaluationStopped, check_endpoint
 from envsched.evaluation.metrics import report, reproducibility_check
 from envsched.evaluation.policy import ActionAdapter, AnswerAdapter, Policy, PolicyError
 from envsched.evaluation.records import EpisodeLog, EpisodeRecord, episode_key
 from envsched.pool.pool import TaskPool
 from envsched.samplers.simple import SequentialSampler
+from envsched.validation import check_int, check_number, is_number
 
 __all__ = ["EpisodeSettings", "EpisodeTimeout", "EvalHarness", "EvalResult", "run_episode"]
 

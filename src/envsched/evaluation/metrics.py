@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from envsched.errors import check_int, check_number
 from envsched.evaluation.records import OUTCOMES, EpisodeRecord
+from envsched.validation import check_int, check_number
 
 __all__ = ["binomial_se", "breakdown", "mean_and_se", "pass_at_k", "per_task", "report", "reproducibility_check",
            "score_records", "wilson_interval"]

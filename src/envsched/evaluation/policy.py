@@ -20,14 +20,14 @@ import json
 import re
 import time
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
 from envsched.envs.base import InfrastructureError, StepResult
-from envsched.errors import EnvSchedError, check_int, check_number, is_int
+from envsched.errors import EnvSchedError
 from envsched.llm_http import (
     MAX_JSON_DEPTH,
     MAX_RESPONSE_BYTES,
@@ -36,6 +36,7 @@ from envsched.llm_http import (
     loads_bounded,
     post_bounded,
 )
+from envsched.validation import check_int, check_number, is_int
 
 __all__ = [
     "ActionAdapter",
@@ -112,12 +113,14 @@ class ChatCompletionsPolicy:
         max_response_bytes: largest response body read (default 4 MiB; reading stops past it, a
             :class:`PolicyError` naming the endpoint and the cap).
         max_json_depth: deepest JSON nesting accepted in a response (default 64).
+        clock: the clock each request's deadline is measured on (see :func:`envsched.llm_http.post_bounded`;
+            default: the event loop's monotonic clock).
     """
 
     def __init__(self, endpoint: str, model: str, *, temperature: float = 0.0, max_tokens: int = 512,
                  timeout_s: float = 120.0, api_key: str | None = None,
                  extra_body: Mapping[str, Any] | None = None, max_response_bytes: int = MAX_RESPONSE_BYTES,
-                 max_json_depth: int = MAX_JSON_DEPTH) -> None:
+                 max_json_depth: int = MAX_JSON_DEPTH, clock: Callable[[], float] | None = None) -> None:
         if not isinstance(model, str) or not model:
             raise ValueError(f"model must be a non-empty string, got {model!r}")
         check_number(temperature, "temperature", low=0, finite=False)
@@ -135,6 +138,7 @@ class ChatCompletionsPolicy:
         self.timeout_s = float(timeout_s)
         self.api_key = api_key
         self.extra_body = dict(extra_body or {})
+        self.clock = clock
 
     def __repr__(self) -> str:
         return f"ChatCompletionsPolicy({self.url!r}, model={self.model!r}, temperature={self.temperature})"
@@ -149,7 +153,7 @@ class ChatCompletionsPolicy:
         t0 = time.monotonic()
         try:
             resp = post_bounded(self.url, json.dumps(body).encode(), headers, timeout_s=timeout,
-                                max_bytes=self.max_response_bytes)
+                                max_bytes=self.max_response_bytes, clock=self.clock)
         except LLMResponseError as exc:  # answered, but past the size cap
             raise PolicyError(f"malformed policy response: {exc}") from None
         except ResponseDeadline as exc:

@@ -37,12 +37,13 @@ from typing import Any
 
 from envsched.envs.base import InfrastructureError
 from envsched.envs.openenv import TaskAPIClient, http_base_url, selection_kwargs, with_port
-from envsched.errors import InvalidValueError, check_int, check_number, is_int, is_number
+from envsched.errors import InvalidValueError
 from envsched.evaluation.harness import _json_safe
 from envsched.evaluation.metrics import report, reproducibility_check
 from envsched.evaluation.policy import AnswerAdapter, ChatCompletionsPolicy, Policy, PolicyError
 from envsched.evaluation.records import EpisodeRecord
 from envsched.samplers.simple import SequentialSampler
+from envsched.validation import check_int, check_number, is_int, is_number
 
 try:
     from openenv.core.env_server.mcp_types import Tool

@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from envsched.errors import check_int
 from envsched.evaluation.guards import EndpointUnreachable, EvaluationStopped
 from envsched.evaluation.harness import EvalHarness
+from envsched.validation import check_int
 
 __all__ = ["DEFAULT_HISTORY_SIZE", "EvalSchedule"]
 

@@ -29,7 +29,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from envsched.samplers import _validate as _check
+import envsched.validation as _check
+from envsched.errors import StateError
 
 __all__ = ["REWARD_SCALE_FORMAT", "RewardScale"]
 
@@ -126,7 +127,7 @@ class RewardScale:
         try:
             fixed = _check.choice(state.get("fixed"), "fixed", (True, False))
             counts = [_check.whole(state.get(k, 0), k) for k in ("nonfinite", "clipped", "rescaled")]
-        except _check.StateError as exc:
+        except StateError as exc:
             raise exc.within(owner="RewardScale") from None
         if fixed != self.fixed or (self.fixed and source != self.source):
             raise ValueError(f"the saved reward range {source} ({'given' if fixed else 'learned'}) "

@@ -40,10 +40,10 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from envsched.errors import check_int
 from envsched.integrations._rewards import RewardScale
 from envsched.pool.spec import task_key
 from envsched.samplers.base import TaskSampler
+from envsched.validation import check_int
 
 __all__ = ["PRIME_RL_STATE_FORMAT", "PrimeRLTaskSampler", "envsched_train_source", "episode_reward",
            "install_task_samplers", "orchestrator_main", "task_spec_from_vf"]

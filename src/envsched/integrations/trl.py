@@ -71,12 +71,12 @@ from torch.utils.data import Sampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
-from envsched.errors import check_int
 from envsched.integrations._checkpoint import SAMPLER_STATE_FILE, read_state_file, write_state_file
 from envsched.integrations._rewards import RewardScale
 from envsched.integrations._trl_hooks import SUPPORTED_VERSIONS, check_hooks
 from envsched.pool.spec import task_key
 from envsched.samplers.base import TaskSampler
+from envsched.validation import check_int
 
 __all__ = [
     "DEFAULT_LOG_SIZE",

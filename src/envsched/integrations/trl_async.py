@@ -87,7 +87,6 @@ from trl.experimental.async_grpo.async_grpo_trainer import AsyncGRPOTrainer, Rol
 from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, _AsyncRolloutLoop
 from trl.experimental.async_grpo.packing import TREE_ATTENTION
 
-from envsched.errors import check_int, is_number
 from envsched.integrations._async_rollout import (
     DRAW_TIMEOUT_S,
     EnvSchedRolloutLoop,
@@ -101,6 +100,7 @@ from envsched.integrations._trl_hooks import check_hooks
 from envsched.integrations.trl import DEFAULT_LOG_SIZE, default_task_to_row
 from envsched.pool.spec import task_key
 from envsched.samplers.base import TaskSampler
+from envsched.validation import check_int, is_number
 
 __all__ = [
     "CONNECT_TIMEOUT_S",

@@ -54,13 +54,14 @@ from typing import Any
 import torch
 from torch.utils.data import Sampler
 
-from envsched.errors import check_int
+import envsched.validation as _check
+from envsched.errors import StateError
 from envsched.integrations._checkpoint import SAMPLER_STATE_FILE, read_state_file, write_state_file
 from envsched.integrations._rewards import RewardScale
 from envsched.pool.pool import TaskPool
 from envsched.pool.spec import task_key
-from envsched.samplers import _validate as _check
 from envsched.samplers.base import TaskSampler
+from envsched.validation import check_int
 
 # EnvSchedPPOTrainer, EnvSchedReplayBuffer and EnvSchedRayPPOTrainer subclass verl's classes: built on first
 # access (__getattr__)
@@ -241,7 +242,7 @@ class _DrawIterator(Iterator[int]):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         try:
             self.pos = _check.whole(_check.mapping(state_dict, "").get("pos", 0), "pos")
-        except _check.StateError as exc:
+        except StateError as exc:
             raise exc.within(owner="_DrawIterator") from None
 
 
@@ -399,7 +400,7 @@ class EnvSchedVerlSampler(_Base):
             for i, keys in enumerate(unreported):
                 _check.sequence(keys, f"unreported[{i}]")
             _check.mapping(state_dict, "", keys=("reward_scale", "sampler"))
-        except _check.StateError as exc:
+        except StateError as exc:
             raise exc.within(owner="EnvSchedVerlSampler") from None
         if any(not 0 <= i < len(self.data_source) for i in queue):
             raise ValueError("state queues rows outside the dataset")

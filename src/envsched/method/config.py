@@ -102,8 +102,8 @@ coverage env by UCB x size, task by    ``adaptive_coverage``                    
 the posterior's upper quantile
 quantile of both upper bounds          ``ucb_quantile``                         0.9
 env size weight                        ``env_size_power``                       0.5
-exploitation score                     ``exploitation_score``                   ``"variance"`` (the paper's;
-                                       (``"signal_probability"`` = ours,        ours until 2026-12-04)
+exploitation score                     ``exploitation_score``                   ``"variance"`` (the paper's)
+                                       (``"signal_probability"`` = ours,
                                        the Beta-posterior score)
 how the posterior is turned into a     ``exploitation_rule`` (``"mean"`` /      ``"mean"``
 score                                  ``"thompson"`` / ``"upper_quantile"``)
@@ -132,10 +132,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from envsched.errors import InvalidValueError, is_int, is_number
+from envsched.errors import InvalidValueError
+from envsched.validation import check_int, check_number, is_int, is_number
 
 __all__ = [
     "ABSTRACT_VIEWS",
@@ -236,6 +238,20 @@ class _Problems:
 
     def __bool__(self) -> bool:
         return bool(self.messages)
+
+    def check(self, config: Any, name: str, check: Callable[..., Any], **bounds: Any) -> None:
+        """Check field ``name`` of ``config`` with ``check`` (:func:`~envsched.validation.check_int` or
+        :func:`~envsched.validation.check_number` and their bounds), adding its refusal to the problems. A
+        numpy value that passes is stored as the Python number it equals (a config is written to JSON); a
+        Python ``int`` stays an ``int``."""
+        value = getattr(config, name)
+        try:
+            check(value, name, **bounds)
+        except InvalidValueError as exc:
+            self.add(name, str(exc))
+        else:
+            if not isinstance(value, int | float):
+                object.__setattr__(config, name, value.item())
 
     def raise_if_any(self, config: Any) -> None:
         if self.messages:
@@ -561,7 +577,7 @@ class ExplanationConfig:
 class AdaptiveConfig:
     """The default's own rules (ours; :data:`PAPER_PRESET` switches each off): the online coverage share, the UCB
     coverage and the caps on declining tasks only; and the switch to the signal-probability exploitation score
-    (off by default since 2026-12-04: the default's exploitation ranks by the predicted variance)."""
+    (off by default: the default's exploitation ranks by the predicted variance)."""
 
     adaptive_share: bool = True
     yield_half_life: float = 8.0
@@ -646,7 +662,7 @@ class SchedulerConfig:
             priority: ``priority = mean(long, short) - decline_penalty * max(0, long - short)``. With 0.5 a
             declining task would get its short-term score; the paper preset's 0.25 (not in the paper) goes a
             quarter of the way, as the short-half-life score rests on about one group of 8 rollouts. The
-            default is 0 since 2026-12-04 (the term earned nothing on either benchmark learner).
+            default is 0: the term earned nothing on either benchmark learner.
         similarity_penalty: batch-similarity penalty ``lambda``: a candidate's score is multiplied by
             ``1 - lambda * max_sim`` where ``max_sim`` is its largest similarity to the tasks already in
             the batch (``S_full`` within an environment, ``S_abs`` across) (0.2; not in the paper: tasks of
@@ -688,11 +704,11 @@ class SchedulerConfig:
             history (that enters once, in the fusion with ``prior_strength``). Read with either relation on.
         within_relation: what the within relation averages: ``"neighbours"``, the graph's ``K_within``
             nearest same-environment tasks with their weights (the paper), or ``"environment"``, every other
-            task of the environment with weight 1 (ours: tried on 2026-12-04, not adopted; read only with
+            task of the environment with weight 1 (ours, tried and not adopted as the default; read only with
             ``use_within_edges``).
         use_progress_filter, use_identifier_filter: switch the two candidate filters off.
         use_calibration: the paper's calibration (B.1): percentile ranks over all N pairs and the quantile
-            mapping. Off (the default since 2026-12-04), each half-life's score is the blend
+            mapping. Off (the default), each half-life's score is the blend
             ``(1 - a) v + a d m (1 - m)`` of the two variance estimates themselves.
         explain_max_neighbors: neighbours listed per relation in an explanation record (``None``: all).
 
@@ -894,45 +910,27 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         problems = _Problems("SchedulerConfig")
 
-        def _int(name: str, low: int) -> None:
-            v = getattr(self, name)
-            if not is_int(v) or v < low:
-                problems.add(name, f"{name} must be an integer >= {low}, got {v!r}")
-            elif not isinstance(v, int):
-                object.__setattr__(self, name, int(v))  # a numpy integer is stored as an int (JSON)
-
-        def _num(name: str, low: float, high: float, *, open_low: bool = False) -> None:
-            v = getattr(self, name)
-            ok = is_number(v) and v == v
-            if ok:
-                ok = (v > low if open_low else v >= low) and v <= high
-            if not ok:
-                lo = "(" if open_low else "["
-                problems.add(name, f"{name} must be a number in {lo}{low}, {high}], got {v!r}")
-            elif not isinstance(v, int | float):
-                object.__setattr__(self, name, v.item())  # a numpy number is stored as a Python one (JSON)
-
         for name in ("batch_size", "max_per_env_coverage", "env_quota_per_batch",
                      "max_consecutive_selections", "rollouts_per_task", "cold_start_max_per_env",
                      "min_scored_rollouts"):
-            _int(name, 1)
-        _int("progress_min_transitions", 1)
-        _num("coverage_share", 0.0, 1.0)
+            problems.check(self, name, check_int, low=1)
+        problems.check(self, "progress_min_transitions", check_int, low=1)
+        problems.check(self, "coverage_share", check_number, low=0.0, high=1.0, finite=False)
         k = round(self.coverage_share * self.batch_size) if not problems else 0
         if not problems and self.mode == "full" and k >= self.batch_size:
             problems.add("coverage_share", f"coverage_share={self.coverage_share} leaves no exploitation slot in a "
                          f"batch of batch_size={self.batch_size} (round(share * B) = {k}); use a share below "
                          "1 - 0.5 / batch_size, or mode='coverage_only'")
         inf = float("inf")
-        _num("coverage_share_floor", 0.0, 1.0)
-        _num("yield_half_life", 0.0, inf, open_low=True)
-        _num("ucb_quantile", 0.5, 1.0)
+        problems.check(self, "coverage_share_floor", check_number, low=0.0, high=1.0, finite=False)
+        problems.check(self, "yield_half_life", check_number, low=0.0, high=inf, low_open=True, finite=False)
+        problems.check(self, "ucb_quantile", check_number, low=0.5, high=1.0, finite=False)
         if self.ucb_quantile == 1.0:
             problems.add("ucb_quantile", "ucb_quantile must be < 1 (the 1-quantile of a Beta posterior is 1 for "
                          "every task)")
-        _num("env_size_power", 0.0, 4.0)
-        _num("signal_prior_ess", 0.0, inf, open_low=True)
-        _num("history_tolerance", 0.0, 0.5)
+        problems.check(self, "env_size_power", check_number, low=0.0, high=4.0, finite=False)
+        problems.check(self, "signal_prior_ess", check_number, low=0.0, high=inf, low_open=True, finite=False)
+        problems.check(self, "history_tolerance", check_number, low=0.0, high=0.5, finite=False)
         for name in ("adaptive_share", "adaptive_coverage", "caps_on_decline_only", "use_within_edges",
                      "use_cross_edges", "use_progress_filter", "use_identifier_filter", "use_calibration"):
             if not isinstance(getattr(self, name), bool):
@@ -949,15 +947,15 @@ class SchedulerConfig:
         if self.exploitation_rule not in EXPLOITATION_RULES:
             problems.add("exploitation_rule", f"exploitation_rule must be one of {list(EXPLOITATION_RULES)}, "
                             f"got {self.exploitation_rule!r}")
-        _num("long_half_life", 0.0, inf, open_low=True)
-        _num("short_half_life", 0.0, inf, open_low=True)
+        problems.check(self, "long_half_life", check_number, low=0.0, high=inf, low_open=True, finite=False)
+        problems.check(self, "short_half_life", check_number, low=0.0, high=inf, low_open=True, finite=False)
         for name in ("within_fusion_weight", "reconstruction_weight", "similarity_penalty",
                      "cold_start_within_novelty_weight", "reference_min_fraction", "identifier_min_reward"):
-            _num(name, 0.0, 1.0)
-        _num("prior_strength", 0.0, inf, open_low=True)
+            problems.check(self, name, check_number, low=0.0, high=1.0, finite=False)
+        problems.check(self, "prior_strength", check_number, low=0.0, high=inf, low_open=True, finite=False)
         for name in ("decline_penalty", "exposure_power"):
-            _num(name, 0.0, inf)
-        _num("progress_residual_threshold", -inf, inf)
+            problems.check(self, name, check_number, low=0.0, high=inf, finite=False)
+        problems.check(self, "progress_residual_threshold", check_number, low=-inf, high=inf, finite=False)
         for name, hi in (("variance_clip", 0.25), ("mean_clip", 1.0), ("dispersion_clip", 1.0)):
             v = getattr(self, name)
             if not (isinstance(v, tuple | list) and len(v) == 2 and all(is_number(x) for x in v)
@@ -966,7 +964,7 @@ class SchedulerConfig:
         if self.mode not in SCHEDULER_MODES:
             problems.add("mode", f"mode must be one of {list(SCHEDULER_MODES)}, got {self.mode!r}")
         if self.explain_max_neighbors is not None:
-            _int("explain_max_neighbors", 0)
+            problems.check(self, "explain_max_neighbors", check_int, low=0)
         problems.raise_if_any(self)
         for name in ("variance_clip", "mean_clip", "dispersion_clip"):
             object.__setattr__(self, name, (float(getattr(self, name)[0]), float(getattr(self, name)[1])))
@@ -1048,8 +1046,8 @@ class SchedulerConfig:
     @classmethod
     def _former_defaults_reset(cls, d: dict[str, Any]) -> dict[str, Any]:
         """``d`` with each knob of :data:`FORMER_PIPELINE_DEFAULTS` that holds its former default and that ``d``'s
-        switches leave unread reset to today's default. A config written while those were the defaults carries
-        them whether or not they were read (the signal-probability default of before 2026-12-04 stored
+        switches leave unread reset to the current default. A config written while those were the defaults
+        carries them whether or not they were read (a config with the signal-probability score stored
         ``decline_penalty=0.25`` unread); they changed no batch then and change none now, and keeping them would
         make the stored config refuse to load as an unread knob. A value someone set is never touched."""
         former = [k for k, v in FORMER_PIPELINE_DEFAULTS.items() if d.get(k) == v]

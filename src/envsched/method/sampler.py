@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from envsched.errors import check_number
+import envsched.validation as _check
+from envsched.errors import StateError
 from envsched.method.config import SchedulerConfig
 from envsched.method.explain import build_records, filter_snapshot, write_records
 from envsched.method.graph.dual_graph import DualRelationGraph
@@ -41,8 +42,8 @@ from envsched.method.scheduling.batch import (
 from envsched.method.scheduling.identifier_filter import IdentifierFilter, IdentifierVerdict, Trajectory
 from envsched.method.scheduling.policy import TRACE_SUMMARY_KEYS, PolicyTrace, SchedulingPolicy, make_policy
 from envsched.pool.pool import TaskPool
-from envsched.samplers import _validate as _check
 from envsched.samplers.base import BaseSampler, GroupResult
+from envsched.validation import check_number
 
 __all__ = ["EnvSchedSampler", "make_envsched_paper_sampler", "make_envsched_sampler"]
 
@@ -71,8 +72,10 @@ class EnvSchedSampler(BaseSampler):
             ``SchedulerConfig()``, is the adaptive mode; ``SchedulerConfig.paper()`` is the faithful paper
             preset.
         seed: seed of the random generator that breaks exact ties (deterministic given the seed).
-        identifier_filter: the environment's identifier-filter hook (see
-            :mod:`~envsched.method.scheduling.identifier_filter`); trajectories reach it via :meth:`submit_trajectory`.
+        identifier_filter: the environment's identifier filter, any
+            :class:`~envsched.method.scheduling.identifier_filter.IdentifierFilter` (BFCL multi-turn's:
+            :class:`~envsched.envs.bfcl_identifier_filter.BfclIdentifierFilter`); trajectories reach it via
+            :meth:`submit_trajectory`.
         run_file: a JSONL file to which every ``sample()`` appends one explanation record per selected task
             (``envsched explain RUN_FILE`` prints them).
         reward_range, require_dispatch: as :class:`~envsched.samplers.base.BaseSampler`.
@@ -86,7 +89,8 @@ class EnvSchedSampler(BaseSampler):
         if config is not None and not isinstance(config, SchedulerConfig):
             raise TypeError(f"config must be a SchedulerConfig, got {type(config).__name__}")
         if identifier_filter is not None and not callable(getattr(identifier_filter, "check", None)):
-            raise TypeError("identifier_filter must have a check(task, trajectory) method")
+            raise TypeError("identifier_filter must implement IdentifierFilter (a check(task, trajectory) method "
+                            f"returning an IdentifierVerdict), got {type(identifier_filter).__name__}")
         super().__init__(tasks, seed=seed, reward_range=reward_range, require_dispatch=require_dispatch)
         self.config = config if config is not None else SchedulerConfig()
         env_names = [self.env_of(i) for i in range(len(self.tasks))]
@@ -271,7 +275,7 @@ class EnvSchedSampler(BaseSampler):
         A flagged task leaves exploitation until :meth:`unflag_task`."""
         pos = self.position_of(task)
         if not isinstance(trajectory, Trajectory):
-            raise TypeError(f"trajectory must be an identifier_filter.Trajectory, got {type(trajectory).__name__}")
+            raise TypeError(f"trajectory must be an envsched.envs.base.Trajectory, got {type(trajectory).__name__}")
         if self.identifier_filter is None:
             raise ValueError("this sampler has no identifier_filter: pass one to the constructor")
         r = trajectory.reward
@@ -383,7 +387,7 @@ class EnvSchedSampler(BaseSampler):
         try:
             cfg = SchedulerConfig.from_dict(dict(_check.mapping(extra["config"], "config")))
         except (TypeError, ValueError) as exc:
-            raise _check.StateError("config", f"is not a SchedulerConfig: {str(exc)[:200]}") from None
+            raise StateError("config", f"is not a SchedulerConfig: {str(exc)[:200]}") from None
         if cfg != self.config:
             diff = sorted(k for k, v in cfg.to_dict().items() if self.config.to_dict()[k] != v)
             raise ValueError(f"state was saved with another SchedulerConfig (differs in {diff})")
@@ -400,13 +404,13 @@ class EnvSchedSampler(BaseSampler):
         try:
             history = History.from_state(extra["history"], len(self.tasks), self.env_codes, len(self.envs),
                                          self.config, raw_var_high=(high - low) ** 2 / 4 * (1 + 1e-9))
-        except _check.StateError as exc:
+        except StateError as exc:
             raise exc.within("history.") from None
         n = len(self.tasks)
         flags = {}
         for k, r in _check.mapping(extra.get("flags", {}), "flags").items():
             if k not in self._pos:
-                raise _check.StateError("flags", f"names task {str(k)[:60]!r}, which is not in this sampler's tasks")
+                raise StateError("flags", f"names task {str(k)[:60]!r}, which is not in this sampler's tasks")
             flags[self._pos[k]] = _check.text(r, f"flags[{str(k)[:60]!r}]")
         raw_totals = _check.mapping(extra["batch_totals"], "batch_totals", keys=("batches", "envs", "tools"))
         batches = _check.whole(raw_totals["batches"], "batch_totals.batches", high=history.step)
@@ -419,7 +423,7 @@ class EnvSchedSampler(BaseSampler):
         raw_adaptive = _check.mapping(extra.get("last_adaptive", {}), "last_adaptive")
         unknown = sorted(map(str, set(raw_adaptive) - set(TRACE_SUMMARY_KEYS)))
         if unknown:
-            raise _check.StateError("last_adaptive", f"has unknown keys {unknown[:5]}")
+            raise StateError("last_adaptive", f"has unknown keys {unknown[:5]}")
         last_adaptive = {k: (float(_check.whole(v, f"last_adaptive.{k}", high=n)) if k == "coverage_slots"
                              else _check.finite(v, f"last_adaptive.{k}", low=0.0, high=1.0))
                          for k, v in raw_adaptive.items()}

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from envsched.errors import EnvSchedError, InvalidValueError, is_int, is_number
+from envsched.errors import EnvSchedError, InvalidValueError
 from envsched.pool.spec import OPTIONAL_STATIC_FIELDS, TaskSpecError, normalized_id, validate_task_spec
+from envsched.validation import is_int, is_number
 
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "DEFAULT_MAX_JSON_BYTES", "DEFAULT_MAX_LINE_BYTES", "TaskPool"]
 

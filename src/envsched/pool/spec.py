@@ -31,7 +31,8 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-from envsched.errors import EnvSchedError, is_int, is_number
+from envsched.errors import EnvSchedError
+from envsched.validation import is_int, is_number
 
 __all__ = [
     "MAX_ID_CHARS",

@@ -13,7 +13,7 @@ A reward of ``None`` is a rollout the environment could not score (its own failu
 state), the RFC's counters, dispatch bookkeeping for asynchronous trainers, ``metrics()``, and
 ``state_dict()``/``load_state_dict()`` with the random generator's state, so that a restored sampler
 continues with exactly the same draws. A loaded state is untrusted: every field is checked (see
-:mod:`envsched.samplers._validate`) before anything is assigned, and ``sample`` is atomic (if it raises, the
+:mod:`envsched.validation`) before anything is assigned, and ``sample`` is atomic (if it raises, the
 random generator and every state are as before). A concrete sampler implements :meth:`BaseSampler._select`
 and, if it learns from rewards, :meth:`BaseSampler._observe`.
 """
@@ -31,10 +31,11 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from envsched.errors import is_int, is_number
+import envsched.validation as _check
+from envsched.errors import StateError
 from envsched.pool.pool import TaskPool
 from envsched.pool.spec import task_key
-from envsched.samplers import _validate as _check
+from envsched.validation import is_int, is_number
 
 __all__ = ["EQUAL_VARIANCE", "MAX_BATCH", "MIN_SIGNAL_ROLLOUTS", "STATE_FORMAT", "BaseSampler", "GroupResult",
            "TaskSampler", "canonical_param", "group_mean_variance", "is_signal_group", "rebuildable",
@@ -456,7 +457,7 @@ class BaseSampler(ABC):
         """Restore :meth:`state_dict`'s output. Raises ``ValueError`` (state and random generator unchanged)
         if it was written by another sampler class, for another task list, or is malformed: every field is
         checked against what this sampler can reach (types, finiteness, ranges, lengths) before anything is
-        assigned; a :class:`~envsched.samplers._validate.StateError` names the offending field."""
+        assigned; a :class:`~envsched.errors.StateError` names the offending field."""
         if not isinstance(state, Mapping):
             raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
         if state.get("format") != STATE_FORMAT:
@@ -473,7 +474,7 @@ class BaseSampler(ABC):
         try:
             counters, outstanding, last_batch, rng = self._validated_base_state(state)
             extra = _check.mapping(state.get("extra", {}), "extra")
-        except _check.StateError as exc:
+        except StateError as exc:
             raise exc.within(owner=owner) from None
         saved_attributes = dict(self.__dict__)
         try:
@@ -486,7 +487,7 @@ class BaseSampler(ABC):
             # builds new objects and assigns them; it never edits the sampler's arrays in place)
             self.__dict__.clear()
             self.__dict__.update(saved_attributes)
-            if isinstance(exc, _check.StateError):
+            if isinstance(exc, StateError):
                 raise exc.within("extra.", owner) from None
             if isinstance(exc, ValueError):
                 raise
@@ -499,12 +500,12 @@ class BaseSampler(ABC):
     def _validated_base_state(self, state: Mapping[str, Any]) -> tuple[dict[str, float], dict[int, int], list[int],
                                                                         np.random.Generator]:
         """Every base field of ``state``, converted and checked (types, ranges, finiteness, the counters'
-        relations), nothing assigned. Raises :class:`~envsched.samplers._validate.StateError`."""
+        relations), nothing assigned. Raises :class:`~envsched.errors.StateError`."""
         _check.whole(state.get("num_tasks"), "num_tasks", low=len(self.tasks), high=len(self.tasks))
         raw = _check.mapping(state.get("counters"), "counters", keys=tuple(self._counters))
         unknown = sorted(map(str, set(raw) - set(self._counters)))
         if unknown:
-            raise _check.StateError("counters", f"has unknown counters {unknown[:5]}")
+            raise StateError("counters", f"has unknown counters {unknown[:5]}")
         counters: dict[str, float] = {}
         for k in self._counters:
             if k == "cost":
@@ -514,35 +515,35 @@ class BaseSampler(ABC):
         # what the sampler can reach: a group has at least one rollout, and a dispatch ends at most once
         for small, big in (("signal_groups", "groups"), ("groups", "episodes"), ("unscored_episodes", "episodes")):
             if counters[small] > counters[big]:
-                raise _check.StateError(f"counters.{small}", f"({counters[small]}) cannot exceed counters.{big} "
+                raise StateError(f"counters.{small}", f"({counters[small]}) cannot exceed counters.{big} "
                                                              f"({counters[big]})")
         raw_out = _check.mapping(state.get("outstanding"), "outstanding")
         outstanding: dict[int, int] = {}
         for key, c in raw_out.items():
             if key not in self._pos:
-                raise _check.StateError("outstanding", f"names task {str(key)[:60]!r}, which is not in this "
+                raise StateError("outstanding", f"names task {str(key)[:60]!r}, which is not in this "
                                                        "sampler's tasks")
             field = f"outstanding[{str(key)[:60]!r}]"
             if not isinstance(c, int):  # a dispatch count is written as an integer, never 2.0
-                raise _check.StateError(field, f"must be an integer count in [0, {_MAX_COUNT}], got {c!r:.40}")
+                raise StateError(field, f"must be an integer count in [0, {_MAX_COUNT}], got {c!r:.40}")
             c = _check.whole(c, field, high=_MAX_COUNT)
             if c > 0:
                 outstanding[self._pos[key]] = c
         if counters["discarded_groups"] + sum(outstanding.values()) > counters["dispatched_groups"]:
-            raise _check.StateError("outstanding", "and counters.discarded_groups exceed "
+            raise StateError("outstanding", "and counters.discarded_groups exceed "
                                                    f"counters.dispatched_groups ({counters['dispatched_groups']})")
         limit = self.max_sample_size() or MAX_BATCH
         raw_last = _check.sequence(state.get("last_batch", []), "last_batch", max_length=limit)
         for i, k in enumerate(raw_last):
             if not isinstance(k, str) or k not in self._pos:
-                raise _check.StateError(f"last_batch[{i}]", f"must be a task key of this sampler, got {str(k)[:60]!r}")
+                raise StateError(f"last_batch[{i}]", f"must be a task key of this sampler, got {str(k)[:60]!r}")
         last_batch = [self._pos[k] for k in raw_last]
         if self.distinct_per_batch and len(set(last_batch)) != len(last_batch):
-            raise _check.StateError("last_batch", f"repeats a task, which {type(self).__name__} never does")
+            raise StateError("last_batch", f"repeats a task, which {type(self).__name__} never does")
         if len(last_batch) > counters["dispatched_groups"]:
-            raise _check.StateError("last_batch", "is longer than counters.dispatched_groups")
+            raise StateError("last_batch", "is longer than counters.dispatched_groups")
         if "rng" not in state:
-            raise _check.StateError("rng", "is missing (the random generator state)")
+            raise StateError("rng", "is missing (the random generator state)")
         rng = _check.rng_from_state(state["rng"], "rng", bit_generator=self._rng.bit_generator.state["bit_generator"])
         return counters, outstanding, last_batch, rng
 
@@ -585,7 +586,7 @@ class BaseSampler(ABC):
 
     def _load_extra_state(self, extra: dict[str, Any]) -> None:  # noqa: B027 - optional hook
         """Restore :meth:`_extra_state`'s output; validate fully before changing anything (check with
-        :mod:`envsched.samplers._validate`, raising its ``StateError`` with the field's name relative to
+        :mod:`envsched.validation`, raising its ``StateError`` with the field's name relative to
         ``extra``), then assign new objects: never edit the sampler's arrays in place."""
 
     # ------------------------------------------------------------------ internals

@@ -32,11 +32,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from envsched.errors import InvalidValueError, check_int, check_number, is_number
+import envsched.validation as _check
+from envsched.errors import InvalidValueError, StateError
 from envsched.pool.pool import TaskPool
-from envsched.samplers import _validate as _check
 from envsched.samplers.base import BaseSampler, GroupResult
 from envsched.samplers.simple import UniformSampler
+from envsched.validation import check_int, check_number, is_number
 
 __all__ = ["DynamicSamplingSampler", "GRESOSampler", "MoPPSSampler", "PLRSampler", "is_mixed", "load_loader_state",
            "loader_batch"]
@@ -67,7 +68,7 @@ def load_loader_state(extra: Mapping[str, Any], n: int) -> tuple[np.ndarray, int
     permutation of the tasks, the cursor within it."""
     order = _check.int_array(extra["order"], "order", length=n, high=max(n - 1, 0))
     if not np.array_equal(np.sort(order), np.arange(n)):
-        raise _check.StateError("order", "is not a permutation of the tasks")
+        raise StateError("order", "is not a permutation of the tasks")
     cursor = _check.whole(extra["cursor"], "cursor", high=n)
     return order, cursor
 
@@ -382,14 +383,14 @@ class GRESOSampler(BaseSampler):
         re_ = _check.bool_array(extra["run_easy"], "run_easy", length=n)
         window = _check.int_array(extra["window"], "window", length=3).tolist()
         if window[1] + window[2] > window[0]:
-            raise _check.StateError("window", f"counts more zero-variance groups than groups: {window}")
+            raise StateError("window", f"counts more zero-variance groups than groups: {window}")
         kept = _check.whole(extra["kept"], "kept", high=window[0] - window[1] - window[2])
         rounds = _check.whole(extra["rounds"], "rounds", high=self.max_gen_rounds)
         step_batch = _check.whole(extra["step_batch"], "step_batch", low=1 if rounds else 0)
         epoch = _check.whole(extra["epoch"], "epoch")
         order, cursor = load_loader_state(extra, n)
         if epoch == 0 and cursor != n:
-            raise _check.StateError("cursor", f"must be {n} (nothing walked) before the first epoch, got {cursor}")
+            raise StateError("cursor", f"must be {n} (nothing walked) before the first epoch, got {cursor}")
         self.run_length, self.run_easy, self.p_easy, self.p_hard, self._window = rl, re_, pe, ph, window
         self._kept, self._rounds, self._step_batch = kept, rounds, step_batch
         self.epoch, self._order, self._cursor = epoch, order, cursor
@@ -550,6 +551,6 @@ class PLRSampler(BaseSampler):
         sc = _check.float_array(extra["scores"], "scores", length=n, low=0.0, high=0.5 + 1e-9)
         if (sc[~seen] != 0).any():
             i = int(np.flatnonzero(~seen & (sc != 0))[0])
-            raise _check.StateError(f"scores[{i}]", f"must be 0 for a task not seen yet, got {sc[i]!r}")
+            raise StateError(f"scores[{i}]", f"must be 0 for a task not seen yet, got {sc[i]!r}")
         ld = _check.int_array(extra["last_draw"], "last_draw", length=n, high=draws)
         self.scores, self.seen, self.last_draw, self.draws = sc, seen, ld, draws

@@ -61,11 +61,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from envsched.errors import check_number, is_number
+import envsched.validation as _check
+from envsched.errors import StateError
 from envsched.pool.pool import TaskPool
-from envsched.samplers import _validate as _check
 from envsched.samplers.base import BaseSampler, GroupResult
 from envsched.samplers.baselines import load_loader_state, loader_batch
+from envsched.validation import check_number, is_number
 
 __all__ = ["NAMED_TRANSITION_PRIORS", "STATES", "DPSSampler"]
 
@@ -95,7 +96,7 @@ def _transition_prior_matrix(prior: Any) -> np.ndarray:
     try:
         m = _check.float_grid(prior if isinstance(prior, list | tuple) else None, "transition_prior",
                               (_N_STATES, _N_STATES), low=0.0)
-    except _check.StateError:
+    except StateError:
         raise ValueError("transition_prior must be a positive number, a name "
                          f"({', '.join(sorted(NAMED_TRANSITION_PRIORS))}) or a 3x3 matrix of finite counts >= 0 "
                          f"with every column summing to more than 0, got {prior!r:.80}") from None
@@ -248,17 +249,17 @@ class DPSSampler(BaseSampler):
         alpha = _check.float_grid(extra["alpha"], "alpha", (n, k, k), low=0.0,
                                   high=float(self._alpha0.max()) + _check.MAX_COUNT)
         if not (alpha.sum(axis=1) > 0).all():
-            raise _check.StateError("alpha", "has a column (from-state) summing to 0")
+            raise StateError("alpha", "has a column (from-state) summing to 0")
         beliefs = []
         for name in ("prior", "previous"):
             b = _check.float_grid(extra[name], name, (n, k), low=0.0, high=1.0)
             if n and np.abs(b.sum(axis=1) - 1.0).max() > _SUM_TOLERANCE:
-                raise _check.StateError(name, "holds a belief that does not sum to 1")
+                raise StateError(name, "holds a belief that does not sum to 1")
             beliefs.append(b)
         tracked = _check.bool_array(extra["tracked"], "tracked", length=n)
         observed = _check.bool_array(extra["observed_this_step"], "observed_this_step", length=n)
         if (observed & ~tracked).any():
-            raise _check.StateError("observed_this_step", "marks a task that is not tracked")
+            raise StateError("observed_this_step", "marks a task that is not tracked")
         observations = _check.int_array(extra["observations"], "observations", length=n)
         steps = _check.whole(extra["steps"], "steps")
         order, cursor = load_loader_state(extra, n)
@@ -266,14 +267,14 @@ class DPSSampler(BaseSampler):
         n_scores = len(getattr(self, "_incoming_last_batch", []))
         raw_scores = extra["last_scores"]
         if isinstance(raw_scores, list) and len(raw_scores) != n_scores:
-            raise _check.StateError("last_scores", f"has {len(raw_scores)} entries but last_batch has {n_scores} "
+            raise StateError("last_scores", f"has {len(raw_scores)} entries but last_batch has {n_scores} "
                                                    "tasks (one score per pick of the last batch)")
         scores = _check.float_array(raw_scores, "last_scores", length=n_scores, low=0.0, high=1.0)
         # each observation adds a joint posterior of total mass 1 to a task's counts and decay pulls them toward
         # the prior, so no count exceeds the prior's largest entry plus the task's observations
         bound = float(self._alpha0.max()) + observations[:, None, None] + 1e-6
         if (alpha > bound).any():
-            raise _check.StateError("alpha", "holds counts larger than the prior plus the task's observations "
+            raise StateError("alpha", "holds counts larger than the prior plus the task's observations "
                                              "can reach")
         self.alpha, (self.prior, self.previous) = alpha, beliefs
         self.tracked, self.observed_this_step, self.observations = tracked, observed, observations

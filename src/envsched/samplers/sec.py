@@ -56,10 +56,11 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.special import softmax
 
-from envsched.errors import check_bool, check_number
+import envsched.validation as _check
+from envsched.errors import StateError
 from envsched.pool.pool import TaskPool
-from envsched.samplers import _validate as _check
 from envsched.samplers.base import BaseSampler, GroupResult
+from envsched.validation import check_bool, check_number
 
 __all__ = ["GRPO_EPSILON", "SECSampler", "grpo_advantages"]
 
@@ -207,12 +208,12 @@ class SECSampler(BaseSampler):
         c, n = len(self.categories), len(self.tasks)
         _check.mapping(extra, "", keys=("categories", "q", "pending_sum", "pending_count", "used", "steps"))
         if extra["categories"] != self.categories:
-            raise _check.StateError("categories", f"are not this sampler's {c} categories (field {self.category!r})")
+            raise StateError("categories", f"are not this sampler's {c} categories (field {self.category!r})")
         q = _check.float_array(extra["q"], "q", length=c, low=0.0, high=MAX_VALUE)
         pending_sum = _check.float_array(extra["pending_sum"], "pending_sum", length=c, low=0.0)
         pending_count = _check.int_array(extra["pending_count"], "pending_count", length=c)
         if (pending_sum > MAX_VALUE * pending_count).any():
-            raise _check.StateError("pending_sum", "exceeds what its rollouts can hold (a mean |advantage| above "
+            raise StateError("pending_sum", "exceeds what its rollouts can hold (a mean |advantage| above "
                                                    f"{MAX_VALUE:g}, or a sum for a category without rollouts)")
         used = _check.bool_array(extra["used"], "used", length=n)
         steps = _check.whole(extra["steps"], "steps")

@@ -23,11 +23,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from envsched.errors import is_int, is_number
+import envsched.validation as _check
+from envsched.errors import StateError
 from envsched.pool.pool import TaskPool
 from envsched.pool.spec import task_key
-from envsched.samplers import _validate as _check
 from envsched.samplers.base import MAX_BATCH, BaseSampler, TaskSampler
+from envsched.validation import is_int, is_number
 
 __all__ = ["SHARES_STATE_FORMAT", "SharesSampler", "allocate_quotas"]
 
@@ -337,7 +338,7 @@ class SharesSampler:
                              f"{SHARES_STATE_FORMAT!r})")
         try:
             carry, drawn, last, inner = self._validated_state(state)
-        except _check.StateError as exc:
+        except StateError as exc:
             raise exc.within(owner="SharesSampler") from None
         backup = {s: copy.deepcopy(smp.state_dict()) for s, smp in self.samplers.items()}
         done: list[str] = []
@@ -348,7 +349,7 @@ class SharesSampler:
         except Exception as exc:
             for s in done:
                 self.samplers[s].load_state_dict(backup[s])
-            if isinstance(exc, _check.StateError):
+            if isinstance(exc, StateError):
                 raise exc.within(f"samplers[{self.sources[len(done)]!r}].", "SharesSampler") from None
             raise
         self._carry, self._drawn, self._last_quotas = carry, drawn, last
@@ -368,11 +369,11 @@ class SharesSampler:
         carry = {s: _check.finite(raw_carry[s], f"carry[{s!r}]", low=-_CARRY_BOUND, high=_CARRY_BOUND)
                  for s in self.sources}
         if abs(math.fsum(carry.values())) > 1e-6:
-            raise _check.StateError("carry", f"remainders must sum to 0 (they move quota between sources), "
+            raise StateError("carry", f"remainders must sum to 0 (they move quota between sources), "
                                              f"got a sum of {math.fsum(carry.values())!r}")
         for s in self.sources:
             if self.shares[s] == 0 and carry[s] != 0:
-                raise _check.StateError(f"carry[{s!r}]", f"must be 0 for a source with share 0, got {carry[s]!r}")
+                raise StateError(f"carry[{s!r}]", f"must be 0 for a source with share 0, got {carry[s]!r}")
         raw_drawn = _check.mapping(state.get("drawn"), "drawn", keys=tuple(self.sources))
         drawn = {s: _check.whole(raw_drawn[s], f"drawn[{s!r}]") for s in self.sources}
         raw_last = _check.mapping(state.get("last_quotas", {}), "last_quotas")

@@ -8,10 +8,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from envsched.errors import InvalidValueError, check_int, check_number, is_int
+import envsched.validation as _check
+from envsched.errors import InvalidValueError, StateError
 from envsched.pool.pool import TaskPool
-from envsched.samplers import _validate as _check
 from envsched.samplers.base import BaseSampler, GroupResult
+from envsched.validation import check_int, check_number, is_int
 
 __all__ = ["CurriculumSampler", "SequentialSampler", "UniformSampler"]
 
@@ -172,11 +173,11 @@ class UniformSampler(BaseSampler):
         epoch = _check.whole(extra["epoch"], "epoch")
         raw = _check.sequence(extra["order"], "order")
         if len(raw) not in (0, n) or (len(raw) == 0) != (epoch == 0):
-            raise _check.StateError("order", f"must be empty before the first epoch and a permutation of the {n} "
+            raise StateError("order", f"must be empty before the first epoch and a permutation of the {n} "
                                              f"tasks after it (epoch {epoch}), got {len(raw)} entries")
         order = _check.int_array(raw, "order", high=n - 1)
         if order.size and np.unique(order).size != n:
-            raise _check.StateError("order", "is not a permutation of the tasks")
+            raise StateError("order", "is not a permutation of the tasks")
         cursor = _check.whole(extra["cursor"], "cursor", high=order.size)
         self._order, self._cursor, self.epoch = order, cursor, epoch
 
@@ -278,7 +279,7 @@ class CurriculumSampler(BaseSampler):
         k = len(self.curriculum_keys)
         keys = _check.sequence(extra["keys"], "keys")
         if keys != self.curriculum_keys:
-            raise _check.StateError("keys", f"differ from this sampler's curriculum keys ({k} keys by {self.key!r})")
+            raise StateError("keys", f"differ from this sampler's curriculum keys ({k} keys by {self.key!r})")
         # decayed counts of scored rollouts: never negative, never more than a counter can hold
         s = _check.float_array(extra["successes"], "successes", length=k, low=0.0, high=_check.MAX_COUNT)
         f = _check.float_array(extra["failures"], "failures", length=k, low=0.0, high=_check.MAX_COUNT)
@@ -288,7 +289,7 @@ class CurriculumSampler(BaseSampler):
             members = self._members[j]
             arr = _check.int_array(q, f"queues[{j}]", max_length=members.size, high=len(self.tasks) - 1)
             if not np.isin(arr, members).all() or np.unique(arr).size != arr.size:
-                raise _check.StateError(f"queues[{j}]", f"must hold distinct tasks of key "
+                raise StateError(f"queues[{j}]", f"must hold distinct tasks of key "
                                                         f"{self.curriculum_keys[j][:60]!r}")
             queues.append(arr.tolist())
         self._successes, self._failures, self._queues = s, f, queues

@@ -22,8 +22,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from envsched.errors import check_number
 from envsched.pool.pool import TaskPool
+from envsched.validation import check_number
 
 __all__ = ["RewardSource", "StochasticRewardSource"]
 

@@ -23,7 +23,6 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from envsched.errors import check_int, is_int
 from envsched.samplers.base import BaseSampler
 from envsched.samplers.wrappers import SamplerWrapper
 from envsched.store.errors import StoreCorruptError, StoreError, StoreMismatchError
@@ -51,6 +50,7 @@ from envsched.store.records import (
 )
 from envsched.store.replay import ReplayDivergenceError, ReplayMixin
 from envsched.store.schema import Payload, canonical_json
+from envsched.validation import check_int, is_int
 
 __all__ = ["CALLER_PARAMS", "SAMPLER_CLASSES", "DurableSampler", "LeaseConflictError", "LeaseExpiredError",
            "ReplayDivergenceError", "UnknownLeaseError", "describe_sampler", "graph_fingerprint", "logged_group",

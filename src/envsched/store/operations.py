@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from envsched.errors import is_int
 from envsched.pool.spec import task_key
 from envsched.store.leases import LeaseOutcome, UnknownLeaseError, logged_group
 from envsched.store.schema import discard_payload, sample_payload, update_payload
+from envsched.validation import is_int
 
 __all__ = ["GO", "DiscardOp", "Operation", "RefusedOp", "SampleOp", "UpdateOp"]
 

@@ -13,9 +13,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from envsched.errors import is_int
 from envsched.store.errors import StoreError, StoreMismatchError
 from envsched.store.records import graph_fingerprint
+from envsched.validation import is_int
 
 __all__ = ["envsched_from_record"]
 

@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from envsched.errors import EnvSchedError, is_int
+from envsched.errors import EnvSchedError
 from envsched.pool.pool import TaskPool
+from envsched.validation import is_int
 from envsched_lab.families.arith import ARITH_FAMILIES
 from envsched_lab.families.base import Family, TemplateFamily
 from envsched_lab.families.lists import LIST_FAMILIES

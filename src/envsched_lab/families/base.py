@@ -8,7 +8,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from envsched.errors import InvalidValueError, is_int
+from envsched.errors import InvalidValueError
+from envsched.validation import is_int
 
 __all__ = ["Family", "TemplateFamily", "digits", "letters"]
 

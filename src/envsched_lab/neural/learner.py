@@ -26,7 +26,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from envsched.errors import InvalidValueError, check_int, is_number
+from envsched.errors import InvalidValueError
+from envsched.validation import check_int, is_number
 from envsched_lab.cache import bench_cache_dir
 from envsched_lab.families import WARMUP_FAMILIES, FamilyPool
 from envsched_lab.neural.grpo import (

@@ -396,7 +396,7 @@ def test_the_decayed_signal_sums_are_cached_until_the_history_changes_and_read_o
 
 def _unpacked(state):
     """``state`` with every packed array written as a list (what the same state is below the packing size)."""
-    from envsched.samplers import _validate
+    from envsched import validation as _validate
 
     if isinstance(state, dict) and "packed" in state:
         code = state["packed"]
@@ -410,7 +410,7 @@ def _unpacked(state):
 
 
 def test_a_packed_checkpoint_holds_the_same_state_and_continues_the_same_draws(monkeypatch):
-    from envsched.samplers import _validate
+    from envsched import validation as _validate
 
     s = EnvSchedSampler(TASKS, G, DEFAULT, seed=4)
     trainer = _Trainer(seed=5)
@@ -435,7 +435,7 @@ def test_a_packed_checkpoint_holds_the_same_state_and_continues_the_same_draws(m
 def test_malformed_packed_arrays_are_refused_by_name_and_change_nothing(monkeypatch):
     import base64
 
-    from envsched.samplers import _validate
+    from envsched import validation as _validate
 
     monkeypatch.setattr(_validate, "PACK_MIN_ENTRIES", 1)
     s = EnvSchedSampler(TASKS, G, DEFAULT, seed=1)

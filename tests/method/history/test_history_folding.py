@@ -257,8 +257,8 @@ def test_the_progress_points_load_by_the_fast_path_exactly_as_point_by_point(mon
     import json
     import random
 
+    from envsched.errors import StateError
     from envsched.method.history import statistics as st
-    from envsched.samplers._validate import StateError
 
     def load(raw, fast):
         if not fast:

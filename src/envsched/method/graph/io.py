@@ -37,10 +37,11 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from envsched.errors import EnvSchedError, InvalidValueError, is_int, is_number
+from envsched.errors import EnvSchedError, InvalidValueError
 from envsched.method.graph.dual_graph import DualRelationGraph
 from envsched.method.graph.features import FeatureSpace
 from envsched.pool import TaskPool
+from envsched.validation import array_problem, is_int, is_number
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -456,13 +457,6 @@ def _check_declared(data: Any, header: dict[str, Any], path: Path,
     return declared
 
 
-def _finite(arr: np.ndarray, name: str, path: Path, *, low: float | None = None) -> None:
-    if arr.size and not np.isfinite(arr).all():
-        raise _bad(path, name, "holds NaN or infinite values")
-    if low is not None and arr.size and float(arr.min()) < low:
-        raise _bad(path, name, f"holds {float(arr.min())!r}, below {low}")
-
-
 def _check_values(arrays: dict[str, np.ndarray], bandwidths: dict[str, Any], mats: dict[str, Any],
                   task_ids: list[str], envs: list[str], space: Any, header: dict[str, Any],
                   declared: dict[str, Any], path: Path) -> None:
@@ -480,19 +474,23 @@ def _check_values(arrays: dict[str, np.ndarray], bandwidths: dict[str, Any], mat
         if idx.size and (int(idx.min()) < -1 or int(idx.max()) >= n):
             raise _bad(path, f"{rel}_index", f"neighbour indices must lie in [-1, {n}) (-1 pads a row); got "
                                              f"{int(idx.min())}..{int(idx.max())}")
-        _finite(arrays[f"{rel}_weight"], f"{rel}_weight", path, low=0.0)
+        if (problem := array_problem(arrays[f"{rel}_weight"], low=0.0)) is not None:
+            raise _bad(path, f"{rel}_weight", problem)
         if arrays[f"{rel}_weight"].size and float(arrays[f"{rel}_weight"].max()) > 1.0 + 1e-6:
             raise _bad(path, f"{rel}_weight", "neighbour weights must lie in [0, 1]")
-        _finite(arrays[f"{rel}_similarity"], f"{rel}_similarity", path)
-        if bandwidths.get(f"{rel}_bandwidth") is not None:
-            _finite(bandwidths[f"{rel}_bandwidth"], f"{rel}_bandwidth", path, low=0.0)
+        if (problem := array_problem(arrays[f"{rel}_similarity"])) is not None:
+            raise _bad(path, f"{rel}_similarity", problem)
+        bandwidth = bandwidths.get(f"{rel}_bandwidth")
+        if bandwidth is not None and (problem := array_problem(bandwidth, low=0.0)) is not None:
+            raise _bad(path, f"{rel}_bandwidth", problem)
         _check_relation(rel, idx, arrays[f"{rel}_weight"], arrays[f"{rel}_similarity"], codes, path)
     if len(set(envs)) != len(envs):
         raise _bad(path, "envs", "environment names are not unique")
     for mat_name, mat in mats.items():
         if mat.shape[0] != n or not 0 <= mat.shape[1] <= MAX_FEATURES:
             raise _bad(path, f"{mat_name}/shape", f"shape {mat.shape}, expected ({n}, <= {MAX_FEATURES})")
-        _finite(mat.data, f"{mat_name}/data", path)
+        if (problem := array_problem(mat.data)) is not None:
+            raise _bad(path, f"{mat_name}/data", problem)
         _check_rows(mat, mat_name, path)
     if space is not None:
         for kind, views, mat_name in (("full", space.full_views, "full_features"),
@@ -504,7 +502,8 @@ def _check_values(arrays: dict[str, np.ndarray], bandwidths: dict[str, Any], mat
                         raise _bad(path, f"idf/{kind}/{v.name}", "length differs from its vocabulary")
                     if len(set(v.vocabulary)) != len(v.vocabulary):
                         raise _bad(path, f"vocab/{kind}/{v.name}", "holds a term twice")
-                    _finite(v.idf, f"idf/{kind}/{v.name}", path)
+                    if (problem := array_problem(v.idf)) is not None:
+                        raise _bad(path, f"idf/{kind}/{v.name}", problem)
                     columns += len(v.vocabulary)
             if columns != mats[mat_name].shape[1]:
                 raise _bad(path, f"{mat_name}/shape", f"{mats[mat_name].shape[1]} feature columns, but the "
@@ -590,5 +589,6 @@ def _csr(data: Any, name: str, n: int, path: Path) -> sp.csr_matrix:
     if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= cols):
         raise _bad(path, f"{name}/indices", f"column indices must lie in [0, {cols}); got "
                                           f"{int(indices.min())}..{int(indices.max())}")
-    _finite(values, f"{name}/data", path)
+    if (problem := array_problem(values)) is not None:
+        raise _bad(path, f"{name}/data", problem)
     return sp.csr_matrix((values, indices, indptr), shape=(rows, cols))

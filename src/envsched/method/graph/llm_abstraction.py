@@ -22,14 +22,14 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
-from envsched.errors import EnvSchedError, InvalidValueError, is_int, is_number
+from envsched.errors import EnvSchedError, InvalidValueError
 from envsched.llm_http import MAX_JSON_DEPTH, MAX_RESPONSE_BYTES, LLMResponseError, loads_bounded, post_bounded
 from envsched.method.graph.abstraction import (
     ABSTRACTION_SCHEMA,
@@ -42,6 +42,7 @@ from envsched.method.graph.abstraction import (
     LITERAL_CATEGORIES,
     OPERATION_FAMILIES,
 )
+from envsched.validation import is_int, is_number
 
 __all__ = ["PROMPT_VERSION", "SYSTEM_PROMPT", "LLMAbstractionError", "LLMAbstractor", "build_user_message"]
 
@@ -155,11 +156,14 @@ class LLMAbstractor:
             each read).
         max_response_bytes: largest response body read (default 4 MiB); reading stops past it.
         max_json_depth: deepest JSON nesting accepted in a response or an answer (default 64).
+        clock: the clock each request's deadline is measured on (see :func:`envsched.llm_http.post_bounded`;
+            default: the event loop's monotonic clock).
     """
 
     def __init__(self, endpoint: str, model: str, *, cache_dir: str | os.PathLike[str] | None = None,
                  api_key: str | None = None, max_retries: int = 3, timeout: float = 120.0,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES, max_json_depth: int = MAX_JSON_DEPTH) -> None:
+                 max_response_bytes: int = MAX_RESPONSE_BYTES, max_json_depth: int = MAX_JSON_DEPTH,
+                 clock: Callable[[], float] | None = None) -> None:
         if not endpoint or not endpoint.startswith(("http://", "https://")):
             raise ValueError(f"llm endpoint must be an http(s) URL, got {endpoint!r}")
         if not model:
@@ -188,6 +192,7 @@ class LLMAbstractor:
         self.api_key = api_key if api_key is not None else os.environ.get("ENVSCHED_LLM_API_KEY")
         self.max_retries = max_retries
         self.timeout = timeout
+        self.clock = clock
         self._validator = jsonschema.Draft202012Validator(ABSTRACTION_SCHEMA)
         self.stats = {"requests": 0, "cache_hits": 0, "retries": 0, "cached": 0}
 
@@ -251,7 +256,8 @@ class LLMAbstractor:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         self.stats["requests"] += 1
-        resp = post_bounded(self.url, body, headers, timeout_s=self.timeout, max_bytes=self.max_response_bytes)
+        resp = post_bounded(self.url, body, headers, timeout_s=self.timeout, max_bytes=self.max_response_bytes,
+                            clock=self.clock)
         if resp.status_code >= 400:
             raise _HTTPStatus(resp.status_code, resp.reason_phrase)
         data = loads_bounded(resp.content, url=self.url, max_depth=self.max_json_depth)

@@ -1,5 +1,5 @@
 # Over 700 lines: History and the loaders of its own state_dict, which must agree field by field.
-"""Stage 1 of EnvSched: what the scheduler remembers of its rollouts (paper B, B.1).
+"""Stage 2 of EnvSched, history and prediction: what the scheduler remembers of its rollouts (paper B, B.1).
 
 Every scheduled group becomes one *observation*: the reward mean ``m``, the population variance ``v`` and
 the mean-corrected dispersion ``d = v / (m (1 - m))`` of its **scored** rollouts (``None`` rewards never
@@ -76,7 +76,7 @@ teacher-forced steps against the full history): see ``docs/method.md``. A state 
 older version, or before the first fold) converts on load: observations older than the window are absorbed,
 centred and clipped on the reference at load (then stored relative to it), which gives the full history's
 estimates exactly at that step; later they differ from the log's by at most ``|r - r_load|`` each. The paper
-preset keeps the bounded form (issue 25: its batches stay bit for bit).
+preset keeps the bounded form, so that its batches stay bit for bit the paper's rules.
 """
 
 from __future__ import annotations
@@ -87,8 +87,9 @@ from typing import Any
 
 import numpy as np
 
+import envsched.validation as _check
+from envsched.errors import StateError
 from envsched.method.config import SchedulerConfig
-from envsched.samplers import _validate as _check
 from envsched.samplers.base import MIN_SIGNAL_ROLLOUTS, group_mean_variance, is_signal_group
 
 __all__ = ["PHASES", "History", "observation_statistics"]
@@ -374,18 +375,18 @@ class DecayedStatistics:
         out.at = _check.whole(st["at"], "decayed.at", high=max(step - 1, 0))
         absorbed = st.get("absorbed", True)
         if not isinstance(absorbed, bool):
-            raise _check.StateError("decayed.absorbed", f"must be true or false, got {str(absorbed)[:40]!r}")
+            raise StateError("decayed.absorbed", f"must be true or false, got {str(absorbed)[:40]!r}")
         out.absorbed = absorbed
         pos = _check.int_array(st["pos"], "decayed.pos", high=n - 1)
         if np.unique(pos).size != pos.size:
-            raise _check.StateError("decayed.pos", "names a task twice")
+            raise StateError("decayed.pos", "names a task twice")
         per = _check.sequence(st["half_lives"], "decayed.half_lives", length=len(half_lives))
         for i, (h, raw_h) in enumerate(zip(out.half_lives, per, strict=True)):
             field = f"decayed.half_lives[{i}]"
             r = _check.mapping(raw_h, field, keys=("half_life", *cls.FIELDS, "mean", "share", "phase_signal",
                                                    "phase_scorable"))
             if _check.finite(r["half_life"], f"{field}.half_life") != h:
-                raise _check.StateError(f"{field}.half_life", f"is not the configuration's half-life {h}")
+                raise StateError(f"{field}.half_life", f"is not the configuration's half-life {h}")
             for k in cls.FIELDS:
                 out.arrays[h][k][pos] = _check.float_array(r[k], f"{field}.{k}", length=pos.size, low=0.0)
             a = out.arrays[h]
@@ -396,7 +397,7 @@ class DecayedStatistics:
                 bad = np.flatnonzero(a[k] > cap * slack + 1e-12)
                 if bad.size:
                     i_ = int(np.searchsorted(pos, bad[0]))
-                    raise _check.StateError(f"{field}.{k}[{i_}]", f"is more than the absorbed groups allow "
+                    raise StateError(f"{field}.{k}[{i_}]", f"is more than the absorbed groups allow "
                                                                   f"({float(a[k][bad[0]])!r} > {float(cap[bad[0]])!r})")
             mean = _check.sequence(r["mean"], f"{field}.mean", length=3)
             for j, hi in enumerate(_MEAN_BOUND):
@@ -406,9 +407,9 @@ class DecayedStatistics:
             for j, k in enumerate(("phase_signal", "phase_scorable")):
                 out.phase[h][j] = _check.float_array(r[k], f"{field}.{k}", length=len(PHASES), low=0.0)
             if out.phase[h][1].sum() > float(scorable.sum()) * slack + 1e-12:
-                raise _check.StateError(f"{field}.phase_scorable", "is more than the absorbed scorable groups allow")
+                raise StateError(f"{field}.phase_scorable", "is more than the absorbed scorable groups allow")
             if np.any(out.phase[h][0] > out.phase[h][1] * slack + 1e-12):
-                raise _check.StateError(f"{field}.phase_signal", "exceeds the scorable groups' weight")
+                raise StateError(f"{field}.phase_signal", "exceeds the scorable groups' weight")
         return out
 
 
@@ -927,7 +928,7 @@ class History:
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
         """The history as JSON data; per-task arrays over the tasks they concern, long ones packed
-        (:func:`~envsched.samplers._validate.pack`), so that writing and reading it costs O(N) numpy work."""
+        (:func:`~envsched.validation.pack`), so that writing and reading it costs O(N) numpy work."""
         pack = _check.pack
         sel = np.flatnonzero(self.last_selected >= 0)
         folded = np.flatnonzero(self._folded_obs | self._folded_scored | self._folded_scorable)
@@ -971,7 +972,7 @@ class History:
         The state is untrusted: every field is checked against what a history can reach (types, NaN only
         where a group had no scored reward, the clip ranges of ``m``, ``v``, ``d``, ``v <= m (1 - m)``,
         steps inside the run, dispatch rows matching the batch sizes, counts that add up) before the
-        history is built. Raises :class:`~envsched.samplers._validate.StateError` (a ``ValueError``) naming
+        history is built. Raises :class:`~envsched.errors.StateError` (a ``ValueError``) naming
         the field. ``raw_var_high``: the largest raw reward variance the pool's reward range allows.
         """
         n = int(num_tasks)
@@ -990,18 +991,18 @@ class History:
         live = d_step >= live_start
         per_step = np.bincount(d_step[live] - live_start, minlength=step - live_start)
         if per_step.size != len(batch_sizes) or np.any(per_step != np.asarray(batch_sizes, dtype=np.int64)):
-            raise _check.StateError("dispatch.step", "rows of the live steps do not match batch_sizes")
+            raise StateError("dispatch.step", "rows of the live steps do not match batch_sizes")
         keys = d_step[live] * n + d_pos[live]
         if np.unique(keys).size != keys.size:
-            raise _check.StateError("dispatch.pos", "repeats a task within one batch")
+            raise StateError("dispatch.pos", "repeats a task within one batch")
         ls = _check.mapping(st["last_selected"], "last_selected", keys=("pos", "step", "run"))
         sel_pos = _check.int_array(ls["pos"], "last_selected.pos", high=n - 1)
         if np.unique(sel_pos).size != sel_pos.size:
-            raise _check.StateError("last_selected.pos", "names a task twice")
+            raise StateError("last_selected.pos", "names a task twice")
         sel_step = _check.int_array(ls["step"], "last_selected.step", length=sel_pos.size, high=step - 1)
         sel_run = _check.int_array(ls["run"], "last_selected.run", length=sel_pos.size, low=1, high=max(step, 1))
         if np.any(sel_run > sel_step + 1):
-            raise _check.StateError("last_selected.run", "is longer than the steps before the selection")
+            raise StateError("last_selected.run", "is longer than the steps before the selection")
         num_obs = len(obs["pos"])
         observations = _check.whole(st.get("observations", num_obs), "observations", low=num_obs)
         logged_latest = int(obs["step"].max()) if num_obs else -1
@@ -1012,14 +1013,14 @@ class History:
                                   low=max(logged_latest, 0), high=last_step)
         folded = _load_folded(st["folded"], n, num_envs) if "folded" in st else None
         if folded is not None and int(folded["observations"].sum()) + num_obs > observations:
-            raise _check.StateError("folded.observations", "and the logged groups exceed 'observations'")
+            raise StateError("folded.observations", "and the logged groups exceed 'observations'")
         progress = st.get("progress")
         if progress is not None:
             progress = _load_progress(progress, n, last_step, observations, config.progress_min_transitions + 1)
         decayed = None
         if "decayed" in st:
             if not uses_decayed_form(config):
-                raise _check.StateError("decayed", "is the decayed form's state, and this configuration keeps the "
+                raise StateError("decayed", "is the decayed form's state, and this configuration keeps the "
                                                    "exact history (the paper preset or history_tolerance=0)")
             f_scored, f_scorable = np.zeros(n), np.zeros(n)
             if folded is not None:
@@ -1087,7 +1088,7 @@ def _load_log(name: str, raw: Any, columns: dict[str, Any], *, n: int, last_step
     data = _check.mapping(raw, name, keys=tuple(k for k in columns if k not in _REF_COLUMNS))
     unknown = sorted(map(str, set(data) - set(columns)))
     if unknown:
-        raise _check.StateError(name, f"has unknown columns {unknown[:5]}")
+        raise StateError(name, f"has unknown columns {unknown[:5]}")
     length = len(_check.sequence(data["pos"], f"{name}.pos"))
     out: dict[str, np.ndarray] = {}
     ints = {"pos": (0, n - 1), "step": (0, last_step), "phase": (0, phase_high), "status": (0, _DISCARDED),
@@ -1104,7 +1105,7 @@ def _load_log(name: str, raw: Any, columns: dict[str, Any], *, n: int, last_step
                                            high=_INT32_MAX, dtype=columns["n_scored"])
         bad = np.flatnonzero(out["n_scored"] > out["n_rollouts"])
         if bad.size:
-            raise _check.StateError(f"{name}.n_scored[{int(bad[0])}]", "exceeds the group's n_rollouts")
+            raise StateError(f"{name}.n_scored[{int(bad[0])}]", "exceeds the group's n_rollouts")
         unscored = out["n_scored"] == 0  # such a group has no statistics: NaN, and only there
         for col in ("m", "v", "d"):
             out[col] = _check.float_array(data[col], f"{name}.{col}", length=length, low=0.0,
@@ -1112,7 +1113,7 @@ def _load_log(name: str, raw: Any, columns: dict[str, Any], *, n: int, last_step
         scored = ~unscored
         over = scored & (out["v"] > out["m"] * (1.0 - out["m"]) + 1e-9)
         if over.any():
-            raise _check.StateError(f"{name}.v[{int(np.flatnonzero(over)[0])}]",
+            raise StateError(f"{name}.v[{int(np.flatnonzero(over)[0])}]",
                                     "is more than m (1 - m), the largest variance of rewards in [0, 1] with mean m")
         out["raw_var"] = _check.float_array(data["raw_var"], f"{name}.raw_var", length=length, low=0.0,
                                             high=raw_var_high, allow_nan=unscored)
@@ -1123,7 +1124,7 @@ def _load_log(name: str, raw: Any, columns: dict[str, Any], *, n: int, last_step
     frozen, steps = out["frozen"], out["step"]
     wrong = np.flatnonzero((frozen == _LIVE) != (steps >= live_start))
     if wrong.size:
-        raise _check.StateError(f"{name}.frozen[{int(wrong[0])}]", "disagrees with live_start (a row's frozen "
+        raise StateError(f"{name}.frozen[{int(wrong[0])}]", "disagrees with live_start (a row's frozen "
                                                                    "reference is set exactly when its step is folded)")
     return out
 
@@ -1133,16 +1134,16 @@ def _load_folded(raw: Any, n: int, num_envs: int) -> dict[str, Any]:
                                             "exploitation"))
     pos = _check.int_array(f["pos"], "folded.pos", high=n - 1)
     if np.unique(pos).size != pos.size:
-        raise _check.StateError("folded.pos", "names a task twice")
+        raise StateError("folded.pos", "names a task twice")
     out: dict[str, Any] = {"pos": pos}
     for name in ("observations", "scored", "scorable"):
         out[name] = _check.int_array(f[name], f"folded.{name}", length=pos.size)
     if np.any(out["scored"] > out["observations"]) or np.any(out["scorable"] > out["scored"]):
-        raise _check.StateError("folded.scored", "counts must satisfy scorable <= scored <= observations")
+        raise StateError("folded.scored", "counts must satisfy scorable <= scored <= observations")
     out["env_selections"] = _check.int_array(f["env_selections"], "folded.env_selections", length=num_envs)
     expl = _check.int_array(f["exploitation"], "folded.exploitation", length=2)
     if expl[1] > expl[0]:
-        raise _check.StateError("folded.exploitation", f"counts more hits than groups: {expl.tolist()}")
+        raise StateError("folded.exploitation", f"counts more hits than groups: {expl.tolist()}")
     out["exploitation"] = expl
     for name in ("reference", "first_reference"):
         r = f.get(name)
@@ -1151,7 +1152,7 @@ def _load_folded(raw: Any, n: int, num_envs: int) -> dict[str, Any]:
             continue
         ref = _check.float_array(r, f"folded.{name}", length=3, low=0.0, high=1.0)
         if ref[1] > _STAT_RANGE["v"]:
-            raise _check.StateError(f"folded.{name}[1]", f"must be a finite number in [0.0, 0.25], got {ref[1]!r}")
+            raise StateError(f"folded.{name}[1]", f"must be a finite number in [0.0, 0.25], got {ref[1]!r}")
         out[name] = ref
     return out
 
@@ -1164,7 +1165,7 @@ def _load_progress(raw: Any, n: int, last_step: int, observations: int,
     p = _check.mapping(raw, "progress", keys=("pos", "count"))
     pos = _check.int_array(p["pos"], "progress.pos", high=n - 1)
     if np.unique(pos).size != pos.size:
-        raise _check.StateError("progress.pos", "names a task twice")
+        raise StateError("progress.pos", "names a task twice")
     count = _check.int_array(p["count"], "progress.count", length=pos.size, low=1, high=max(observations, 1))
     if "points" in p:
         return (pos, count, *_load_progress_points(p["points"], pos.size, count, last_step, observations, keep))
@@ -1172,14 +1173,14 @@ def _load_progress(raw: Any, n: int, last_step: int, observations: int,
     lengths = _check.int_array(p["length"], "progress.length", length=pos.size, low=1, high=keep)
     over = np.flatnonzero(lengths > count)
     if over.size:
-        raise _check.StateError(f"progress.length[{int(over[0])}]", "is more than the task's count of points")
+        raise StateError(f"progress.length[{int(over[0])}]", "is more than the task's count of points")
     total = int(lengths.sum())
     steps = _check.int_array(p["step"], "progress.step", length=total, high=last_step)
     values = _check.float_array(p["v"], "progress.v", length=total, low=0.0, high=0.25)
     task = np.repeat(np.arange(pos.size), lengths)
     back = np.flatnonzero((steps[1:] < steps[:-1]) & (task[1:] == task[:-1]))
     if back.size:
-        raise _check.StateError(f"progress.step[{int(back[0]) + 1}]",
+        raise StateError(f"progress.step[{int(back[0]) + 1}]",
                                 "is before the task's previous point (each task's points are in dispatch order)")
     return pos, count, lengths, steps, values
 
@@ -1195,7 +1196,7 @@ def _load_progress_points(raw: Any, size: int, count: np.ndarray, last_step: int
             field = f"progress.points[{i}]"
             pts = _check.sequence(pts, field, max_length=min(keep, int(count[i])))
             if not pts:
-                raise _check.StateError(field, "is empty (a task enters the progress filter with its first point)")
+                raise StateError(field, "is empty (a task enters the progress filter with its first point)")
             checked = []
             for j, pt in enumerate(pts):
                 s_, q, v = _check.sequence(pt, f"{field}[{j}]", length=3)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from envsched.envs.base import Trajectory  # defined with the environments that produce it; re-exported here
-from envsched.errors import is_int
+from envsched.validation import is_int
 
 __all__ = [
     "BfclIdentifierFilter",

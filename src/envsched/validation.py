@@ -1,21 +1,34 @@
-"""Checks for saved sampler states, shared by every ``load_state_dict``.
+"""The checks of values that come from outside: the one home of what "an integer", "a number" and "a field of a
+saved state" admit, for every part of the package.
 
-A state read back from a checkpoint or a store is untrusted data: a loader parses each field into a new
-object with these functions, which refuse anything the sampler could not have written (a wrong type, NaN,
-an infinity, ``None``, a bool where a number belongs, a value outside what the sampler can reach, a list of
-the wrong length), and assigns only after the whole state passed. Every refusal is a :class:`StateError`
-(a ``ValueError``) whose message starts with the field's dotted name, e.g.
-``extra.alpha[3] must be a finite number in [1.0, 9007199254740993.0], got nan``;
-:meth:`BaseSampler.load_state_dict <envsched.samplers.base.BaseSampler.load_state_dict>` prefixes it with
-``malformed <Sampler> state:``.
+**Options and arguments** (configs, constructors, CLI parsers, loaders): :func:`is_int` and :func:`is_number`
+say what "an integer" (an ``int`` or numpy integer, never a ``bool``) and "a number" (an ``int`` or ``float``
+or numpy number, never a ``bool``) mean; :func:`check_int`, :func:`check_number` and :func:`check_bool` refuse
+anything else with :class:`~envsched.errors.InvalidValueError` (both a ``ValueError`` and a ``TypeError``: a wrong
+type and a wrong range are both "this value is not admissible"), with a message that starts with the value's
+name: ``k_within must be an integer >= 1, got '6'``.
 
-Numbers are checked with plain Python over the lists a JSON state holds (``numpy.asarray`` would turn
-``None`` into NaN, ``"1"`` into 1.0 and ``True`` into 1), then converted with numpy in one call.
+**Saved states** (every ``load_state_dict``): a state read back from a checkpoint or a store is untrusted data.
+A loader parses each field into a new object with :func:`mapping`, :func:`sequence`, :func:`whole`,
+:func:`finite`, :func:`text`, :func:`choice`, the arrays and grids and :func:`rng_from_state`, which refuse
+anything the sampler could not have written (a wrong type, NaN, an infinity, ``None``, a bool where a number
+belongs, a value outside what the sampler can reach, a list of the wrong length), and assigns only after the
+whole state passed. Every refusal is a :class:`~envsched.errors.StateError` (a ``ValueError``) whose message
+starts with the field's dotted name, e.g. ``extra.alpha[3] must be a finite number in [1.0, 9007199254740993.0],
+got nan``; :meth:`BaseSampler.load_state_dict <envsched.samplers.base.BaseSampler.load_state_dict>` prefixes
+it with ``malformed <Sampler> state:``. Numbers are checked with plain Python over the lists a JSON state holds
+(``numpy.asarray`` would turn ``None`` into NaN, ``"1"`` into 1.0 and ``True`` into 1), then converted with
+numpy in one call.
 
-A long array of numbers may instead be written **packed** (:func:`pack`): ``{"packed": "<f8", "base64": ...}``,
-its little-endian float64 or int64 bytes in base64, which JSON writes and reads some 30 times faster than a
-list of decimal numbers and in half the space (a checkpoint of a 100,000-task pool). :func:`float_array` and
+A long array of numbers may be written **packed** (:func:`pack`): ``{"packed": "<f8", "base64": ...}``, its
+little-endian float64 or int64 bytes in base64, which JSON writes and reads some 30 times faster than a list of
+decimal numbers and in half the space (a checkpoint of a 100,000-task pool). :func:`float_array` and
 :func:`int_array` read either form and check a packed one just as strictly (its dtype, its length, every value).
+
+**Arrays read from files** (the graph file's arrays): :func:`array_problem` says what is wrong with an array of
+numbers (NaN, an infinity, a value below a bound), for the reader to raise in its own error naming the file.
+
+Every message shows the admissible interval in one notation (:func:`interval_text`).
 """
 
 from __future__ import annotations
@@ -28,19 +41,26 @@ from typing import Any
 
 import numpy as np
 
-from envsched.errors import EnvSchedError, interval_text, is_int, is_number
+from envsched.errors import InvalidValueError, StateError
 
 __all__ = [
     "MAX_COUNT",
-    "StateError",
+    "PACK_MIN_ENTRIES",
+    "array_problem",
     "bool_array",
     "bool_grid",
+    "check_bool",
+    "check_int",
+    "check_number",
     "choice",
     "finite",
     "float_array",
     "float_grid",
     "int_array",
     "int_grid",
+    "interval_text",
+    "is_int",
+    "is_number",
     "mapping",
     "pack",
     "rng_from_state",
@@ -49,28 +69,111 @@ __all__ = [
     "whole",
 ]
 
+
+# ---------------------------------------------------------------------------------------------- options
+
+
+def is_int(value: Any, *, numpy: bool = True) -> bool:
+    """Whether ``value`` is an integer: a Python or numpy integer, never a ``bool``. With ``numpy=False`` only
+    a Python ``int`` counts (a value that goes into JSON as it is, e.g. a task spec's field)."""
+    if not numpy:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
+def is_number(value: Any, *, numpy: bool = True) -> bool:
+    """Whether ``value`` is a real number: a Python or numpy integer or float, never a ``bool``. NaN and the
+    infinities are numbers here; :func:`check_number` refuses them unless asked not to. With ``numpy=False``
+    only a Python ``int`` or ``float`` (or a subclass, such as ``numpy.float64``) counts, as JSON writes it."""
+    if not numpy:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool | np.bool_)
+
+
+def interval_text(low: float | None, high: float | None, low_open: bool = False, high_open: bool = False) -> str:
+    """The admissible interval in interval notation, ``[0, 1)`` or ``(0, inf)`` (a missing bound is an open
+    infinity); the messages of the option checks and of the state readers use it."""
+    lo = "(" if low_open or low is None else "["
+    hi = ")" if high_open or high is None else "]"
+    return f"{lo}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi}"
+
+
+def _bounds(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    """The bounds for a message: ``in [low, high]`` with both, ``>= low`` or ``<= high`` with one."""
+    if low is not None and high is not None:
+        return f"in {interval_text(low, high, low_open, high_open)}"
+    if low is not None:
+        return f"{'>' if low_open else '>='} {low}"
+    if high is not None:
+        return f"{'<' if high_open else '<='} {high}"
+    return ""
+
+
+def _in_range(v: float, low: float | None, high: float | None, low_open: bool, high_open: bool) -> bool:
+    if low is not None and (v <= low if low_open else v < low):
+        return False
+    return not (high is not None and (v >= high if high_open else v > high))
+
+
+def check_int(value: Any, name: str, *, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as an ``int`` if it is an integer in ``[low, high]`` (each bound optional); otherwise
+    :class:`~envsched.errors.InvalidValueError` naming ``name``."""
+    if not is_int(value) or (low is not None and value < low) or (high is not None and value > high):
+        where = _bounds(low, high, False, False)
+        raise InvalidValueError(f"{name} must be an integer{' ' + where if where else ''}, got {value!r}",
+                                name=name, value=value)
+    return int(value)
+
+
+def check_number(value: Any, name: str, *, low: float | None = None, high: float | None = None,
+                 low_open: bool = False, high_open: bool = False, finite: bool = True) -> float:
+    """``value`` as a ``float`` if it is a number within the bounds (``low_open``/``high_open`` exclude the
+    bound itself) and, unless ``finite=False``, neither NaN nor infinite; otherwise
+    :class:`~envsched.errors.InvalidValueError` naming ``name``. NaN is never admitted, and neither is an
+    integer beyond the float range (it has no ``float`` to return)."""
+    ok = is_number(value)
+    if ok:
+        try:
+            v = float(value)
+        except OverflowError:
+            ok = False
+        else:
+            ok = not (math.isnan(v) or (finite and math.isinf(v))) and _in_range(v, low, high, low_open, high_open)
+    if not ok:
+        where = _bounds(low, high, low_open, high_open)
+        kind = "a finite number" if finite else "a number"
+        raise InvalidValueError(f"{name} must be {kind}{' ' + where if where else ''}, got {value!r}",
+                                name=name, value=value)
+    return v
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` if it is a ``bool`` (or numpy bool); otherwise :class:`~envsched.errors.InvalidValueError`
+    naming ``name`` (``1`` and ``"true"`` are refused: a switch is ``True`` or ``False``)."""
+    if not isinstance(value, bool | np.bool_):
+        raise InvalidValueError(f"{name} must be True or False, got {value!r}", name=name, value=value)
+    return bool(value)
+
+
+# ---------------------------------------------------------------------------------------------- arrays in files
+
+
+def array_problem(values: np.ndarray, *, low: float | None = None) -> str | None:
+    """What is wrong with an array of numbers read from a file, or ``None``: ``"holds NaN or infinite values"``,
+    or ``"holds -0.5, below 0.0"`` for the smallest value under ``low``. Vectorised (a graph file's feature
+    matrix holds millions of values); the reader raises its own error naming the file and the array."""
+    if not values.size:
+        return None
+    if not np.isfinite(values).all():
+        return "holds NaN or infinite values"
+    if low is not None and float(values.min()) < low:
+        return f"holds {float(values.min())!r}, below {low}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- saved states
 #: Largest value a counter may hold in a loaded state (integers above it lose precision as floats).
 MAX_COUNT = 2**53
-
-
-class StateError(EnvSchedError, ValueError):
-    """A saved state refused by a loader.
-
-    Attributes:
-        field: dotted name of the offending field (``extra.history.obs.v[0]``).
-        problem: what is wrong with it.
-        owner: the class whose state it is, once known (it starts the message: ``malformed X state: ...``).
-    """
-
-    def __init__(self, field: str, problem: str, owner: str | None = None) -> None:
-        self.field, self.problem, self.owner = field, problem, owner
-        head = f"malformed {owner} state: " if owner else ""
-        super().__init__(f"{head}{field} {problem}")
-
-    def within(self, prefix: str = "", owner: str | None = None) -> StateError:
-        """The same refusal seen from an enclosing state: ``prefix`` goes before the field name."""
-        return StateError(prefix + self.field, self.problem, owner or self.owner)
-
 
 #: Arrays of at least this many entries are written packed by :func:`pack` (shorter ones stay readable lists).
 PACK_MIN_ENTRIES = 1024
@@ -122,12 +225,6 @@ def _show(value: Any) -> str:
     """``repr`` of an offending value, cut short (a hostile state may hold a huge one)."""
     text_ = repr(value)
     return text_ if len(text_) <= 60 else text_[:57] + "..."
-
-
-def _in_range(v: float, low: float | None, high: float | None, low_open: bool, high_open: bool) -> bool:
-    if low is not None and (v <= low if low_open else v < low):
-        return False
-    return not (high is not None and (v >= high if high_open else v > high))
 
 
 def mapping(value: Any, field: str, *, keys: tuple[str, ...] | None = None) -> Mapping[str, Any]:
