@@ -17,7 +17,8 @@ from typing import Any
 
 from envsched.errors import EnvSchedError
 
-__all__ = ["Environment", "EnvironmentUnavailable", "InfrastructureError", "StepResult", "Trajectory"]
+__all__ = ["Environment", "EnvironmentUnavailable", "IdentifierVerdict", "InfrastructureError", "StepResult",
+           "SuspiciousAction", "Trajectory"]
 
 
 class InfrastructureError(EnvSchedError, RuntimeError):
@@ -36,14 +37,47 @@ class Trajectory:
     """A saved trajectory: the agent's actions, grouped by user turn, and the reward it earned.
 
     For BFCL each action is a Python-syntax function call string, e.g. ``"cd(folder='documents')"``.
-    Environments produce it (e.g. ``BFCLEnvironment.trajectory()``) and EnvSched's identifier filter reads it
-    (:mod:`envsched.method.scheduling.identifier_filter`, which re-exports it); it lives here, in the lower
-    layer, so that environments need not import the scheduler.
+    Environments produce it (e.g. ``BFCLEnvironment.trajectory()``) and an identifier filter reads it
+    (:class:`envsched.method.scheduling.identifier_filter.IdentifierFilter`, the scheduler's interface); it
+    lives here, in the lower layer, so that environments need not import the scheduler.
     """
 
     calls_per_turn: list[list[str]]
     reward: float
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SuspiciousAction:
+    """One action of a trajectory whose identifiers appear nowhere the agent could have seen them, and the
+    reward of the trajectory replayed without it (``None`` until replayed, or if the replay cannot score)."""
+
+    turn: int
+    index: int
+    call: str
+    identifiers: list[str]
+    reward_without: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"turn": self.turn, "index": self.index, "call": self.call, "identifiers": self.identifiers,
+                "reward_without": self.reward_without}
+
+
+@dataclass
+class IdentifierVerdict:
+    """What an identifier filter concluded about one trajectory: whether the task is flagged, the replayed
+    reward, the suspicious actions and why. Defined here, beside :class:`Trajectory`, so that an environment's
+    filter (e.g. :class:`envsched.envs.bfcl_identifier_filter.BfclIdentifierFilter`) returns it without
+    importing the scheduler that reads it."""
+
+    flagged: bool
+    reward: float | None
+    suspicious: list[SuspiciousAction]
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"flagged": self.flagged, "reward": self.reward, "reason": self.reason,
+                "suspicious": [s.as_dict() for s in self.suspicious]}
 
 
 @dataclass

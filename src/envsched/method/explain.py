@@ -1,4 +1,5 @@
-"""Stage 4 of EnvSched: why each task was selected (the paper's case studies F.1-F.3, as data).
+"""Explanations of EnvSched's batches, beside its three stages: why each task was selected (the paper's case
+studies F.1-F.3, as data).
 
 For every selected task the sampler builds one explanation record: the phase and batch rank, the
 percentile ``q`` and informativeness, the predicted mean / dispersion / variance, the estimate of each

@@ -2,16 +2,12 @@
 
 - ``batch``: cold start, coverage and exploitation phases, caps, similarity penalty, filters;
 - ``policy``: the presets as scheduling policies (``PaperPolicy``, ``AdaptivePolicy``): the batch's inputs and trace;
-- ``identifier_filter``: the identifier filter over trajectories (and its BFCL multi-turn implementation).
+- ``identifier_filter``: the interface through which the scheduler takes an environment's identifier filter
+  (BFCL multi-turn's is :mod:`envsched.envs.bfcl_identifier_filter`).
 """
 
 from envsched.method.scheduling.batch import Pick, SchedulingContext, build_batch, representative_scores
-from envsched.method.scheduling.identifier_filter import (
-    BfclIdentifierFilter,
-    IdentifierFilter,
-    IdentifierVerdict,
-    Trajectory,
-)
+from envsched.method.scheduling.identifier_filter import IdentifierFilter, IdentifierVerdict, Trajectory
 from envsched.method.scheduling.policy import (
     AdaptivePolicy,
     BatchInputs,
@@ -24,7 +20,6 @@ from envsched.method.scheduling.policy import (
 __all__ = [
     "AdaptivePolicy",
     "BatchInputs",
-    "BfclIdentifierFilter",
     "IdentifierFilter",
     "IdentifierVerdict",
     "PaperPolicy",

@@ -1,4 +1,4 @@
-"""Scheduling policies: what each preset hands the batch builder, and what it reports about the batch.
+"""Stage 3 of EnvSched, batch scheduling: what each preset hands the batch builder, and what it reports about the batch.
 
 A policy turns the prediction and the history into one complete :class:`BatchInputs` -- the coverage slots, the
 environment order and the task score of the coverage phase, the exploitation score, where the concentration
@@ -13,8 +13,8 @@ the preset chose, and returns a :class:`PolicyTrace` of the values it computed (
   it is switched on for (:mod:`envsched.method.history.signal`), the paper's part stays where it is off (the
   ablations of one rule): the online coverage share (``adaptive_share``), the UCB environment order and the
   optimistic task score of coverage (``adaptive_coverage``), the caps only on declining tasks
-  (``caps_on_decline_only``); and, where ``exploitation_score="signal_probability"`` (off in the default since
-  2026-12-04), the group-signal probability in exploitation instead of the informativeness.
+  (``caps_on_decline_only``); and, where ``exploitation_score="signal_probability"`` (off in the default, whose
+  exploitation ranks by the paper's informativeness), the group-signal probability in exploitation instead.
 
 :func:`make_policy` chooses the policy of a configuration. A new rule is a new field of :class:`BatchInputs`
 (with the paper's value supplied by :class:`PaperPolicy`) or a new policy; the batch builder never asks which
