@@ -434,7 +434,7 @@ UNOBSERVED_NEIGHBOURS: tuple[str, ...] = ("reference", "environment")
 
 #: The paper's prediction pipeline as an earlier default ran it: the graph prior of both relations with the global
 #: reference for a neighbour without history, the calibration and the recent-decline term. The paper preset keeps
-#: all of it; today's default keeps the graph prior with the environment estimate as the substitute
+#: all of it; the default keeps the graph prior with the environment estimate as the substitute
 #: (``unobserved_neighbours="environment"``) and leaves the calibration and the decline term out. A state or run
 #: file of an earlier version carries its own values of them; ``use_calibration`` and ``unobserved_neighbours`` can
 #: be missing from one, and then mean what that version ran (:meth:`SchedulerConfig.from_dict`).

@@ -71,8 +71,8 @@ class SamplerRecord:
 
 _ENVSCHED = "envsched.method.sampler:EnvSchedSampler"
 #: EnvSched's resume logic (its graph is a resource the caller gives, or rebuilt and checked against the
-#: recorded fingerprint). It lives outside ``envsched.method`` until ``EnvSchedSampler.from_record`` owns it;
-#: then ``restore`` is dropped from the two records below.
+#: recorded fingerprint). It reads a store's record, so it lives with the store, which this module names by a
+#: string (the store is a higher layer); the two records below name it as their ``restore``.
 _ENVSCHED_RESTORE = "envsched.store.resume_envsched:envsched_from_record"
 
 SAMPLERS: dict[str, SamplerRecord] = {}

@@ -2,9 +2,10 @@
 
 ``EnvSchedSampler``'s constructor takes a graph, which a record holds only as a fingerprint and a build
 configuration: restoring it needs the caller's graph (or a checked rebuild) and must never let the record
-choose a file, an address or a process count. This module holds that logic outside ``envsched.method``
-(which another change rewrites); the registry points at it by name (``restore`` of the ``envsched`` record),
-so that once ``EnvSchedSampler.from_record`` owns it, dropping that one string is the whole change.
+choose a file, an address or a process count. The logic reads a store's record (its graph fingerprint,
+:mod:`envsched.store.records`), so it lives with the store, above ``envsched.method``, which cannot import the
+store; the sampler registry (a lower layer still) points at it by name (``restore`` of the ``envsched``
+record).
 """
 
 from __future__ import annotations

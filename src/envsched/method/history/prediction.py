@@ -65,8 +65,8 @@ def relation_operator(index: np.ndarray, weight: np.ndarray, n: int) -> sp.csc_m
 
 @dataclass(frozen=True)
 class RelationOperator:
-    """A relation's neighbour weights with their row totals, which never change for a graph (the step used to
-    recompute them on every call)."""
+    """A relation's neighbour weights with their row totals, which never change for a graph: built once per
+    sampler, not on every step."""
 
     matrix: sp.csc_matrix
     row_total: np.ndarray  # (N,): sum of each task's neighbour weights

@@ -51,7 +51,7 @@ observation for the task histories' means, absolute for the weights ``W``, expos
 yields), and a step's reference no longer moves once the step is ``H`` steps old (a group arriving later
 than that is centered with the frozen reference). Memory, checkpoints and the cost of a step then depend
 on ``N``, ``B`` and ``H``, not on the length of the run. ``history_tolerance=0`` keeps every observation
-(today's exact, unbounded history).
+(the exact, unbounded history).
 
 **Decayed form** (ours; the default preset, :func:`uses_decayed_form`: ``history_tolerance > 0`` and rules not
 the paper's). The bounded history still keeps up to ``H`` (268) steps of observations, so step time and
