@@ -1,4 +1,4 @@
-"""Explanation records (issue 18: built for all picks at once): the same records, byte for byte, as the
+"""Explanation records (built for all picks at once): the same records, byte for byte, as the
 plain one-value-at-a-time code, and the vectorised rounding is exactly Python's ``round(x, 6)``."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_round6_is_python_round_exactly():
     assert _round6(np.empty(0)) == []
 
 
-# ---- the records as built before issue 18 (the reference)
+# ---- the records built one value at a time (the reference)
 
 def _plain_relation(pos: int, relation: str, graph: DualRelationGraph, pred: Prediction, used: bool,
               task_ids: list[str], envs: list[str], env_codes: np.ndarray, max_neighbors: int | None) -> dict:
@@ -70,7 +70,7 @@ def plain_build_records(step: int, picks: list[Pick], *, graph: DualRelationGrap
                   config: SchedulerConfig, task_ids: list[str], envs: list[str], env_codes: np.ndarray,
                   identifier_flags: dict[int, str],
                   adaptive: tuple[dict[str, float], dict[int, dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
-    """The records as built before issue 18: one value at a time."""
+    """The records built one value at a time."""
     out = []
     c1, c3 = config.caps_for(len(picks)) if picks else (config.max_per_env_coverage, config.env_quota_per_batch)
     for p in picks:

@@ -5,7 +5,7 @@ policies (``envsched.method.scheduling.policy``) replaced the adaptive inputs' n
 rules, the positions drawn at each of 15 steps with seeded rewards and the phase of each explanation record; and
 a ``state_dict`` saved by that code after 8 steps, with the batches drawn after loading it (states written before
 the refactor must still resume, to the same batches). It was computed once, from the code at commit 75d658b.
-The paper preset's entries must never change (issue 25: the paper preset stays bit for bit); the other entries
+The paper preset's entries must never change (the paper preset stays bit for bit); the other entries
 change only with a deliberate change of the default's rules, in the commit that makes it and says so.
 """
 
@@ -24,16 +24,15 @@ from envsched.method.sampler import EnvSchedSampler
 GOLDEN = Path(__file__).parent / "data" / "policy_golden.json"
 STEPS, BATCH = 15, 16
 #: every preset and each switch of the default's rules (the bench's ablations among them)
-#: The default's exploitation score became the paper's calibrated informativeness after this trace was recorded
-#: (issue 25, item 1): "variance-score" is now the default, and the entries of the former default and its
-#: ablations name ``exploitation_score="signal_probability"`` explicitly, so each pins the same batches as before.
-#: The default left the paper's graph prior, calibration and decline term out on 2026-12-04 (issue 25: they earned
-#: nothing on either learner); every adaptive entry switches back on what it read of them (the graph prior; and,
-#: with the paper's exploitation score, the calibration and the decline term), so each still pins the batches it
-#: pinned.
+#: The default's exploitation score became the paper's calibrated informativeness after this trace was recorded:
+#: "variance-score" is that rule, and the entries of the former default and its ablations name
+#: ``exploitation_score="signal_probability"`` explicitly, so each pins the same batches as when recorded.
+#: The default then left the paper's graph prior, calibration and decline term out (they earned nothing on either
+#: learner); every adaptive entry switches back on what it read of them (the graph prior; and, with the paper's
+#: exploitation score, the calibration and the decline term), so each still pins the batches it pinned.
 #: The default took the graph prior back with the environment estimate as the substitute of a neighbour without
 #: history (``unobserved_neighbours="environment"``); the former entries name the global reference they ran with,
-#: so each still pins the batches it pinned, and ``"default"`` pins today's default (recorded from the code that
+#: so each still pins the batches it pinned, and ``"default"`` pins the current default (recorded from the code that
 #: made that change).
 _GRAPH = {"use_within_edges": True, "use_cross_edges": True, "unobserved_neighbours": "reference"}
 _SIGNAL = {**_GRAPH, "exploitation_score": "signal_probability"}

@@ -1,4 +1,4 @@
-"""Prediction with fewer sorts (issue 18): the shared sort order, the shared-reference block, cached operator row
+"""Prediction with fewer sorts: the shared sort order, the shared-reference block, cached operator row
 sums and the lazy ``Prediction.q`` give exactly what the straightforward formulas give."""
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def test_relations_the_config_leaves_out_are_propagated_only_when_read():
 
 
 def _plain_propagate(values, observed, operator, reference):
-    """The propagation as it was before issue 18 (row totals and the csc conversion on every call)."""
+    """The propagation computed the straightforward way (row totals and the csc conversion on every call)."""
     seen = np.flatnonzero(observed)
     if seen.size == 0:
         return np.broadcast_to(reference, values.shape).copy(), np.zeros(values.shape[0], dtype=bool)
@@ -269,7 +269,7 @@ def _plain_half_life(hist, relations, reference, config):
     if config.use_calibration:
         q = (1.0 - a) * rankdata(v, method="average") / n + a * rankdata(v_rec, method="average") / n
         score = np.quantile(v, np.clip(q, 0.0, 1.0), method="linear")
-    else:  # the blend of the two estimates on their own scale (the default since 2026-12-04)
+    else:  # the blend of the two estimates on their own scale (the default)
         score = (1.0 - a) * v + a * v_rec
         q = rankdata(score, method="average") / n
     return HalfLifePrediction(history=hist, relations=RelationEstimates.of(within, within_has, cross, cross_has),
