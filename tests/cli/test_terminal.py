@@ -18,8 +18,11 @@ import sys
 import time
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from envsched.cli.explain import COMPACT_TERMS, DETAIL_TERMS, HANG, LEGEND
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "examples" / "tiny_pool.jsonl"
@@ -54,8 +57,9 @@ class Pane:
         return subprocess.run(["tmux", "-S", self.sock, "-f", self.conf, *args], capture_output=True, text=True,
                               env=self.env, check=True).stdout
 
-    def run(self, args: list[str], timeout_s: float = 600, record: Path | None = None) -> tuple[int, list[str]]:
-        """Run ``envsched ARGS`` in a fresh WIDTH x HEIGHT pane; return its exit status and every screen line
+    def run(self, args: list[str], timeout_s: float = 600, record: Path | None = None,
+            width: int = WIDTH) -> tuple[int, list[str]]:
+        """Run ``envsched ARGS`` in a fresh ``width`` x HEIGHT pane; return its exit status and every screen line
         (scrollback included), wrapped lines joined. ``record``: also write every byte the command sends to
         the terminal to this file (tmux ``pipe-pane``, attached before the command starts)."""
         self.n += 1
@@ -63,7 +67,7 @@ class Pane:
         cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "envsched.cli.main", *args])
         if record is not None:  # the command waits until the pipe is attached
             cmd = f"tmux -S {shlex.quote(self.sock)} wait-for {name}-go; {cmd}"
-        self.tmux("new-session", "-d", "-s", name, "-x", str(WIDTH), "-y", str(HEIGHT), "-c", str(self.cwd),
+        self.tmux("new-session", "-d", "-s", name, "-x", str(width), "-y", str(HEIGHT), "-c", str(self.cwd),
                   f"{cmd}; echo __exit=$?; sleep 3600")
         if record is not None:
             self.tmux("pipe-pane", "-o", "-t", name, f"cat > {shlex.quote(str(record))}")
@@ -89,9 +93,9 @@ def pane(tmp_path):
     subprocess.run(["tmux", "-S", p.sock, "kill-server"], capture_output=True)
 
 
-def _assert_clean(lines: list[str]) -> None:
-    broken = [x for x in lines if _width(x) > WIDTH]
-    assert not broken, "lines the 80-column terminal had to wrap:\n" + "\n".join(broken)
+def _assert_clean(lines: list[str], width: int = WIDTH) -> None:
+    broken = [x for x in lines if _width(x) > width]
+    assert not broken, f"lines the {width}-column terminal had to wrap:\n" + "\n".join(broken)
     cut = [x for x in lines if "…" in x]
     assert not cut, "values cut to an ellipsis:\n" + "\n".join(cut)
 
@@ -183,3 +187,150 @@ def test_bench_quick_output_fits(pane):
     _assert_clean(lines)
     screen = "\n".join(lines)
     assert "Held-out score" in screen and "written to bench-out" in screen
+
+
+# ---------------------------------------------------------------------------------------------- explain's lines
+def _logical(lines: list[str], starts: Any) -> list[list[Any]]:
+    """The screen's lines joined into the lines explain printed: a line for which ``starts(text, indent)`` holds
+    begins one; any other line continues the last and must be indented HANG further than the line it continues
+    (a wrapped line that lost its indent reads as a line of its own)."""
+    out: list[list[Any]] = []
+    for x in lines:
+        if not x.strip():
+            continue
+        indent = len(x) - len(x.lstrip(" "))
+        if starts(x.strip(), indent):
+            out.append([indent, x.strip(), 1])
+        else:
+            assert out and indent == out[-1][0] + HANG, f"a wrapped line lost its indent: {x!r} after {out[-1][1]!r}"
+            out[-1][1] += " " + x.strip()
+            out[-1][2] += 1
+    return out
+
+
+def _legend_starts(text: str, indent: int) -> bool:
+    return text == "Terms:" or (indent == 2 and any(text.startswith(f"{term}: ") for term, _ in LEGEND.values()))
+
+
+def _compact_starts(run_file: str) -> Any:
+    def starts(text: str, indent: int) -> bool:
+        if indent == 0:
+            return text.startswith(f"{run_file}: ") or bool(re.match(r"step \d+ rank \d+: ", text)) or text == "Terms:"
+        return indent == 2 and (text.startswith(("q ", "within ")) or _legend_starts(text, indent))
+    return starts
+
+
+_DETAIL_LINES = ("q = ", "global reference:", "decline ", "within-environment estimate", "cross-environment estimate",
+                 "similarity to the batch", "environment:", "cap ", "progress filter:", "relaxed to fill", "cold start")
+
+
+def _detail_starts(record: dict[str, Any]) -> Any:
+    neighbours = {f"{nb['id']} ({nb['env']})" for rel in record["relations"].values() for nb in rel["neighbors"]}
+
+    def starts(text: str, indent: int) -> bool:
+        heading = f"{record['task_id']} ({record['env']}) at step"
+        return ((indent == 0 and (text.startswith(heading) or text == "Terms:"))
+                or (indent == 2 and (text.startswith(_DETAIL_LINES) or _legend_starts(text, indent)))
+                or (indent == 4 and text in neighbours) or (indent == 6 and text.startswith("weight ")))
+    return starts
+
+
+def _n(x: Any, digits: int = 4) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _explain_piped(pane: Pane, args: list[str], env: dict[str, str] | None = None) -> list[str]:
+    res = subprocess.run([sys.executable, "-m", "envsched.cli.main", "explain", *args], capture_output=True, text=True,
+                         env=env or pane.env, cwd=pane.cwd, check=True)
+    return res.stdout.splitlines()
+
+
+def test_explain_wraps_with_a_hanging_indent_and_explains_every_term(pane):
+    """At 80 and 100 columns and piped: a line too long for the terminal continues on lines indented two spaces
+    further than it (it used to continue at column 0), nothing is lost, and every term the output uses is in
+    its legend, once (q, within/cross, (ref), off, caps ... were unexplained)."""
+    subprocess.run([sys.executable, "-m", "envsched.cli.main", "run", "--pool", str(TINY), "--batch-size", "8",
+                    "--group-size", "4", "--steps", "8", "--explain", "run.jsonl"], capture_output=True, env=pane.env,
+                   cwd=pane.cwd, check=True)
+    # a copy where some estimates stand in for unobserved neighbours and the cross relation is switched off
+    crafted = []
+    for line in (pane.tmp / "run.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("kind") == "pick" and rec["step"] == 5 and rec.get("relations"):
+            rec["relations"]["cross"]["used"] = False
+            rec["relations"]["within"]["has_observed_neighbors"] = False
+        crafted.append(json.dumps(rec))
+    (pane.tmp / "ablated.jsonl").write_text("\n".join(crafted) + "\n")
+    records = json.loads("\n".join(_explain_piped(pane, ["ablated.jsonl", "--step", "6", "--json"])))
+    detailed = next(r for r in records if r.get("predicted"))
+    narrow = {**pane.env, "COLUMNS": "60"}
+    wrapped = 0
+    for where in ("80 columns", "100 columns", "piped", "piped at 60 columns"):
+        for view in ("records", "task"):
+            args = ["ablated.jsonl", "--step", "6"] + (["--task", detailed["task_id"]] if view == "task" else [])
+            if where.startswith("piped"):
+                width = 60 if "60" in where else 80
+                lines = _explain_piped(pane, args, narrow if width == 60 else None)
+            else:
+                width = int(where.split()[0])
+                rc, lines = pane.run(["explain", *args], width=width)
+                assert rc == 0, "\n".join(lines)
+            _assert_clean(lines, width)
+            starts = _compact_starts("ablated.jsonl") if view == "records" else _detail_starts(detailed)
+            logical = _logical(lines, starts)
+            wrapped += sum(n - 1 for _, _, n in logical)
+            texts = [t for _, t, _ in logical]
+            legend_at = texts.index("Terms:")
+            shown = set(texts[legend_at + 1:])
+            body = "\n".join(texts[:legend_at])
+            terms = COMPACT_TERMS if view == "records" else DETAIL_TERMS
+            for key in terms:  # a term of the view is explained when the output uses it, and only once
+                term, meaning = LEGEND[key]
+                used = {"ref": "(ref)" in body, "off": " off" in body,
+                        "novelty": "novelty" in body, "relaxed": "relaxed to fill" in body}.get(key, True)
+                assert (f"{term}: {meaning}" in shown) == used, (where, view, key)
+            assert len(shown) == len(texts) - legend_at - 1  # no entry twice
+            assert "(ref)" in body and " off" in body  # the crafted step uses both
+            if view == "records":
+                for rec in records:  # each record's numbers, whole, on its own (joined) line
+                    pred = rec.get("predicted") or {}
+                    assert (f"q {_n(rec.get('q'))}; predicted mean {_n(pred.get('mean'), 3)}, dispersion "
+                            f"{_n(pred.get('dispersion'), 3)}, variance {_n(pred.get('variance'))}") in texts
+            else:
+                for rel in ("within", "cross"):
+                    for nb in detailed["relations"][rel]["neighbors"]:
+                        assert f"{nb['id']} ({nb['env']})" in texts
+    assert wrapped > 0  # the outputs did need wrapping: the indent rule was exercised
+
+
+def test_explain_legend_alone_and_without(pane):
+    subprocess.run([sys.executable, "-m", "envsched.cli.main", "run", "--pool", str(TINY), "--batch-size", "8",
+                    "--group-size", "4", "--steps", "3", "--explain", "run.jsonl"], capture_output=True, env=pane.env,
+                   cwd=pane.cwd, check=True)
+    rc, lines = pane.run(["explain", "--legend"])
+    assert rc == 0, "\n".join(lines)
+    _assert_clean(lines)
+    texts = [t for _, t, _ in _logical(lines, lambda text, indent: _legend_starts(text, indent))]
+    assert texts == ["Terms:"] + [f"{term}: {meaning}" for term, meaning in
+                                  (LEGEND[k] for k in dict.fromkeys((*COMPACT_TERMS, *DETAIL_TERMS)))]
+    plain = _explain_piped(pane, ["run.jsonl", "--no-legend"])
+    assert "Terms:" not in plain and _logical(plain, _compact_starts("run.jsonl"))[-1][1].startswith("within ")
+    res = subprocess.run([sys.executable, "-m", "envsched.cli.main", "explain"], capture_output=True, text=True,
+                         env=pane.env, cwd=pane.cwd)
+    assert res.returncode == 2 and "Missing argument 'RUN_FILE' (or give --legend" in res.stderr
+
+
+def test_dashboard_on_a_port_in_use_is_one_line_and_no_url(pane):
+    import socket
+
+    subprocess.run([sys.executable, "-m", "envsched.cli.main", "run", "--pool", str(TINY), "--batch-size", "8",
+                    "--group-size", "4", "--steps", "2", "--store", "h.sqlite"], capture_output=True, env=pane.env,
+                   cwd=pane.cwd, check=True)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        rc, lines = pane.run(["dashboard", "h.sqlite", "--port", str(port)], timeout_s=120)
+    screen = [x for x in lines if x.strip()]
+    assert rc == 1 and len(screen) == 1, "\n".join(lines)
+    assert screen[0].startswith(f"Error: cannot serve on 127.0.0.1:{port}: address already in use")

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 
 import plotly.graph_objects as go
 import pytest
@@ -128,37 +135,63 @@ def test_state_reports_a_store_that_became_unreadable(tmp_path, run_writer):
     dash.stop()
 
 
-def test_cli_serves_the_dashboard_on_loopback(tmp_path, run_writer):
-    import socket
-    import subprocess
-    import sys
-    import time
-    import urllib.request
+def _dashboard(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.Popen([sys.executable, "-m", "envsched.cli.main", "dashboard", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=env, text=True)
 
+
+def test_cli_serves_the_dashboard_on_loopback_and_prints_the_url_it_serves(tmp_path, run_writer):
+    """With --port 0 the system picks the port: the line printed names that port (it said :0), once bound."""
     store = tmp_path / "run.sqlite"
     run_writer(store, None, sampler="uniform", batch_size=4).run(2)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen([sys.executable, "-m", "envsched.cli.main", "dashboard", str(store), "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    proc = _dashboard(str(store), "--port", "0")
     try:
+        line = proc.stdout.readline()  # printed after the port is bound: it can be fetched at once
+        m = re.fullmatch(r"envsched dashboard: (http://127\.0\.0\.1:(\d+)/) \(read-only; Ctrl-C to stop\)\n", line)
+        assert m and int(m.group(2)) > 0, line
         deadline = time.monotonic() + 120  # a guard against a hang
         while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/state", timeout=5) as resp:
-                    state = json.loads(resp.read())
-                if state["caught_up"]:
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()
+            with urllib.request.urlopen(m.group(1) + "api/state", timeout=5) as resp:
+                state = json.loads(resp.read())
+            if state["caught_up"]:
+                break
+            assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.2)
         assert state["steps"] == 2 and state["error"] is None
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: a quiet stop
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in out and "Aborted" not in out, out
+
+
+def test_cli_says_in_one_line_why_it_cannot_serve_before_any_url(tmp_path, run_writer):
+    """A port in use printed the 'serving at' line, then uvicorn's 'ERROR: [Errno 98]', and exited 3; a file
+    that is not a store printed the URL before the error. Now: one line, status 1, no URL."""
+    store = tmp_path / "run.sqlite"
+    run_writer(store, None, sampler="uniform", batch_size=4).run(1)
+    not_a_store = tmp_path / "notes.sqlite"
+    not_a_store.write_text("these are notes, not a store\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cases = {
+            "port in use": ([str(store), "--port", str(port)],
+                            rf"cannot serve on 127\.0\.0\.1:{port}: address already in use \(another program listens "
+                            r"there; choose another --port, or --port 0 for any free one\)"),
+            "not a store": ([str(not_a_store), "--port", "0"], r"store .*notes\.sqlite: file is not a database"),
+            "not a store, port in use": ([str(not_a_store), "--port", str(port)],
+                                         r"store .*notes\.sqlite: file is not a"),
+            "address not this machine's": ([str(store), "--host", "::2", "--allow-remote", "--port", "0"],
+                                           r"cannot serve on \[::2\]:0: .*not one of this machine"),
+        }
+        for name, (args, match) in cases.items():
+            proc = _dashboard(*args)
+            out, _ = proc.communicate(timeout=120)
+            lines = out.strip().splitlines()
+            assert proc.returncode == 1 and len(lines) == 1 and re.search("^Error: " + match, lines[0]), (name, out)
+            assert "http://" not in out, (name, out)
 
 
 def test_a_run_file_of_another_run_is_flagged(tmp_path, run_writer):

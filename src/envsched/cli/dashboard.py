@@ -59,17 +59,19 @@ def dashboard(store: str, run_file: Path | None, host: str, port: int, allow_rem
     each pick, and the asynchronous state. See docs/dashboard.md.
     """
     open_checks(store, run_file, "envsched dashboard")
-    from envsched.dashboard.app import is_loopback, serve
+    from envsched.dashboard.app import PortUnavailableError, is_loopback, serve
     from envsched.dashboard.reader import DashboardError
 
     if not is_loopback(host) and not allow_remote:
         raise click.BadParameter(f"{host} is not a loopback address: anyone who can reach it would see the run "
                                  "(task ids, instructions); pass --allow-remote to serve it there anyway",
                                  param_hint="--host")
-    click.echo(f"envsched dashboard: http://{host if ':' not in host else f'[{host}]'}:{port}/ "
-               "(read-only; Ctrl-C to stop)", err=True)
+
+    def ready(url: str) -> None:  # called once the store is open and the port is bound
+        click.echo(f"envsched dashboard: {url} (read-only; Ctrl-C to stop)", err=True)
+
     try:
         serve(store, run_file=None if run_file is None else str(run_file), table_prefix=prefix, host=host,
-              port=port, allow_remote=allow_remote, poll_s=poll_s)
-    except (DashboardError, ValueError, FileNotFoundError) as exc:
+              port=port, allow_remote=allow_remote, poll_s=poll_s, ready=ready)
+    except (DashboardError, PortUnavailableError, ValueError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from None

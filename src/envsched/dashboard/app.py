@@ -18,24 +18,66 @@ other web pages from reading the dashboard through DNS rebinding.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.resources
 import ipaddress
 import json
 import os
+import socket
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 from envsched.dashboard.model import RUN_FILE_CHUNK_BYTES, RunIndex
 from envsched.dashboard.reader import StoreReader
 from envsched.dashboard.views import build_views, pick_rows
+from envsched.errors import EnvSchedError
 
-__all__ = ["CSP", "Dashboard", "create_app", "is_loopback", "page_html", "plotly_js_path", "static_text"]
+__all__ = ["CSP", "Dashboard", "PortUnavailableError", "bind", "create_app", "is_loopback", "page_html",
+           "plotly_js_path", "serve", "static_text", "url_of"]
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
        "connect-src 'self'; font-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 _STATIC = {"dashboard.js": "text/javascript; charset=utf-8", "dashboard.css": "text/css; charset=utf-8"}
+
+
+class PortUnavailableError(EnvSchedError, OSError):
+    """The dashboard cannot listen where it was asked to (the port is taken, the address is not this
+    machine's, or the port needs privileges)."""
+
+
+#: what to add to the system's reason, by errno
+_BIND_HINTS = {
+    errno.EADDRINUSE: "another program listens there; choose another --port, or --port 0 for any free one",
+    errno.EACCES: "ports below 1024 need privileges; choose a port from 1024, or --port 0 for any free one",
+    errno.EADDRNOTAVAIL: "that address is not one of this machine's",
+}
+
+
+def url_of(host: str, port: int) -> str:
+    """The page's URL on ``host`` (an IPv6 address in brackets) and ``port``."""
+    host = host.strip("[]")
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on ``host``:``port`` (``port`` 0: a free port the system picks; read it from
+    ``getsockname()``). :class:`PortUnavailableError` in one line when it cannot be had."""
+    where = url_of(host, port)[len("http://"):-1]
+    sock: socket.socket | None = None
+    try:  # as uvicorn binds: IPv6 for an address with a colon, IPv4 for anything else ("localhost": 127.0.0.1)
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a closed port's TIME_WAIT
+        sock.bind((host.strip("[]"), port))
+        sock.listen(2048)
+    except OSError as exc:
+        if sock is not None:
+            sock.close()
+        hint = _BIND_HINTS.get(exc.errno or 0)
+        raise PortUnavailableError(f"cannot serve on {where}: {(exc.strerror or str(exc)).lower()}"
+                                   + (f" ({hint})" if hint else "")) from None
+    return sock
 
 
 def is_loopback(host: str) -> bool:
@@ -282,13 +324,28 @@ def create_app(store: str | os.PathLike[str], *, run_file: str | os.PathLike[str
 
 
 def serve(store: str, *, run_file: str | None = None, table_prefix: str = "envsched", host: str = "127.0.0.1",
-          port: int = 8080, allow_remote: bool = False, poll_s: float = 0.25) -> None:
+          port: int = 8080, allow_remote: bool = False, poll_s: float = 0.25,
+          ready: Callable[[str], None] | None = None) -> None:
     """Run the dashboard with uvicorn until interrupted. Refuses a non-loopback ``host`` unless
-    ``allow_remote`` (the page shows task ids and instructions of the pool to whoever can reach it)."""
+    ``allow_remote`` (the page shows task ids and instructions of the pool to whoever can reach it).
+
+    In this order, so that nothing claims to serve what it cannot: the store is opened (a store that cannot
+    be read raises :class:`~envsched.dashboard.reader.DashboardError`), the port is bound
+    (:class:`PortUnavailableError`), then ``ready`` is called with the URL actually served (with ``port`` 0,
+    the port the system picked) and uvicorn serves on that socket."""
     import uvicorn
 
     if not is_loopback(host) and not allow_remote:
         raise ValueError(f"refusing to serve the dashboard on {host}, which is not a loopback address: anyone who "
                          "can reach it would see the run; pass --allow-remote to do it anyway")
     app = create_app(store, run_file=run_file, table_prefix=table_prefix, host=host, poll_s=poll_s)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    try:
+        sock = bind(host, port)
+    except PortUnavailableError:
+        app.state.dashboard.stop()
+        raise
+    with sock:
+        if ready is not None:
+            ready(url_of(host, sock.getsockname()[1]))
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn has shut down and re-raises it
+            uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
