@@ -300,7 +300,7 @@ ENV_SIZES = (18, 24, 30, 36, 42)
 #: The learner's v2 defaults (``NeuralConfig`` fields), applied under any ``--learner KEY=VALUE``.
 V2_LEARNER: dict[str, Any] = {
     "d_model": 64, "n_layers": 2, "n_heads": 4, "max_len": 24, "max_new_tokens": 4, "optimizer": "sgd",
-    "lr": 0.2, "max_grad_norm": 0.0, "epochs": 1, "warmup_steps": 2500, "warmup_batch": 128, "warmup_lr": 3e-3,
+    "lr": 0.07, "max_grad_norm": 0.0, "epochs": 1, "warmup_steps": 2500, "warmup_batch": 128, "warmup_lr": 3e-3,
     "score": "expected", "eval_every": 10, "train_eval_tasks": 200,
 }
 
