@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import decimal
+import os
 import re
 import sys
 import threading
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from envsched.envs._bfcl_package import _bfcl
-from envsched.envs._worker_pool import PooledWorker, limit_address_space
+from envsched.envs._worker_pool import PooledWorker, limit_address_space, wait_for_request
 
 __all__: list[str] = []
 
@@ -49,6 +50,7 @@ def _memory_errors(executor: Callable[..., Any]) -> Iterator[list[bool]]:
 def _worker_main(conn: Any, memory_bytes: int) -> None:
     """The worker process: executes one episode's calls (and then its check) on request, holding the BFCL
     class instances between calls; its address space is capped ``memory_bytes`` above its start size."""
+    parent = os.getppid()
     b = _bfcl()
     limit_address_space(memory_bytes)
     entry: dict[str, Any] = {}
@@ -56,6 +58,7 @@ def _worker_main(conn: Any, memory_bytes: int) -> None:
     ctx = decimal.Context()
     while True:
         try:
+            wait_for_request(conn, parent)
             msg = conn.recv()
         except (EOFError, OSError):
             return

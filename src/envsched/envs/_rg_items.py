@@ -26,12 +26,13 @@ import decimal
 import functools
 import io
 import json
+import os
 import pickle
 import resource
 import threading
 from typing import Any, ClassVar
 
-from envsched.envs._worker_pool import PooledWorker, address_space, limit_address_space
+from envsched.envs._worker_pool import PooledWorker, address_space, limit_address_space, wait_for_request
 
 __all__ = ["GENERATION_MEMORY_MB", "GENERATION_TIMEOUT_S", "RETIRE_GROWTH_MB", "generate_item"]
 
@@ -69,12 +70,14 @@ def _dataset(name: str, config_json: str, seed: int, size: int) -> Any:
 def _item_main(conn: Any, memory_bytes: int) -> None:
     """The generation worker: answers ``(name, config_json, seed, size, index)`` with ``(("ok", item) |
     ("error", why) | ("budget", why) | ("unregistered", name), address-space growth in bytes)``."""
+    parent = os.getppid()
     limit_address_space(memory_bytes)
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     start = address_space()
     while True:
         try:
+            wait_for_request(conn, parent)
             name, config_json, seed, size, index = conn.recv()  # from the trusted caller only
         except (EOFError, OSError):
             return

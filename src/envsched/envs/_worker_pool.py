@@ -15,10 +15,10 @@ import contextlib
 import multiprocessing
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
-__all__ = ["PooledWorker", "address_space", "limit_address_space", "process_context"]
+__all__ = ["PooledWorker", "address_space", "limit_address_space", "process_context", "wait_for_request"]
 
 W = TypeVar("W", bound="PooledWorker")
 
@@ -27,6 +27,35 @@ def process_context() -> Any:
     """``fork`` where the platform has it, else ``spawn``."""
     methods = multiprocessing.get_all_start_methods()
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
+@contextlib.contextmanager
+def _children_allowed() -> Iterator[None]:
+    """Let this process start a worker even when it is daemonic.
+
+    multiprocessing refuses to start a process from a daemonic one, because a daemonic process is terminated
+    when its parent exits and would leave its children behind. TRL's asynchronous rollout worker is such a
+    process, and it scores answers. A worker of this module cannot be left behind: it stops when its pipe
+    closes and when it finds that the process that started it is gone (:func:`wait_for_request`), so the
+    refusal is lifted for the start and put back after it."""
+    me = multiprocessing.current_process()
+    if not me.daemon:
+        yield
+        return
+    me.daemon = False
+    try:
+        yield
+    finally:
+        me.daemon = True
+
+
+def wait_for_request(conn: Any, parent: int, poll_s: float = 1.0) -> None:
+    """Called in a worker: return once ``conn`` has a request; ``EOFError`` once the process that started the
+    worker (pid ``parent``) is gone, so a worker never outlives its parent even when the parent was killed
+    before it could close the pipe."""
+    while not conn.poll(poll_s):
+        if os.getppid() != parent:
+            raise EOFError("the process that started this worker is gone")
 
 
 def address_space() -> int:
@@ -65,7 +94,8 @@ class PooledWorker:
         self.memory_bytes = memory_bytes
         self.proc = ctx.Process(target=type(self).target, args=(child, memory_bytes), daemon=True,
                                 name=self.process_name)
-        self.proc.start()
+        with _children_allowed():
+            self.proc.start()
         child.close()
 
     @classmethod

@@ -78,7 +78,7 @@ from typing import Any, ClassVar
 from envsched.envs._answer_checks import clean_reward, degenerate_reason
 from envsched.envs._guard import EvaluationBlocked, arm
 from envsched.envs._settings import env_number
-from envsched.envs._worker_pool import PooledWorker, address_space, limit_address_space
+from envsched.envs._worker_pool import PooledWorker, address_space, limit_address_space, wait_for_request
 from envsched.envs.safe_expr import MAX_EXPR_CHARS, _names, safe_parse_expr
 from envsched.errors import EnvSchedError
 
@@ -392,6 +392,7 @@ def _serve(conn: Any, memory_bytes: int, allow_evaluation: bool) -> None:
     """A scorer worker: caps its address space, makes the evaluating scorers safe, arms the guard for good,
     then answers requests; replies are JSON bytes (the parent never unpickles what this process sends), with
     ``grown``: how far its address space has grown since it started."""
+    parent = os.getppid()
     limit_address_space(memory_bytes)
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -402,6 +403,7 @@ def _serve(conn: Any, memory_bytes: int, allow_evaluation: bool) -> None:
     conn.send_bytes(b'{"ready": true}')
     while True:
         try:
+            wait_for_request(conn, parent)
             msg = _receive(conn)
         except (EOFError, OSError):
             return

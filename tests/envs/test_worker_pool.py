@@ -1,0 +1,93 @@
+"""The bounded workers start from a daemonic process (TRL's asynchronous rollout worker is one, and it scores
+answers there) and never outlive the process that started them."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+
+def _task_and_reference() -> tuple[dict, str]:
+    from envsched.envs.reasoning_gym import build_reasoning_gym_pool, regenerate_item
+
+    task = next(iter(build_reasoning_gym_pool(["chain_sum"], tasks_per_dataset=2)))
+    return dict(task), str(regenerate_item(task)["answer"])
+
+
+def _score_in_child(queue: mp.Queue) -> None:
+    from envsched.envs.reasoning_gym import score_task_answer
+    from envsched.envs.safe_scoring import _ScorerWorker
+
+    task, reference = _task_and_reference()
+    queue.put({"right": score_task_answer(task, reference), "nan": score_task_answer(task, "nan"),
+               "workers": [w.proc.pid for w in _ScorerWorker.idle]})
+    time.sleep(60)  # stays alive until the test kills it
+
+
+_DAEMONIC_SCORING = """
+import multiprocessing as mp, sys
+
+def child(queue):
+    from envsched.envs.reasoning_gym import build_reasoning_gym_pool, regenerate_item, score_task_answer
+    from envsched.envs.safe_scoring import _ScorerWorker
+
+    task = next(iter(build_reasoning_gym_pool(["chain_sum"], tasks_per_dataset=2)))
+    reference = str(regenerate_item(task)["answer"])
+    queue.put([score_task_answer(task, reference), score_task_answer(task, "nan"), len(_ScorerWorker.idle),
+               mp.current_process().daemon])
+
+if __name__ == "__main__":
+    ctx = mp.get_context(sys.argv[1])
+    queue = ctx.Queue()
+    proc = ctx.Process(target=child, args=(queue,), daemon=True)
+    proc.start()
+    print(queue.get(timeout=240))
+    proc.join(30)
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_daemonic_process_scores_through_the_bounded_worker(method: str, tmp_path: Path) -> None:
+    """multiprocessing refuses to start a process from a daemonic one; the worker starts anyway, the answer is
+    scored in it (right 1.0, "nan" 0.0) and the daemonic process keeps its daemon mark."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "daemonic_scoring.py"
+    script.write_text(_DAEMONIC_SCORING)
+    out = subprocess.run([sys.executable, str(script), method], capture_output=True, text=True, timeout=300,
+                         check=True).stdout
+    assert out.strip().splitlines()[-1] == "[1.0, 0.0, 1, True]", out
+
+
+def _gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie nobody reaped (a container's init may not reap)."""
+    status = Path(f"/proc/{pid}/status")
+    try:
+        text = status.read_text()
+    except OSError:
+        return True
+    return "\nState:\tZ" in text or "\nState:\tX" in text
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_a_worker_stops_when_the_process_that_started_it_is_killed() -> None:
+    """SIGKILL leaves the worker's pipe open in nobody's hands but the worker's own copy: the worker notices that
+    its parent is gone and exits, instead of waiting forever."""
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_score_in_child, args=(queue,), daemon=True)
+    child.start()
+    workers = queue.get(timeout=180)["workers"]
+    assert workers
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(10)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all(_gone(pid) for pid in workers):
+        time.sleep(0.2)
+    assert all(_gone(pid) for pid in workers), "a scorer worker outlived the process that started it"
