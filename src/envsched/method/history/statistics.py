@@ -734,8 +734,13 @@ class History:
 
         Exploitation groups are chosen *for* high predicted variance, so they would bias a reference meant to
         track the policy's overall level: a step's reference uses its other groups (cold start, coverage,
-        fill, external), and only a step that has none of those (the exploitation-only ablation) uses its
-        exploitation groups.
+        fill, external). In the exploitation-only ablation (``mode="exploitation_only"``), whose steps have no
+        other groups, and in the paper preset, a step without other groups uses its exploitation groups. The
+        default's other steps without other groups (``sample(1)``, whose one slot is exploitation's) have no
+        step-level reference: their observations are not shifted. Their own groups as the reference would centre
+        each of them on itself, every observation of the step becoming the reference exactly (with one group per
+        step, every draw of an asynchronous trainer drawing one task at a time), and make every group move the
+        global reference.
         """
         if "refs" in self._cache:
             return self._cache["refs"]
@@ -753,6 +758,8 @@ class History:
         disp_all[: len(self._batch_sizes)] = self._batch_sizes
         cnt_other = np.bincount(st_all[not_expl], minlength=steps).astype(float)
         use_other = (disp_other > 0) | (cnt_other > 0)  # per step: reference from non-exploitation groups
+        if self.config.mode != "exploitation_only" and not self.config.is_paper:
+            use_other[:] = True  # exploitation groups never make a reference (a step of them only has none)
         sel = np.where(use_other[st_all], not_expl, True)
         st = st_all[sel]
         cnt = np.bincount(st, minlength=steps).astype(float)
