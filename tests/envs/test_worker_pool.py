@@ -3,31 +3,10 @@ answers there) and never outlive the process that started them."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
-import signal
 import time
 from pathlib import Path
 
 import pytest
-
-
-def _task_and_reference() -> tuple[dict, str]:
-    from envsched.envs.reasoning_gym import build_reasoning_gym_pool, regenerate_item
-
-    task = next(iter(build_reasoning_gym_pool(["chain_sum"], tasks_per_dataset=2)))
-    return dict(task), str(regenerate_item(task)["answer"])
-
-
-def _score_in_child(queue: mp.Queue) -> None:
-    from envsched.envs.reasoning_gym import score_task_answer
-    from envsched.envs.safe_scoring import _ScorerWorker
-
-    task, reference = _task_and_reference()
-    queue.put({"right": score_task_answer(task, reference), "nan": score_task_answer(task, "nan"),
-               "workers": [w.proc.pid for w in _ScorerWorker.idle]})
-    time.sleep(60)  # stays alive until the test kills it
-
 
 _DAEMONIC_SCORING = """
 import multiprocessing as mp, sys
@@ -75,18 +54,36 @@ def _gone(pid: int) -> bool:
     return "\nState:\tZ" in text or "\nState:\tX" in text
 
 
+_SCORE_THEN_WAIT = """
+import sys, time
+from envsched.envs.reasoning_gym import build_reasoning_gym_pool, regenerate_item, score_task_answer
+from envsched.envs.safe_scoring import _ScorerWorker
+
+task = next(iter(build_reasoning_gym_pool(["chain_sum"], tasks_per_dataset=2)))
+assert score_task_answer(task, str(regenerate_item(task)["answer"])) == 1.0
+print(" ".join(str(w.proc.pid) for w in _ScorerWorker.idle), flush=True)
+time.sleep(120)  # until the test kills it
+"""
+
+
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
-def test_a_worker_stops_when_the_process_that_started_it_is_killed() -> None:
-    """SIGKILL leaves the worker's pipe open in nobody's hands but the worker's own copy: the worker notices that
-    its parent is gone and exits, instead of waiting forever."""
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    child = ctx.Process(target=_score_in_child, args=(queue,), daemon=True)
-    child.start()
-    workers = queue.get(timeout=180)["workers"]
-    assert workers
-    os.kill(child.pid, signal.SIGKILL)
-    child.join(10)
+def test_a_worker_stops_when_the_process_that_started_it_is_killed(tmp_path: Path) -> None:
+    """SIGKILL gives the parent no chance to stop its workers, and each worker holds a copy of the parent's end
+    of its pipe, so no EOF ever comes: the worker notices that its parent is gone and exits instead of waiting
+    forever."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "score_then_wait.py"
+    script.write_text(_SCORE_THEN_WAIT)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        workers = [int(pid) for pid in proc.stdout.readline().split()]  # type: ignore[union-attr]
+        assert workers, "the answer was not scored in a worker"
+        assert not any(_gone(pid) for pid in workers)
+    finally:
+        proc.kill()
+        proc.wait(30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not all(_gone(pid) for pid in workers):
         time.sleep(0.2)

@@ -207,13 +207,13 @@ class DrawServer:
             except Exception as exc:
                 logger.exception("envsched: answering a draw request failed")
                 reply = ("error", f"{type(exc).__name__}: {exc}")
+            with self._lock:  # counted before the reply goes out, so a peer that has its reply sees the count
+                self.counts["requests"] += 1
             try:
                 with self._deadlines.within(sock, MESSAGE_TIMEOUT_S, "a reply"):
                     conn.send(reply)
             except (EOFError, OSError):
                 return
-            with self._lock:
-                self.counts["requests"] += 1
 
 
 def connect_draw_channel(address: tuple[str, int], authkey: bytes, *, timeout_s: float | None = None
