@@ -32,6 +32,7 @@ def test_unknown_name_is_an_attribute_error():
         envsched.EnvSchedSamplr  # noqa: B018
 
 
+@pytest.mark.slow
 def test_import_is_lazy_and_the_issue_line_works():
     code = ("import sys, envsched\nheavy = [m for m in ('numpy', 'sklearn', 'scipy', 'envsched.method') "
             "if m in sys.modules]\nprint(heavy)\n"

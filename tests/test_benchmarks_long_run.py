@@ -8,9 +8,12 @@ import runpy
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "long_run.py"
 
 
+@pytest.mark.slow
 def test_quick_run_at_a_tiny_size(tmp_path, capsys):
     lr = SimpleNamespace(**runpy.run_path(str(SCRIPT), run_name="long_run"))
     out = tmp_path / "lr.json"

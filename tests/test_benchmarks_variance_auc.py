@@ -63,6 +63,7 @@ def test_within_run_auc_is_the_mean_of_each_runs_auc():
         VN.WithinRun(y[:-1], task[:-1], run[:-1])
 
 
+@pytest.mark.slow
 def test_no_predictor_reads_the_tasks_own_outcome():
     specs = VN.training_specs()
     pred = VN.Predictors(specs)
@@ -98,6 +99,7 @@ def test_group_mean_of_the_others():
     assert VN.group_mean_others(v, np.array(["a", "a", "a", "b"])).tolist() == [2.5, 2.0, 1.5, 2.0]
 
 
+@pytest.mark.slow
 def test_neural_run_end_to_end(tmp_path, capsys):
     args = ["--seeds", "0", "--steps", "6", "--checkpoints", "3", "6", "--batch-size", "8", "--group-size", "4",
             "--outcomes", str(tmp_path / "out")] + [x for t in TINY for x in ("--learner", t)]

@@ -66,6 +66,7 @@ def test_the_readme_has_runnable_examples():
     assert ("python", "run") in kinds and ("bash", "run") in kinds
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("doc", RUNNABLE, ids=[d.name for d in RUNNABLE])
 def test_runnable_blocks(doc, workdir):
     namespace: dict[str, object] = {"__name__": f"doctest_{doc.stem}"}
@@ -93,6 +94,7 @@ def test_runnable_blocks(doc, workdir):
 README_BLOCKS = [(line, lang, code) for line, lang, mark, code in blocks(ROOT / "README.md") if mark == "run"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("line", "lang", "code"), README_BLOCKS, ids=[f"line{b[0]}" for b in README_BLOCKS])
 def test_readme_block_runs_alone_and_twice(line, lang, code, tmp_path):
     """A reader copies one block into a fresh folder and runs it, maybe twice: each runnable README block runs

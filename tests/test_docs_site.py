@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import envsched
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,6 +24,7 @@ def build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
                           cwd=config.parent)
 
 
+@pytest.mark.slow
 def test_the_site_builds_strict_and_documents_every_public_name(tmp_path: Path) -> None:
     out = build(ROOT / "mkdocs.yml", tmp_path / "site")
     log = out.stdout + out.stderr

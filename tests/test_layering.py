@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import envsched
 
 PACKAGE = Path(envsched.__file__).resolve().parent
@@ -81,6 +83,7 @@ def test_no_module_imports_a_higher_layer():
     assert violations() == []
 
 
+@pytest.mark.slow
 def test_version_lives_in_its_own_module():
     """Below the CLI nothing imports the package root, not even for the version (envsched/_version.py), and
     the version agrees with pyproject.toml's."""
@@ -129,6 +132,7 @@ def test_the_lab_check_finds_an_import(tmp_path):
     assert lab_imports(pkg) == ["cli/x.py:2"]
 
 
+@pytest.mark.slow
 def test_importing_the_library_loads_neither_torch_nor_the_lab():
     """Every public name of the package resolved, in a fresh interpreter: torch and envsched_lab stay out."""
     import subprocess

@@ -118,6 +118,7 @@ def test_array_problem_names_non_finite_values_and_the_smallest_below_the_bound(
 _CHECKS = {name for name in check.__all__ if callable(getattr(check, name))}
 
 
+@pytest.mark.slow
 def test_no_other_module_defines_a_check_of_its_own() -> None:
     """The checks have one home: no other module of the package defines a function of the same name (a
     module that needs one imports it), and the former homes are gone."""

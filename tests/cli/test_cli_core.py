@@ -99,3 +99,21 @@ def test_the_command_list_of_docs_cli_names_every_command():
     assert {"run", "pool", "explain", "store", "bench", "eval", "dashboard", "report"} <= set(commands)
     missing = [c for c in commands if f"envsched {c} " not in listing]
     assert not missing, f"docs/cli.md's command list leaves out {missing}"
+
+
+def test_list_samplers_points_to_the_page_that_says_which_to_choose():
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from envsched.cli.main import cli
+    from envsched.cli.run import CHOOSING_PAGE
+    from envsched.samplers.registry import available_samplers
+
+    res = CliRunner().invoke(cli, ["run", "--list-samplers"])
+    assert res.exit_code == 0, res.output
+    assert [line.split(":")[0] for line in res.output.splitlines()[:len(available_samplers())]] == \
+        sorted(available_samplers())
+    assert CHOOSING_PAGE in res.output
+    page = Path(__file__).resolve().parents[2] / CHOOSING_PAGE.split()[0]
+    assert page.is_file() and "Which sampler should I use?" in page.read_text()

@@ -28,8 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "examples" / "tiny_pool.jsonl"
 WIDTH, HEIGHT = 80, 24
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
-                                reason="tmux is not installed (apt-get install tmux; .ci/run installs it)")
+pytestmark = [pytest.mark.skipif(shutil.which("tmux") is None,
+                                 reason="tmux is not installed (apt-get install tmux; .ci/run installs it)"),
+              pytest.mark.slow]  # a real terminal per test: outside the fast lane
 
 
 def _width(line: str) -> int:

@@ -141,6 +141,7 @@ def _dashboard(*args: str) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, env=env, text=True)
 
 
+@pytest.mark.slow
 def test_cli_serves_the_dashboard_on_loopback_and_prints_the_url_it_serves(tmp_path, run_writer):
     """With --port 0 the system picks the port: the line printed names that port (it said :0), once bound."""
     store = tmp_path / "run.sqlite"
@@ -165,6 +166,7 @@ def test_cli_serves_the_dashboard_on_loopback_and_prints_the_url_it_serves(tmp_p
     assert proc.returncode == 0 and "Traceback" not in out and "Aborted" not in out, out
 
 
+@pytest.mark.slow
 def test_cli_says_in_one_line_why_it_cannot_serve_before_any_url(tmp_path, run_writer):
     """A port in use printed the 'serving at' line, then uvicorn's 'ERROR: [Errno 98]', and exited 3; a file
     that is not a store printed the URL before the error. Now: one line, status 1, no URL."""

@@ -25,9 +25,10 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                                reason=f"{CHROMIUM} not found: install Debian's chromium (apt-get install chromium; "
-                                       ".ci/run does it)")
+pytestmark = [pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                                 reason=f"{CHROMIUM} not found: install Debian's chromium (apt-get install chromium; "
+                                        ".ci/run does it)"),
+              pytest.mark.slow]  # a browser: outside the fast lane
 
 
 @pytest.fixture

@@ -26,7 +26,8 @@ from envsched.pool import TaskPool
 from envsched.store import DurableSampler, HistoryStore
 
 URL = os.environ.get("ENVSCHED_TEST_POSTGRES_URL")
-pytestmark = pytest.mark.skipif(not URL, reason="ENVSCHED_TEST_POSTGRES_URL is not set (CI runs .ci/postgres.sh)")
+pytestmark = [pytest.mark.skipif(not URL, reason="ENVSCHED_TEST_POSTGRES_URL is not set (CI runs .ci/postgres.sh)"),
+              pytest.mark.slow]  # Ray and killed processes: outside the fast lane
 
 GROUP = 2
 LEASE_S = 3.0

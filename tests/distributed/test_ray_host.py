@@ -15,6 +15,8 @@ from envsched.pool import TaskPool
 from envsched.samplers import CurriculumSampler, UniformSampler
 from envsched.store import DurableSampler, HistoryStore
 
+pytestmark = pytest.mark.slow  # spawns processes or trains: outside the fast lane
+
 
 def _pool(n: int = 12) -> TaskPool:
     return TaskPool([{"id": f"t{i}", "env": f"e{i % 3}", "difficulty": i % 3} for i in range(n)])

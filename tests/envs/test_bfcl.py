@@ -62,6 +62,7 @@ def test_spec_content_matches_the_package_data(specs: list[dict]) -> None:
     assert sort["available_from_turn"] == 3
 
 
+@pytest.mark.slow
 def test_ground_truth_replays_score_full_marks_on_all_800(specs: list[dict]) -> None:
     unscored: list[tuple[str, dict]] = []
     failed: list[str] = []
@@ -77,6 +78,7 @@ def test_ground_truth_replays_score_full_marks_on_all_800(specs: list[dict]) -> 
     assert len(unscored) == 0  # bfcl-eval 2026.3.23 scores every multi-turn task
 
 
+@pytest.mark.slow
 def test_dropping_one_ground_truth_call_fails_every_task(specs: list[dict]) -> None:
     still_pass = []
     for s in specs:

@@ -55,6 +55,7 @@ def test_combined_pool_keeps_every_environment_apart() -> None:
         build_combined_pool(["tau2"])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_BFCL, reason="needs bfcl-eval")
 def test_bundled_pool_is_the_paper_size(bundled_pool: TaskPool, bundled_pool_cache: Path) -> None:
     assert len(bundled_pool) == 2550 and len(bundled_pool.envs) == 51
@@ -98,6 +99,7 @@ def test_default_pool_cache_mechanics(tmp_path: Path, monkeypatch: pytest.Monkey
     assert default_pool(seed=1).fingerprint() != first.fingerprint()
 
 
+@pytest.mark.slow
 def test_without_bfcl_the_bundled_pool_falls_back_to_reasoning_gym(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bfcl_module, "bfcl_available", lambda: False)
     with pytest.warns(RuntimeWarning, match=r"bfcl-eval is not installed.*pip install --no-deps bfcl-eval"):

@@ -64,6 +64,7 @@ def test_http_base_url_forms():
             http_base_url(bad)
 
 
+@pytest.mark.slow
 def test_task_api_client_routes_paging_and_errors(proc_server):
     _, url = proc_server
     client = TaskAPIClient(url.replace("http://", "ws://") + "/ws", "qa_pool")
@@ -171,6 +172,7 @@ def test_episodes_over_websocket_and_a_server_that_goes_away(proc_server):
     assert result.per_task["a"]["outcome"] == "infra_error"
 
 
+@pytest.mark.slow
 def test_capacity_reached_is_infrastructure_and_default_pool():
     pool = chain_sum_pool({"test": 3, "train": 2}, tiers=5)
     assert len(pool) == 25

@@ -151,6 +151,7 @@ def _qa_pool(n: int = 4) -> TaskPool:
                      for i in range(n)])
 
 
+@pytest.mark.slow
 def test_idle_sessions_expire_and_a_new_client_is_served():
     """The audit's lock: with every session held by an idle client, a new client was refused forever."""
     import time
@@ -186,6 +187,7 @@ def test_idle_sessions_expire_and_a_new_client_is_served():
                 assert json.loads(fresh.recv(timeout=10))["data"]["reward"] == 1.0
 
 
+@pytest.mark.slow
 def test_an_active_session_is_kept_and_mcp_sessions_expire():
     """Messages keep a WebSocket session (OpenEnv's reaper does not take it from under its connection, even when
     the client only asks for state); sessions opened over HTTP /mcp have no connection and expire when idle."""
@@ -212,6 +214,7 @@ def test_an_active_session_is_kept_and_mcp_sessions_expire():
             assert json.loads(ws.recv(timeout=10))["data"]["reward"] == 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, value", [("ENVSCHED_OPENENV_IDLE_TIMEOUT_S", "0"),
                                          ("ENVSCHED_OPENENV_IDLE_TIMEOUT_S", "soon"),
                                          ("ENVSCHED_OPENENV_BODY_TIMEOUT_S", "-1"),
@@ -236,6 +239,7 @@ def test_limits_from_make_app_are_checked_and_kept():
     assert app.state.env_server._session_idle_timeout_s == 42.0  # OpenEnv's reaper uses the same limit
 
 
+@pytest.mark.slow
 def test_the_launcher_serves_with_the_head_deadline(tmp_path):
     """``python -m envsched.envs.openenv_server`` (the documented way): a stalled request head gets 408."""
     import os

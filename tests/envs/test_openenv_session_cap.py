@@ -138,6 +138,7 @@ def test_the_default_cap_and_bad_values():
         True, True, True, True, False, False, False]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, value", [("ENVSCHED_OPENENV_MAX_SESSIONS_PER_CLIENT", "0"),
                                          ("ENVSCHED_OPENENV_MAX_SESSIONS_PER_CLIENT", "lots"),
                                          ("ENVSCHED_OPENENV_CAP_LOOPBACK", "maybe")])

@@ -39,6 +39,7 @@ def test_benchmark_part_counts() -> None:
     assert all(v == 0 for v in TaskPool(specs).missing_fields().values())
 
 
+@pytest.mark.slow
 def test_reference_answers_score_one_and_wrong_answers_less(bench_specs: list[dict]) -> None:
     from envsched.envs import reasoning_gym as rg
 
@@ -84,6 +85,7 @@ def test_curriculum_tiers_are_closely_spaced_configurations() -> None:
     assert dataset_tiers("gsm_symbolic") == [{}]  # no curriculum: one tier, the default configuration
 
 
+@pytest.mark.slow
 def test_specs_are_json_and_regenerate_offline() -> None:
     specs = build_reasoning_gym_pool(["gcd", "word_ladder"], tasks_per_dataset=6, seed=7)
     again = json.loads(json.dumps(specs))
@@ -153,6 +155,7 @@ def test_bad_inputs() -> None:
         regenerate_item(broken)
 
 
+@pytest.mark.slow
 def test_extra_datasets_regenerate_their_items_in_any_order() -> None:
     from envsched.envs import reasoning_gym as rg
 
@@ -202,6 +205,7 @@ _EVALUATING_ELSEWHERE = ("binary_matrix", "countdown", "intermediate_integration
                          "polynomial_multiplication", "puzzle24", "string_insertion")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", sorted(DEFAULT_DATASETS + _EVALUATING_ELSEWHERE))
 def test_the_safe_path_scores_as_the_datasets_own_scorer_on_benign_answers(dataset: str) -> None:
     """Every default dataset (one item per tier) and the evaluating datasets outside it (two items):

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # spawns processes or trains: outside the fast lane
+
 _DAEMONIC_SCORING = """
 import multiprocessing as mp, sys
 

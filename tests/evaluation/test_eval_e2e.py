@@ -57,6 +57,7 @@ def _eval(runner: CliRunner, url: str, llm: str, out, *extra: str):
     return json.loads((out / "result.json").read_text()), res.output
 
 
+@pytest.mark.slow
 def test_eval_end_to_end_with_infra_failure_and_resume(tmp_path, stub_llm):
     pool = _pool()
     server = ServerThread(make_app(pool, max_concurrent_envs=4)).start()

@@ -27,6 +27,7 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_closed_port_stops_before_the_first_episode_with_the_connection_error(tmp_path):
     port = _closed_port()
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}

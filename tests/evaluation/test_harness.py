@@ -54,6 +54,7 @@ def test_reasoning_gym_in_process_with_resume(tmp_path, stub_llm, rg_tasks):
     assert len((out / "episodes.jsonl").read_text().splitlines()) == 6
 
 
+@pytest.mark.slow
 def test_capacity_retries_concurrency_and_timeout(tmp_path, stub_llm):
     pytest.importorskip("openenv.core.env_server")
     from envsched.envs.openenv import OpenEnvEnvironment, TaskAPIClient

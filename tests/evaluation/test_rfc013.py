@@ -137,6 +137,7 @@ def _params(llm_url: str, **kw):
             "model": "ckpt", "max_turns": 3, **kw}
 
 
+@pytest.mark.slow
 def test_same_evaluation_in_rfc_form_and_envsched_form(server, stub_llm, tmp_path):
     stub_llm.respond = checkpoint(1)
     # ---- RFC form: EnvEvalHarness(session_factory, harness_adapter, task_client, output_dir)

@@ -1,5 +1,9 @@
 """examples/plain_loop.py: the smallest run, then a resume that makes the uninterrupted run's draws."""
 
+import pytest
+
+pytestmark = pytest.mark.slow  # spawns processes: outside the fast lane
+
 
 def test_plain_loop_runs_and_resumes_like_an_uninterrupted_run(run_example, tmp_path):
     short = run_example("plain_loop", ["--smoke", "--out", "a"], tmp_path)

@@ -5,6 +5,8 @@ import pickle
 
 import pytest
 
+pytestmark = pytest.mark.slow  # spawns processes or trains: outside the fast lane
+
 pytest.importorskip("verifiers.v1")
 
 

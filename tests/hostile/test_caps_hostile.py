@@ -126,6 +126,7 @@ def zip_bomb(good_graph: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
                     header=_npy_header((15, rows), "<f4"), stream_zeros=15 * rows * 4, compress=True)
 
 
+@pytest.mark.slow
 @pytest.mark.hostile_budget(30)  # many inputs (or a deadline the test waits out) in one call
 def test_the_zip_bomb_is_refused_from_the_directory_in_a_small_process(zip_bomb: Path) -> None:
     assert zip_bomb.stat().st_size < 4 * 2**20
@@ -146,6 +147,7 @@ def test_the_zip_bomb_header_alone_is_refused_too(zip_bomb: Path) -> None:
         read_graph_header(zip_bomb)
 
 
+@pytest.mark.slow
 def test_a_51_kb_file_declaring_44_gib_is_a_clear_error_not_memory_error(good_graph: Any, tmp_path: Path) -> None:
     """Issue 23: the header declares 44.7 GiB of float64, the member holds a few bytes."""
     _, good = good_graph
@@ -243,6 +245,7 @@ def _special_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
             "symlink to /dev/zero": (link, "character device")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["named pipe", "/dev/zero", "/dev/null", "socket", "symlink to /dev/zero"])
 def test_a_special_file_as_a_graph_is_refused_without_hanging(tmp_path: Path, case: str) -> None:
     path, kind = _special_files(tmp_path)[case]

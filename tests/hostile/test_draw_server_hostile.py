@@ -162,6 +162,7 @@ OUTSIDERS: dict[str, Callable[[Any], list[socket.socket]]] = {
                                        _burst, _wrong_key, _reflect_challenge, _empty_key)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(OUTSIDERS))
 def test_an_outsider_never_stops_the_server_serving_the_child(server, name):
     held = OUTSIDERS[name](server.address)
@@ -310,6 +311,7 @@ CHILD_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CHILD_CASES))
 def test_the_childs_connect_fails_within_its_deadline_with_one_clear_error(name):
     behaviour, match = CHILD_CASES[name]

@@ -49,6 +49,7 @@ def _listing(folder: Path) -> list[tuple[str, int]]:
 
 
 # ---------------------------------------------------------------------------------------------- not a file
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX special files")
 def test_a_fifo_is_refused_without_hanging(tmp_path):
     """A named pipe with no writer blocked open() forever; a real process with a real FIFO and a timeout."""

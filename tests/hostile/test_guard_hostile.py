@@ -156,6 +156,7 @@ def guarded_run(tmp_path_factory) -> tuple[dict, Path, list]:
     return json.loads(proc.stdout.strip().splitlines()[-1]), d, received
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ATTEMPTS))
 def test_the_guard_blocks_each_bypass(guarded_run, name: str) -> None:
     out, _d, _received = guarded_run

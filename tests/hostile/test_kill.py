@@ -12,6 +12,8 @@ import pytest
 
 from envsched.store import DurableSampler, HistoryStore
 
+pytestmark = pytest.mark.slow  # spawns processes or trains: outside the fast lane
+
 HERE = Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("_kill_worker", HERE / "_kill_worker.py")
 kw = importlib.util.module_from_spec(_spec)

@@ -44,6 +44,7 @@ def _llm(tmp_path: Path) -> LLMAbstractor:
     return LLMAbstractor("http://127.0.0.1:9/v1", "m", cache_dir=tmp_path / "cache", max_retries=0)
 
 
+@pytest.mark.slow
 def test_open_fence_with_thousands_of_newlines_parses_in_linear_time(tmp_path: Path) -> None:
     """The audit's reply took 122 s through the old fence regex; parsed in a child so a hang cannot stall CI."""
     code = textwrap.dedent("""

@@ -27,6 +27,8 @@ import pytest
 from envsched.envs import safe_scoring
 from envsched.envs.reasoning_gym import ReasoningGymEnvironment, build_reasoning_gym_pool, regenerate_item
 
+pytestmark = pytest.mark.slow  # spawns processes or trains: outside the fast lane
+
 MAX_GAP_S = 1.0  # the goal: no other thread of the process stalls more than 1 s
 MAX_CALL_S = 10.0  # the goal: no scorer call takes more than 10 s (the test runs with a 2 s budget)
 

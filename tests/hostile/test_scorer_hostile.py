@@ -170,6 +170,7 @@ def test_the_environment_step_never_evaluates_a_hostile_answer(dataset: str, one
     _check_dataset(spec, tmp_path / "marker", score)
 
 
+@pytest.mark.slow
 def test_the_scorer_worker_is_bounded_in_time(monkeypatch: pytest.MonkeyPatch, one_task_each: dict) -> None:
     """An answer the grammar accepts but SymPy cannot finish soon (reasoning-gym's own scorer would run it for
     more than 20 s) is killed at the budget and scores 0."""
@@ -316,6 +317,7 @@ def _ws_episode(port: int, answer: str, index: int = 0) -> dict:
         return json.loads(ws.recv(timeout=HANG_GUARD_S))
 
 
+@pytest.mark.slow
 @pytest.mark.hostile_budget(30)  # many inputs (or a deadline the test waits out) in one call
 def test_the_reported_exploit_over_the_websocket_runs_nothing(spiral_server) -> None:
     _proc, port, root, _ = spiral_server
@@ -358,6 +360,7 @@ def test_every_hostile_answer_over_the_websocket_scores_zero_and_memory_stays_bo
 
 
 # ---------------------------------------------------------------------------------------- BFCL (finding 7)
+@pytest.mark.slow
 @pytest.mark.hostile_budget(30)  # many inputs (or a deadline the test waits out) in one call
 def test_bfcl_final_check_ends_at_the_episode_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     """The audit's case: an 8 s deadline and six 0.85 s calls; the final check replays them and ran the
@@ -411,6 +414,7 @@ def test_bfcl_final_check_within_the_deadline_still_scores(monkeypatch: pytest.M
         env.close()
 
 
+@pytest.mark.slow
 @pytest.mark.hostile_budget(30)  # many inputs (or a deadline the test waits out) in one call
 def test_bfcl_deadline_in_the_evaluation_harness_is_an_infrastructure_timeout(monkeypatch: pytest.MonkeyPatch
                                                                               ) -> None:

@@ -257,6 +257,7 @@ SLOW_CLIENTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(SLOW_CLIENTS))
 def test_slow_or_stalled_client_is_cut_off(guarded: ServerThread, case: str) -> None:
     first, drip, status = SLOW_CLIENTS[case]
@@ -307,6 +308,7 @@ def test_mcp_errors_do_not_echo(guarded: ServerThread, body: bytes) -> None:
                                           "Internal error", "Server error"), raw
 
 
+@pytest.mark.slow
 def test_a_client_that_never_sends_a_message_is_closed_with_the_idle_code(guarded: ServerThread) -> None:
     with connect(_ws_url(guarded)) as ws:
         t0 = time.monotonic()
@@ -318,6 +320,7 @@ def test_a_client_that_never_sends_a_message_is_closed_with_the_idle_code(guarde
         assert time.monotonic() - t0 < 15
 
 
+@pytest.mark.slow
 @pytest.mark.hostile_budget(30)  # many inputs (or a deadline the test waits out) in one call
 def test_a_client_that_does_not_read_its_replies_is_dropped(guarded: ServerThread) -> None:
     """Frames are sent on a raw socket with a tiny receive buffer and never read: the server's replies back up,

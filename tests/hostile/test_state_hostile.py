@@ -236,6 +236,7 @@ def sweep(name: str) -> dict[str, Any]:
 SWEEP_NAMES = sorted(BUILDERS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SWEEP_NAMES)
 @pytest.mark.hostile_budget(120)  # many inputs (or a deadline the test waits out) in one call
 def test_generated_sweep_refuses_every_invalid_state(name: str) -> None:
@@ -251,6 +252,7 @@ def test_generated_sweep_refuses_every_invalid_state(name: str) -> None:
         assert _draws(r["sampler"]) == _draws(twin)
 
 
+@pytest.mark.slow
 @pytest.mark.hostile_budget(120)  # many inputs (or a deadline the test waits out) in one call
 def test_the_sweep_crafts_at_least_3000_states() -> None:
     counts = {name: sum(1 for _ in crafted_states(json.loads(json.dumps(_build(name).state_dict()))))
@@ -508,6 +510,7 @@ def _refused_cleanly(name: str, bad: dict[str, Any], match: str, expected_draws:
     return info.value
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(NAMED))
 def test_named_crafted_state_is_refused(built: dict[str, Any], case: str) -> None:
     name, craft, value, match = NAMED[case]

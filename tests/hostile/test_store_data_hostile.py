@@ -580,6 +580,7 @@ def test_temporary_files_of_a_killed_creation_are_cleaned_on_the_next_open(suffi
     assert not stale.exists() and alive.exists() and unrelated.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.hostile_budget(60)  # many inputs (or a deadline the test waits out) in one call
 def test_kills_during_store_creation_leave_no_init_files(tmp_path: Path) -> None:
     """Ten creations SIGKILLed inside the atomic creation: five wait, once the temporary database is open, to be

@@ -48,6 +48,8 @@ from envsched.integrations.trl_async import (  # noqa: E402
 )
 from envsched.samplers.simple import UniformSampler  # noqa: E402
 
+pytestmark = pytest.mark.slow  # spawns processes or trains: outside the fast lane
+
 RUN_SCRIPT = Path(__file__).with_name("async_grpo_run.py")
 _spec = importlib.util.spec_from_file_location("envsched_tests_async_grpo_run", RUN_SCRIPT)
 assert _spec is not None and _spec.loader is not None

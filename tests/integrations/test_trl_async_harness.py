@@ -48,6 +48,8 @@ from envsched.integrations.trl_async import (  # noqa: E402
 )
 from envsched.samplers.simple import UniformSampler  # noqa: E402
 
+pytestmark = pytest.mark.slow  # spawns processes or trains: outside the fast lane
+
 pytest.importorskip("reasoning_gym")
 
 G = 4

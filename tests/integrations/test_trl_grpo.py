@@ -26,6 +26,8 @@ from envsched.envs.reasoning_gym import build_reasoning_gym_pool, score_task_ans
 from envsched.integrations.trl import SAMPLER_STATE_FILE, EnvSchedGRPOTrainer, TaskRepeatSampler  # noqa: E402
 from envsched.samplers.simple import CurriculumSampler, UniformSampler  # noqa: E402
 
+pytestmark = pytest.mark.slow  # spawns processes or trains: outside the fast lane
+
 G = 4  # num_generations
 TASKS_PER_CHUNK = 2
 MAX_COMPLETION = 8

@@ -34,6 +34,8 @@ from envsched.integrations.verl import (  # noqa: E402
 )
 from envsched.samplers.simple import CurriculumSampler, UniformSampler  # noqa: E402
 
+pytestmark = pytest.mark.slow  # spawns processes or trains: outside the fast lane
+
 N = 2  # actor_rollout_ref.rollout.n
 BATCH = 4  # data.train_batch_size
 P, R = 3, 4  # prompt and response lengths of the fake generations

@@ -23,6 +23,8 @@ from envsched_lab.neural.grpo import (
 )
 from envsched_lab.neural.model import CharTokenizer, TinyTransformer
 
+pytestmark = pytest.mark.slow  # spawns processes or trains: outside the fast lane
+
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path, monkeypatch):

@@ -14,6 +14,8 @@ from envsched_lab.families import build_family_pool
 from envsched_lab.neural.learner import NeuralLearner
 from envsched_lab.runner import BenchConfig, available_samplers, bench_split, run_benchmark, run_one
 
+pytestmark = pytest.mark.slow  # spawns processes or trains: outside the fast lane
+
 TINY = {"warmup_steps": 2, "warmup_batch": 4, "d_model": 16, "n_heads": 2, "n_layers": 1, "eval_every": 2,
         "train_eval_tasks": 20}
 TINY_ARGS = [x for k, v in TINY.items() for x in ("--learner", f"{k}={v}")]

@@ -13,6 +13,8 @@ import pytest
 from envsched_lab import protocol as proto
 from envsched_lab.protocol import ProtocolConfig, run_pilot, run_protocol
 
+pytestmark = pytest.mark.slow  # spawns processes or trains: outside the fast lane
+
 TINY = {"warmup_steps": 2, "warmup_batch": 4, "d_model": 16, "n_heads": 2, "n_layers": 1, "eval_every": 2,
         "train_eval_tasks": 20}
 

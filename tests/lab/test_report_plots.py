@@ -27,6 +27,7 @@ def _records(samplers: list[str], seeds: int, steps: int = 12) -> list[dict]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("samplers", "seeds"), [
     (["uniform", "plr", "envsched", "envsched-paper", "envsched-no-cross", "envsched-coverage-only"], 3),
     (["uniform", "envsched-no-within"], 1),  # only an ablation besides uniform; one seed: no interval

@@ -79,6 +79,7 @@ def test_benchmark_writes_outputs_and_resumes(tmp_path):
         run_benchmark(_config(steps=7), out, pool=pool, workers=1, plots=False)
 
 
+@pytest.mark.slow
 def test_benchmark_parallel_matches_serial(tmp_path):
     pool = _pool()
     cfg = _config(coldstart_runs=0, samplers=["plr", "greso"])

@@ -12,6 +12,7 @@ from scipy import stats
 from envsched_lab.stats import compare, holm, minimum_detectable_effect, paired, tost
 
 
+@pytest.mark.slow
 def test_holm_matches_the_step_down_by_hand() -> None:
     # sorted 0.01, 0.03, 0.04 -> x3, x2, x1 = 0.03, 0.06, 0.04 -> monotone 0.03, 0.06, 0.06
     adjusted = holm({"a": 0.01, "b": 0.04, "c": 0.03})
@@ -67,6 +68,7 @@ def test_minimum_detectable_effect_refuses_bad_input() -> None:
         minimum_detectable_effect(math.nan, 10)
 
 
+@pytest.mark.slow
 def test_verdicts_better_worse_equivalent_not_detected() -> None:
     rng = np.random.default_rng(3)
     seeds = range(20)
@@ -88,6 +90,7 @@ def test_verdicts_better_worse_equivalent_not_detected() -> None:
         assert c.p_holm >= c.p and c.low <= c.mean <= c.high and c.n == 20
 
 
+@pytest.mark.slow
 def test_an_interval_crossing_zero_is_not_called_a_tie() -> None:
     # 5 seeds, differences around 0 with spread 2: crosses zero, far too wide for a margin of 0.5
     method = {s: 10.0 + d for s, d in enumerate([1.5, -2.0, 0.5, 2.5, -1.8])}

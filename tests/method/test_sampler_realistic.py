@@ -49,6 +49,7 @@ def _run(sampler, pool, seed: int, steps: int = 12, n: int = 16) -> tuple[float,
     return float(np.mean(variances[1:])), float(np.mean(envs))
 
 
+@pytest.mark.slow
 def test_envsched_beats_uniform_on_batch_variance_and_environment_coverage(real):
     pool, graph = real
     wins = 0

@@ -73,6 +73,7 @@ def test_tau_bench_aucs_are_what_the_docs_report():
     assert got == {"tfidf": (0.686, 0.687), "structure": (0.668, 0.668)}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(DATA is None, reason="shared/data/tau-bench is not present")
 def test_tau_bench_halves_are_what_the_docs_report():
     """docs/envsched-sampler.md ("Prediction for every task"): 200 halves, seed 0."""

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -74,6 +75,7 @@ def _check(path: Path) -> None:
     assert again.ids == pool.ids and again.fingerprint() == pool.fingerprint()
 
 
+@pytest.mark.slow
 @FUZZ
 @given(objs=st.lists(specs(), max_size=6), mutations=st.lists(st.tuples(st.integers(0, 10**6),
                                                                         st.binary(min_size=1, max_size=4)),

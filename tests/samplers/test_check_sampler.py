@@ -54,6 +54,7 @@ def test_the_remote_client_keeps_the_shared_semantics() -> None:
                   skip=("state-round-trip",))
 
 
+@pytest.mark.slow
 def test_a_newly_registered_sampler_is_checked_with_no_test_edit(tmp_path: Path) -> None:
     """A throw-away sampler registered with ``register_sampler`` (before the suite is collected) gets the
     parametrized conformance test above, and passes it."""

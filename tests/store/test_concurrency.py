@@ -18,6 +18,8 @@ import pytest
 from envsched.samplers import CurriculumSampler
 from envsched.store import DurableSampler, HistoryStore
 
+pytestmark = pytest.mark.slow  # spawns processes or trains: outside the fast lane
+
 HERE = Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("_store_workers", HERE / "_store_workers.py")
 workers = importlib.util.module_from_spec(_spec)

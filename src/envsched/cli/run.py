@@ -41,6 +41,8 @@ from envsched.errors import redact_url
 
 #: the class of the registry's EnvSched samplers (graph from the cache, explanation records)
 _ENVSCHED_CLASS = "envsched.method.sampler:EnvSchedSampler"
+#: The docs page that answers "which sampler should I use?" (shown by --list-samplers).
+CHOOSING_PAGE = "docs/choosing.md (in the repository and the docs site)"
 
 
 def _is_envsched(name: str) -> bool:
@@ -192,7 +194,8 @@ class _Display:
               help="Print one row every this many steps.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object per step (JSON lines), then a summary object (\"kind\": \"summary\").")
-@click.option("--list-samplers", is_flag=True, help="List the available samplers and exit.")
+@click.option("--list-samplers", is_flag=True,
+              help="List the available samplers (and where to read which to choose) and exit.")
 def run(pool_file: Path | None, sampler_name: str, steps: int, batch_size: int, group_size: int, seed: int,
         unscored_rate: float, run_dir: Path | None, resume: bool, explain_file: Path | None,
         store_target: str | None, log_every: int, as_json: bool, list_samplers: bool) -> None:
@@ -211,6 +214,7 @@ def run(pool_file: Path | None, sampler_name: str, steps: int, batch_size: int, 
     if list_samplers:
         for name, desc in sorted(available_samplers().items()):
             click.echo(f"{name}: {desc}")
+        click.echo(f"\nWhich to choose, per situation and from which evidence: {CHOOSING_PAGE}")
         return
     if resume and run_dir is None:
         raise click.UsageError("--resume needs --output DIR (the run to continue)")

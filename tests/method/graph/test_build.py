@@ -187,6 +187,7 @@ def test_approximate_search_matches_exact_search() -> None:
     assert (exact.within_index == approx.within_index).all()
 
 
+@pytest.mark.slow
 def test_large_environment_uses_approximate_within_search() -> None:
     pool = TaskPool(_random_pool(n_envs=2, per_env=150, seed=2))
     exact = build_graph(pool, GraphConfig())

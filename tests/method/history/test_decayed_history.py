@@ -271,6 +271,7 @@ class _Trainer:
         return ids
 
 
+@pytest.mark.slow
 def test_checkpoint_round_trip_after_5000_asynchronous_steps_continues_the_same_draws():
     s = EnvSchedSampler(TASKS, G, DEFAULT, seed=9)
     trainer = _Trainer(seed=6)

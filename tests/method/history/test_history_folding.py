@@ -104,6 +104,7 @@ def _compare(folded: EnvSchedSampler, full: EnvSchedSampler, tol: float) -> floa
 
 # The bounded (exact) history is the paper preset's; the default preset keeps the decayed form, compared with the
 # full history in test_decayed_history.py.
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["paper"])
 def test_folded_history_matches_the_full_history_on_a_long_asynchronous_run(preset):
     folded = EnvSchedSampler(TASKS, G, _config(preset), seed=5)
@@ -122,6 +123,7 @@ def test_folded_history_matches_the_full_history_on_a_long_asynchronous_run(pres
     assert worst > 0.0 or preset == "paper"  # something was actually dropped and the comparison can see it
 
 
+@pytest.mark.slow
 def test_folding_keeps_only_what_the_tolerance_needs():
     s = EnvSchedSampler(TASKS, G, _config("paper", history_tolerance=1e-3), seed=2)  # the bounded form
     H = s.config.history_horizon

@@ -335,6 +335,7 @@ def _assert_same_prediction(a: Prediction | None, b: Prediction | None, exact: b
                                                 for h in ("long", "short"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["default", "former-default", "paper"])
 def test_sampler_choices_equal_those_of_the_plain_prediction(preset, monkeypatch):
     """Two samplers over the same rewards, one predicting with the plain formulas: the same batches every step
