@@ -30,7 +30,9 @@ from envsched.errors import StateError
 from envsched.method.config import SchedulerConfig
 from envsched.method.explain import build_records, filter_snapshot, write_records
 from envsched.method.graph.dual_graph import DualRelationGraph
-from envsched.method.history.prediction import Prediction, predict, relation_operators
+from envsched.method.history import signal
+from envsched.method.history.incremental import IncrementalPrediction, RelationRows
+from envsched.method.history.prediction import Prediction, RelationOperator, predict, relation_operators
 from envsched.method.history.statistics import PHASES, History
 from envsched.method.scheduling.batch import (
     Pick,
@@ -40,12 +42,41 @@ from envsched.method.scheduling.batch import (
     representative_scores,
 )
 from envsched.method.scheduling.identifier_filter import IdentifierFilter, IdentifierVerdict, Trajectory
-from envsched.method.scheduling.policy import TRACE_SUMMARY_KEYS, PolicyTrace, SchedulingPolicy, make_policy
+from envsched.method.scheduling.incremental import IncrementalExploitation
+from envsched.method.scheduling.policy import (
+    TRACE_SUMMARY_KEYS,
+    AdaptivePolicy,
+    PolicyTrace,
+    SchedulingPolicy,
+    make_policy,
+)
 from envsched.pool.pool import TaskPool
 from envsched.samplers.base import BaseSampler, GroupResult
 from envsched.validation import check_number
 
 __all__ = ["EnvSchedSampler", "make_envsched_paper_sampler", "make_envsched_sampler"]
+
+
+@dataclass(frozen=True)
+class _Anchor:
+    """What the maintained prediction of one-task draws was started from: its anchor step, the global reference and
+    the step the absorbed statistics were valued at then (:class:`IncrementalPrediction`). The prediction itself is
+    a function of the history and these, rebuilt from them after ``load_state_dict`` or a failed draw."""
+
+    step: int
+    reference: tuple[float, float, float]
+    decayed_at: int | None
+
+
+class _AtPositions:
+    """Values of a per-task array at a few positions (the explanation records of a one-task draw read the policy's
+    per-task values only at the pick): ``values[pos]`` and ``values.dtype`` as a numpy array's."""
+
+    def __init__(self, values: dict[int, Any], dtype: Any) -> None:
+        self._values, self.dtype = values, np.dtype(dtype)
+
+    def __getitem__(self, pos: int) -> Any:
+        return self._values[int(pos)]
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,6 +89,8 @@ class _PendingExplanation:
     snapshot: dict[int, tuple[int, float, bool, int]]  # filter_snapshot of the picks
     flags: dict[int, str]  # identifier flags at the time
     trace: PolicyTrace | None  # the policy's trace (None: cold start, no policy ran)
+    #: writes out what the maintained prediction of a one-task draw holds compactly (before the next draw)
+    materialize: Any = None
 
 
 class EnvSchedSampler(BaseSampler):
@@ -119,6 +152,10 @@ class EnvSchedSampler(BaseSampler):
         #: the preset's scheduling policy (:mod:`envsched.method.scheduling.policy`)
         self.policy: SchedulingPolicy = make_policy(self.config, self.env_codes, len(self.envs))
         self._last_trace = PolicyTrace()  # of the last batch a policy ran for (metrics and state)
+        # one-task draws from a maintained prediction (_select_one); the structures are built on the first one
+        self._anchor: _Anchor | None = None
+        self._incremental: tuple[IncrementalPrediction, IncrementalExploitation] | None = None
+        self._relation_rows: tuple[RelationRows, RelationRows] | None = None
 
     # ------------------------------------------------------------------ construction helpers
     def _build_graph(self, tasks: Any) -> DualRelationGraph:
@@ -196,6 +233,13 @@ class EnvSchedSampler(BaseSampler):
 
     def _select(self, n: int) -> list[int]:
         self.config.coverage_slots_for(n)  # refuses an n that leaves no exploitation slot (no state changed)
+        one = n == 1 and self._incremental_supported()
+        if one:
+            positions = self._select_one()
+            if positions is not None:
+                return positions
+        else:
+            self._drop_incremental(forget=True)
         tiebreak = self._rng.random(len(self.tasks))
         env_tiebreak = self._rng.random(len(self.envs))
         prediction = predict(self._history, self.graph, self.config, self._operators)
@@ -216,9 +260,13 @@ class EnvSchedSampler(BaseSampler):
         pos = np.asarray(positions, dtype=np.int64)
         tools = np.concatenate([self._tool_codes[self._tool_indptr[p]:self._tool_indptr[p + 1]] for p in pos])
         n_tools, n_envs = int(np.unique(tools).size), int(np.unique(self.env_codes[pos]).size)
+        if one and prediction is not None:  # one-task draws from here on keep this prediction up to date
+            self._start_incremental(prediction, trace)
         # commit: recording the batch is the last step that changes the history; everything that can fail on
         # a valid state ran above (BaseSampler.sample restores the generator and _select_checkpoint's fields)
         step = self._history.record_batch(positions, [p.phase for p in picks])
+        if one and self._incremental is not None:
+            self._drawn_one(positions[0])
         self._last_picks = picks
         self._last_prediction = prediction
         # explanation records are built on demand (explanations()) or every step with a run file
@@ -239,19 +287,173 @@ class EnvSchedSampler(BaseSampler):
                               RuntimeWarning, stacklevel=3)
         return positions
 
+    # ------------------------------------------------------------------ one-task draws
+    def _incremental_supported(self) -> bool:
+        """Whether ``sample(1)`` is drawn from a maintained prediction: the default's rules (and the configurations
+        :meth:`IncrementalPrediction.supports`), without a run file (whose records read every draw's whole
+        prediction)."""
+        return (self.run_file is None and isinstance(self.policy, AdaptivePolicy)
+                and IncrementalPrediction.supports(self.config))
+
+    def _drop_incremental(self, *, forget: bool) -> None:
+        """Drop the maintained prediction (``forget``: and its anchor, so that the next one-task draw starts
+        anew from a whole computation)."""
+        self._incremental = None
+        self._history.journal = None
+        if forget:
+            self._anchor = None
+
+    def _start_incremental(self, prediction: Prediction, trace: PolicyTrace | None) -> None:
+        """Keep ``prediction`` (of now, computed by this draw) up to date from here on; its anchor is now."""
+        caps = trace.caps_active if trace is not None and trace.caps_active is not None else None
+        if caps is None:
+            caps = np.ones(len(self.tasks), dtype=bool)
+        self._incremental = self._build_incremental(prediction, caps)
+        engine = self._incremental[0]
+        self._anchor = _Anchor(engine.anchor, tuple(float(x) for x in engine.reference), engine.decayed_at)
+
+    def _build_incremental(self, prediction: Prediction,
+                           caps: np.ndarray) -> tuple[IncrementalPrediction, IncrementalExploitation]:
+        if self._relation_rows is None:
+            within, cross = self._operators
+            assert isinstance(within, RelationOperator)  # IncrementalPrediction.supports: the neighbours
+            self._relation_rows = (RelationRows.of(within, self.env_codes), RelationRows.of(cross, self.env_codes))
+        idx = self._similarity
+        engine = IncrementalPrediction(prediction, self._history, self.config, self._relation_rows, self.env_codes,
+                                       idx.order, idx.starts, caps)
+        return engine, IncrementalExploitation(engine, self.config, self._flags)
+
+    def _drawn_one(self, pos: int) -> None:
+        engine, chooser = self._incremental
+        engine.drawn(self._history, pos)
+        chooser.update(np.array([pos], dtype=np.int64), self._flags)
+
+    def _resume_incremental(self) -> tuple[IncrementalPrediction, IncrementalExploitation] | None:
+        """The maintained prediction of :attr:`_anchor`, recomputed from the history (after ``load_state_dict`` or
+        a failed draw): the same bits the uninterrupted one holds."""
+        a = self._anchor
+        h = self._history
+        if a is None:
+            return None
+        reference = np.array(a.reference)
+        now = h.global_reference()
+        if (now is None or not np.array_equal(now, reference) or (h.decayed.at if h.decayed is not None else None)
+                != a.decayed_at):
+            return None  # it would be stale (IncrementalPrediction.stale): the next draw starts anew
+        prediction = predict(h, self.graph, self.config, self._operators, anchor=a.step, reference=reference)
+        c = self.config
+        if c.caps_on_decline_only:
+            caps = signal.declining(h, c.long_half_life, c.short_half_life, a.step)
+        else:
+            caps = np.ones(len(self.tasks), dtype=bool)
+        engine, pick = self._build_incremental(prediction, caps)
+        engine.decayed_at = a.decayed_at
+        return engine, pick
+
+    def _tiebreak_of(self, state: dict[str, Any], positions: np.ndarray) -> np.ndarray:
+        """The tiebreak draws of ``positions`` (ascending) that ``rng.random(N)`` from the generator ``state`` would
+        give, read without drawing the others when they are few (the generator jumps ahead)."""
+        bg = np.random.PCG64()
+        bg.state = state
+        if positions.size > 64:
+            return np.random.Generator(bg).random(len(self.tasks))[positions]
+        out = np.empty(positions.size)
+        at = 0
+        for i, p in enumerate(positions.tolist()):
+            bg.advance(p - at)
+            out[i] = (int(bg.random_raw()) >> 11) * (1.0 / 9007199254740992.0)  # numpy's next_double
+            at = p + 1
+        return out
+
+    def _select_one(self) -> list[int] | None:
+        """``sample(1)`` from the maintained prediction: the pick, tiebreaks, trace and records the whole
+        computation gives (exactly, on the prediction with the anchor's recency weights), in time that does
+        not grow with the pool; ``None`` when this draw needs the whole computation (a new global reference, an
+        old anchor, no eligible task, no maintained prediction yet)."""
+        h = self._history
+        if self._incremental is None:
+            self._incremental = self._resume_incremental()
+            if self._incremental is None:
+                return None
+        engine, chooser = self._incremental
+        if engine.stale(h) is not None:
+            self._drop_incremental(forget=True)
+            return None
+        chooser.update(engine.sync(h), self._flags)
+        clocked, info = engine.tick(h)
+        state = self._rng.bit_generator.state
+        got = chooser.pick(h, clocked, info, lambda pos: self._tiebreak_of(state, pos))
+        if got is None:
+            self._drop_incremental(forget=True)
+            return None
+        pos, base, exposure, discount = got
+        self._rng.bit_generator.advance(len(self.tasks) + len(self.envs))  # the tiebreak draws, as if drawn
+        c = self.config
+        prediction = engine.prediction
+        trace = self._one_trace(pos, prediction, lambda: float(self._tiebreak_of(state, np.array([pos]))[0]))
+        e = int(self.env_codes[pos])
+        pick = Pick(pos=pos, phase="exploitation", rank=1, score=base * (1.0 - c.similarity_penalty * 0.0),
+                    base_score=base, max_similarity=0.0, exposure=exposure, exposure_discount=discount,
+                    env_batch_count=1, env_coverage_count=0,
+                    env_selections_before=int(h.env_selection_counts()[e]),
+                    task_observations_before=h.task_observation_count(pos))
+        tools = self._tool_codes[self._tool_indptr[pos]:self._tool_indptr[pos + 1]]
+        n_tools = int(np.unique(tools).size)
+        step = h.record_batch([pos], ["exploitation"])
+        self._drawn_one(pos)
+        self._last_picks = [pick]
+        self._last_prediction = prediction
+        self._last_trace = trace
+        self._pending_explain = _PendingExplanation(step, [pick], prediction, filter_snapshot(h, [pos]),
+                                                    dict(self._flags), trace, engine.materialize)
+        self._last_records = None
+        self._last_tools = n_tools
+        self._batch_totals["batches"] += 1
+        self._batch_totals["envs"] += 1
+        self._batch_totals["tools"] += n_tools
+        return [pos]
+
+    def _one_trace(self, pos: int, prediction: Prediction, tiebreak: Any) -> PolicyTrace:
+        """What :class:`AdaptivePolicy` reports for a one-task batch (no coverage slot), its per-task values at the
+        pick only."""
+        c, h = self.config, self._history
+        values: dict[str, Any] = {}
+        at = np.array([pos], dtype=np.int64)
+        if c.adaptive_coverage:
+            s, f = signal.signal_counts(h, c.long_half_life, at)
+            mu = np.clip(prediction.long.prior[at, 0], 1e-6, 1.0 - 1e-6)
+            alpha, beta = c.signal_prior_ess * mu + s, c.signal_prior_ess * (1.0 - mu) + f
+            g = c.rollouts_per_task
+            cov = (signal.optimistic_signal(alpha, beta, g, c.ucb_quantile)
+                   + 1e-3 * signal.mixed_probability(alpha, beta, g) + 1e-12 * tiebreak())
+            values.update(signal_alpha=_AtPositions({pos: float(alpha[0])}, float),
+                          signal_beta=_AtPositions({pos: float(beta[0])}, float),
+                          coverage_score=_AtPositions({pos: float(cov[0])}, float))
+        if c.caps_on_decline_only:
+            values["caps_active"] = _AtPositions({pos: bool(self._incremental[0].caps[pos])}, bool)
+        if c.adaptive_share:
+            y = signal.phase_yields(h, c.yield_half_life)
+            y_cov = (1.0 + y["coverage"][0]) / (2.0 + y["coverage"][1])
+            y_exp = (1.0 + y["exploitation"][0]) / (2.0 + y["exploitation"][1])
+            share = min(max(y_cov / (y_cov + y_exp), c.coverage_share_floor), c.coverage_share)
+            values.update(share=share, coverage_yield=y_cov, exploitation_yield=y_exp)
+        return PolicyTrace(explained=True, coverage_slots=0, **values)
+
     def _run_header(self) -> dict[str, Any]:
         """The run file's header fields (built only when a header is written: a new or empty run file)."""
         return {"sampler": type(self).__name__, "seed": self.seed, "num_tasks": len(self.tasks),
                 "num_envs": len(self.envs), "config": self.config.to_dict()}
 
     def _select_checkpoint(self) -> Any:
-        # the fields _select sets before the batch is recorded; all are replaced, not edited
+        # the fields _select sets before the batch is recorded; all are replaced, not edited (the maintained
+        # prediction is edited: a failed draw drops it, and the next one-task draw rebuilds it from its anchor)
         return (self._last_trace, self._last_picks, self._last_prediction, self._pending_explain, self._last_records,
-                self._last_tools, dict(self._batch_totals))
+                self._last_tools, dict(self._batch_totals), self._anchor)
 
     def _select_rollback(self, checkpoint: Any) -> None:
         (self._last_trace, self._last_picks, self._last_prediction, self._pending_explain, self._last_records,
-         self._last_tools, self._batch_totals) = checkpoint
+         self._last_tools, self._batch_totals, self._anchor) = checkpoint
+        self._drop_incremental(forget=False)
 
     def _observe(self, group: GroupResult) -> None:
         low, high = self.reward_range
@@ -318,6 +520,8 @@ class EnvSchedSampler(BaseSampler):
                 self._last_records = []
             else:
                 pe = self._pending_explain
+                if pe.materialize is not None:
+                    pe.materialize()
                 self._last_records = build_records(pe.step, pe.picks, graph=self.graph, snapshot=pe.snapshot,
                                                    prediction=pe.prediction, config=self.config, task_ids=self._keys,
                                                    envs=self.envs, env_codes=self.env_codes,
@@ -380,6 +584,9 @@ class EnvSchedSampler(BaseSampler):
             "last_tools": self._last_tools,
             "last_phases": [p.phase for p in self._last_picks],
             "last_adaptive": self._last_trace.summary(),
+            # one-task draws from a maintained prediction: what it was started from (it is rebuilt from these)
+            **({"incremental": {"anchor": self._anchor.step, "reference": list(self._anchor.reference),
+                                "decayed_at": self._anchor.decayed_at}} if self._anchor is not None else {}),
         }
 
     def _load_extra_state(self, extra: dict[str, Any]) -> None:
@@ -427,6 +634,20 @@ class EnvSchedSampler(BaseSampler):
         last_adaptive = {k: (float(_check.whole(v, f"last_adaptive.{k}", high=n)) if k == "coverage_slots"
                              else _check.finite(v, f"last_adaptive.{k}", low=0.0, high=1.0))
                          for k, v in raw_adaptive.items()}
+        anchor = None
+        if "incremental" in extra:
+            inc = _check.mapping(extra["incremental"], "incremental", keys=("anchor", "reference", "decayed_at"))
+            step = _check.whole(inc["anchor"], "incremental.anchor", high=max(history.step - 1, 0))
+            ref = _check.sequence(inc["reference"], "incremental.reference", length=3)
+            reference = tuple(_check.finite(x, f"incremental.reference[{j}]", low=0.0, high=(1.0, 0.25, 1.0)[j])
+                              for j, x in enumerate(ref))
+            at = inc["decayed_at"]
+            if (at is None) != (history.decayed is None):
+                raise StateError("incremental.decayed_at", "must be null exactly when the history keeps no decayed "
+                                                           "statistics")
+            if at is not None:
+                at = _check.whole(at, "incremental.decayed_at", high=max(history.step - 1, 0))
+            anchor = _Anchor(step, reference, at)
         self._history = history
         self._flags = flags
         self._batch_totals = totals
@@ -437,6 +658,8 @@ class EnvSchedSampler(BaseSampler):
         self._last_records = []
         self._pending_explain = None
         self._last_prediction = None
+        self._incremental = None  # (the new history has no journal; rebuilt from the anchor on the next draw)
+        self._anchor = anchor if self._incremental_supported() else None
 
 
 def make_envsched_sampler(pool: TaskPool, *, seed: int = 0, group_size: int = 8, preset: str = "adaptive",

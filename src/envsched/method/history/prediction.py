@@ -375,6 +375,13 @@ class Prediction:
     decline: np.ndarray
     informativeness: np.ndarray
     shared: np.ndarray | None = field(default=None, repr=False)  # tasks that share the reference prediction
+    #: both half-lives' estimates of each relation computed so far, ``{relation: ((N, 6) long then short m, v, d,
+    #: has an observed neighbour (N,))}`` (the arrays the half-lives' relation estimates are views of), and the
+    #: environment estimates ``((N, 6), has (N,))`` (``None``: the global reference is the substitute)
+    propagated: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
+    environment: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    #: the step the recency weights are valued at (:meth:`History.task_history`); ``None``: the latest
+    anchor: int | None = None
 
     @cached_property
     def q(self) -> np.ndarray:
@@ -452,21 +459,25 @@ def relation_operators(graph: DualRelationGraph, within: str = "neighbours",
 
 def predict(history: History, graph: DualRelationGraph, config: SchedulerConfig,
             operators: tuple[RelationOperator | EnvironmentOperator | sp.spmatrix, RelationOperator | sp.spmatrix]
-            | None = None,
+            | None = None, *, anchor: int | None = None, reference: np.ndarray | None = None,
             ) -> Prediction | None:
     """Informativeness of every task from the history so far; ``None`` before any scored observation.
 
     ``operators`` (from :func:`relation_operators`) saves rebuilding the neighbour matrices and their row
-    totals every step.
+    totals every step. ``anchor``: the step the task histories' recency weights are valued at
+    (:meth:`History.task_history`: the same prediction up to rounding; what
+    :class:`~envsched.method.history.incremental.IncrementalPrediction` keeps up to date). ``reference``: the global
+    reference to centre on (default: the history's, :meth:`History.global_reference`).
     """
-    reference = history.global_reference()
+    if reference is None:
+        reference = history.global_reference()
     if reference is None:
         return None
     ops = (tuple(_as_operator(op) for op in operators) if operators is not None
            else relation_operators(graph, config.within_relation))
     centered = history.centered_observations(reference)
-    h_long = history.task_history(config.long_half_life, reference, centered)
-    h_short = history.task_history(config.short_half_life, reference, centered)
+    h_long = history.task_history(config.long_half_life, reference, centered, anchor)
+    h_short = history.task_history(config.short_half_life, reference, centered, anchor)
     # both half-lives propagate in one sparse product per relation (the observed set is the same), a relation
     # the configuration leaves out only when an explanation reads it
     seen = np.flatnonzero(h_long.observed)
@@ -514,4 +525,4 @@ def predict(history: History, graph: DualRelationGraph, config: SchedulerConfig,
     info = 0.5 * (long.score + short.score) - config.decline_penalty * decline
     info = np.maximum(info, 0.0)
     return Prediction(reference=reference, long=long, short=short, decline=decline, informativeness=info,
-                      shared=shared)
+                      shared=shared, propagated=both, environment=environment, anchor=anchor)

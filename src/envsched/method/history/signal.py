@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import betaln, ndtri
 
+from envsched.method.history.sets import member
 from envsched.method.history.statistics import PHASES, History
 from envsched.samplers.base import MIN_SIGNAL_ROLLOUTS, is_signal_group
 
@@ -61,7 +62,7 @@ def phase_yields(history: History, half_life: float) -> dict[str, tuple[float, f
     for name, code in (("coverage", _COVERAGE), ("exploitation", _EXPLOITATION)):
         sel = phase == code
         out[name] = (float(w[sel & sig].sum()), float(w[sel & ok].sum()))
-    old = history.decayed_signal(half_life)
+    old = history.decayed_signal_of(half_life, np.zeros(0, dtype=np.int64))  # (the phases' sums only)
     if old is not None:
         out = {name: (s + float(old.phase_signal[code]), k + float(old.phase_scorable[code]))
                for (name, (s, k)), code in zip(out.items(), (_COVERAGE, _EXPLOITATION), strict=True)}
@@ -89,42 +90,60 @@ def env_signal(history: History, half_life: float) -> tuple[np.ndarray, np.ndarr
     return s_e, k_e
 
 
-def _task_rate(history: History, half_life: float) -> tuple[np.ndarray, np.ndarray]:
+def _task_rate(history: History, half_life: float, anchor: int | None,
+               only: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     o = history.obs
     ok, sig = _scorable(history)
-    w = history.obs_weights(half_life)
-    pos = o.col("pos")
-    s, k = _weighted_counts(pos[sig], w[sig], history.n), _weighted_counts(pos[ok], w[ok], history.n)
-    old = history.decayed_signal(half_life)
+    w = history.obs_weights(half_life, anchor)
+    pos, n = o.col("pos"), history.n
+    if only is not None:  # the rows of those tasks, in log order
+        rows = member(pos, only)
+        ok, sig, w, n = ok & rows, sig & rows, w, only.size
+        pos = np.searchsorted(only, pos)  # (read only where a row is one of theirs)
+    s, k = _weighted_counts(pos[sig], w[sig], n), _weighted_counts(pos[ok], w[ok], n)
+    old = (history.decayed_signal(half_life, anchor) if only is None
+           else history.decayed_signal_of(half_life, only, anchor))
     if old is not None:
         s += old.signal
         k += old.scorable
     return s, k
 
 
-def declining(history: History, long_half_life: float, short_half_life: float) -> np.ndarray:
+def declining(history: History, long_half_life: float, short_half_life: float, anchor: int | None = None,
+              positions: np.ndarray | None = None) -> np.ndarray:
     """Tasks whose signal is declining: at least two scorable groups, and the short-half-life share of
-    signal groups is below the long-half-life share (``(N,)`` bool)."""
-    s_long, k_long = _task_rate(history, long_half_life)
-    s_short, k_short = _task_rate(history, short_half_life)
-    groups = history.scorable_counts()
-    rate_long = np.divide(s_long, k_long, out=np.zeros(history.n), where=k_long > 0)
-    rate_short = np.divide(s_short, k_short, out=np.zeros(history.n), where=k_short > 0)
+    signal groups is below the long-half-life share (``(N,)`` bool). ``anchor``: the recency weights valued at that
+    step (:meth:`History.task_history`: the same shares up to rounding); ``positions``: only those tasks (distinct,
+    ascending; the same values as their rows of the whole array)."""
+    only = None if positions is None else np.asarray(positions, dtype=np.int64)
+    s_long, k_long = _task_rate(history, long_half_life, anchor, only)
+    s_short, k_short = _task_rate(history, short_half_life, anchor, only)
+    groups = history.scorable_counts(only)
+    n = history.n if only is None else only.size
+    rate_long = np.divide(s_long, k_long, out=np.zeros(n), where=k_long > 0)
+    rate_short = np.divide(s_short, k_short, out=np.zeros(n), where=k_short > 0)
     return (groups >= 2) & (rate_short < rate_long - 1e-9)
 
 
-def signal_counts(history: History, half_life: float) -> tuple[np.ndarray, np.ndarray]:
+def signal_counts(history: History, half_life: float,
+                  positions: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Recency-weighted ``(reward sums, complement sums)`` of each task's scored rollouts (rewards mapped to
-    [0, 1]; ``None`` rewards are not in the log's statistics)."""
+    [0, 1]; ``None`` rewards are not in the log's statistics); of the tasks ``positions`` only (distinct,
+    ascending) when given, the same values."""
     o = history.obs
     n_sc = o.col("n_scored").astype(float)
     ok = n_sc > 0
+    pos, n = o.col("pos"), history.n
+    if positions is not None:
+        only = np.asarray(positions, dtype=np.int64)
+        ok &= member(pos, only)
+        pos, n = np.searchsorted(only, pos), only.size
     w = history.obs_weights(half_life)[ok]
     succ = o.col("m")[ok] * n_sc[ok]
-    pos = o.col("pos")[ok]
-    s = _weighted_counts(pos, w * succ, history.n)
-    f = _weighted_counts(pos, w * (n_sc[ok] - succ), history.n)
-    old = history.decayed_signal(half_life)
+    pos = pos[ok]
+    s = _weighted_counts(pos, w * succ, n)
+    f = _weighted_counts(pos, w * (n_sc[ok] - succ), n)
+    old = history.decayed_signal(half_life) if positions is None else history.decayed_signal_of(half_life, only)
     if old is not None:
         s += old.successes
         f += old.failures

@@ -90,6 +90,7 @@ import numpy as np
 import envsched.validation as _check
 from envsched.errors import StateError
 from envsched.method.config import SchedulerConfig
+from envsched.method.history.sets import member, union
 from envsched.samplers.base import MIN_SIGNAL_ROLLOUTS, group_mean_variance, is_signal_group
 
 __all__ = ["PHASES", "History", "observation_statistics"]
@@ -228,16 +229,22 @@ class DecayedStatistics:
     absorbed out of the log (and of the dispatches, for exposure).
 
     All weights are valued at step :attr:`at` (a weight is ``0.5 ** ((at - s) / h)`` for an observation of
-    step ``s``) and aged on read by the scalar ``0.5 ** ((now - at) / h)``; :meth:`absorb` ages them to ``now``
-    first. Per task and half-life: the weight ``W`` of the scored observations, their weighted mean of the
-    *reference-relative* statistics ``y = x - ref_s`` (:meth:`absorb`; ``y = x`` where step ``s`` had no
-    step-level reference, as the log never shifts those) and the share ``F`` of ``W`` with a reference, so the
-    centred mean at the reference ``r`` is ``mean + F r`` exactly before clipping (then clipped as a block); the
-    signal sums; the exposure. Means and shares do not age (a ratio of equally aged sums), so a weight near
-    underflow never makes them imprecise.
+    step ``s``, above 1 for a step after ``at``) and aged on read by the scalar ``0.5 ** ((now - at) / h)``.
+    :meth:`absorb` leaves the stored weights as they are and values the new ones at ``at``; only when ``at`` is
+    :attr:`REBASE_HALF_LIVES` of the shortest half-life behind does it age everything to ``now`` first (a
+    rebase), so the weights of the tasks a fold does not touch keep their bits (the incremental prediction,
+    :mod:`~envsched.method.history.incremental`, relies on it). Per task and half-life: the weight ``W`` of the
+    scored observations, their weighted mean of the *reference-relative* statistics ``y = x - ref_s``
+    (:meth:`absorb`; ``y = x`` where step ``s`` had no step-level reference, as the log never shifts those) and
+    the share ``F`` of ``W`` with a reference, so the centred mean at the reference ``r`` is ``mean + F r`` exactly
+    before clipping (then clipped as a block); the signal sums; the exposure. Means and shares do not age (a ratio
+    of equally aged sums), so a weight near underflow never makes them imprecise.
     """
 
     FIELDS = ("weight", "signal", "scorable", "successes", "failures", "exposure")
+    #: :meth:`absorb` ages the stored weights to its step (a rebase) once :attr:`at` is this many of the shortest
+    #: half-life behind it: new weights stay below ``2 ** REBASE_HALF_LIVES``, far from overflow
+    REBASE_HALF_LIVES = 256
 
     def __init__(self, num_tasks: int, half_lives: tuple[float, ...]) -> None:
         self.half_lives = tuple(half_lives)
@@ -258,6 +265,11 @@ class DecayedStatistics:
     def factor(self, half_life: float, now: int) -> float:
         """The ageing factor from :attr:`at` to ``now``."""
         return 0.5 ** (max(0, now - self.at) / half_life)
+
+    def factor_at(self, half_life: float, anchor: int | None, now: int) -> float:
+        """The factor that values the stored weights at ``anchor`` (``None``: at ``now``, :meth:`factor`); an anchor
+        before :attr:`at` gives a factor above 1."""
+        return self.factor(half_life, now) if anchor is None else 0.5 ** ((anchor - self.at) / half_life)
 
     def age_to(self, now: int) -> None:
         if now <= self.at:
@@ -280,8 +292,8 @@ class DecayedStatistics:
         the unclipped values to the clip range. With a ``reference`` (a state converted on load) it is centred
         and clipped there, ``clip(x - ref_s + reference) - reference``: read at ``r`` it differs from the log's
         by at most ``|r - reference|``, and not at all at ``r = reference``."""
-        self.age_to(now)
-        n = self.share[self.half_lives[0]].size
+        if now - self.at > self.REBASE_HALF_LIVES * min(self.half_lives):
+            self.age_to(now)
         pos, n_sc = obs["pos"], obs["n_scored"]
         scored = n_sc > 0
         has = (obs["frozen"] == _FROZEN)[scored]
@@ -298,48 +310,56 @@ class DecayedStatistics:
         ok = n_sc >= MIN_SIGNAL_ROLLOUTS
         sig = is_signal_group(n_sc, obs["v"])
         succ = np.where(scored, np.nan_to_num(obs["m"]) * n_sc, 0.0)
+        # only the tasks with absorbed rows change (every other one would add 0.0): O(rows), not O(N)
+        tasks = union(pos, dispatch_pos)
+        k = tasks.size
+        at_obs, at_sc, at_disp = (np.searchsorted(tasks, pos), np.searchsorted(tasks, p_sc),
+                                  np.searchsorted(tasks, dispatch_pos))
         for h in self.half_lives:
-            w = np.power(0.5, np.maximum(0, now - obs["step"]) / h)
+            w = np.power(0.5, (self.at - obs["step"]) / h)  # valued at `at`
             a = self.arrays[h]
             ws = w[scored]
-            add_w = np.bincount(p_sc, weights=ws, minlength=n)
-            total = a["weight"] + add_w
+            add_w = np.bincount(at_sc, weights=ws, minlength=k)
+            total = a["weight"][tasks] + add_w
             upd = np.flatnonzero(add_w > 0)
             if upd.size:
-                old = a["weight"][upd]
+                rows = tasks[upd]
+                old = a["weight"][rows]
                 t = total[upd]
                 t_safe = np.where(t > 0, t, 1.0)
-                add_has = np.bincount(p_sc, weights=ws * has, minlength=n)[upd]
-                share = np.where(t > 0, (self.share[h][upd] * old + add_has) / t_safe, self.share[h][upd])
-                self.share[h][upd] = np.clip(share, 0.0, 1.0)  # (rounding)
+                add_has = np.bincount(at_sc, weights=ws * has, minlength=k)[upd]
+                share = np.where(t > 0, (self.share[h][rows] * old + add_has) / t_safe, self.share[h][rows])
+                self.share[h][rows] = np.clip(share, 0.0, 1.0)  # (rounding)
                 for j, bound in enumerate(_MEAN_BOUND):
-                    add = np.bincount(p_sc, weights=ws * y[:, j], minlength=n)[upd]
+                    add = np.bincount(at_sc, weights=ws * y[:, j], minlength=k)[upd]
                     col = self.mean[h][:, j]
-                    col[upd] = np.clip(np.where(t > 0, (col[upd] * old + add) / t_safe, col[upd]), -bound, bound)
-            a["weight"] = total
-            a["signal"] += np.bincount(pos[sig], weights=w[sig], minlength=n)
-            a["scorable"] += np.bincount(pos[ok], weights=w[ok], minlength=n)
-            a["successes"] += np.bincount(pos, weights=w * succ, minlength=n)
-            a["failures"] += np.bincount(pos, weights=w * (n_sc - succ), minlength=n)
+                    col[rows] = np.clip(np.where(t > 0, (col[rows] * old + add) / t_safe, col[rows]), -bound, bound)
+            a["weight"][tasks] = total
+            a["signal"][tasks] += np.bincount(at_obs[sig], weights=w[sig], minlength=k)
+            a["scorable"][tasks] += np.bincount(at_obs[ok], weights=w[ok], minlength=k)
+            a["successes"][tasks] += np.bincount(at_obs, weights=w * succ, minlength=k)
+            a["failures"][tasks] += np.bincount(at_obs, weights=w * (n_sc - succ), minlength=k)
             self.phase[h][0] += np.bincount(obs["phase"][sig], weights=w[sig], minlength=len(PHASES))
             self.phase[h][1] += np.bincount(obs["phase"][ok], weights=w[ok], minlength=len(PHASES))
-            a["exposure"] += np.bincount(dispatch_pos, weights=np.power(0.5, np.maximum(0, now - dispatch_step) / h),
-                                         minlength=n)
+            a["exposure"][tasks] += np.bincount(at_disp, weights=np.power(0.5, (self.at - dispatch_step) / h),
+                                                minlength=k)
         if pos.size or dispatch_pos.size:
             self.absorbed = True
 
-    def task_history(self, half_life: float, now: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(W (N,), reference-relative mean (N, 3), share with a reference (N,))`` aged to ``now``."""
+    def task_history(self, half_life: float, now: int,
+                     anchor: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(W (N,), reference-relative mean (N, 3), share with a reference (N,))`` aged to ``now`` (valued at
+        ``anchor`` when given, :meth:`factor_at`)."""
         h = self._half_life(half_life)
-        return self.arrays[h]["weight"] * self.factor(h, now), self.mean[h], self.share[h]
+        return self.arrays[h]["weight"] * self.factor_at(h, anchor, now), self.mean[h], self.share[h]
 
     def exposure(self, half_life: float, now: int) -> np.ndarray:
         h = self._half_life(half_life)
         return self.arrays[h]["exposure"] * self.factor(h, now)
 
-    def signal(self, half_life: float, now: int) -> DecayedSignal:
+    def signal(self, half_life: float, now: int, anchor: int | None = None) -> DecayedSignal:
         h = self._half_life(half_life)
-        f = self.factor(h, now)
+        f = self.factor_at(h, anchor, now)
         a = self.arrays[h]
         return DecayedSignal(signal=a["signal"] * f, scorable=a["scorable"] * f, successes=a["successes"] * f,
                              failures=a["failures"] * f, phase_signal=self.phase[h][0] * f,
@@ -391,10 +411,13 @@ class DecayedStatistics:
                 out.arrays[h][k][pos] = _check.float_array(r[k], f"{field}.{k}", length=pos.size, low=0.0)
             a = out.arrays[h]
             slack = 1.0 + 1e-9
-            caps = {"weight": scored, "scorable": scorable, "signal": a["scorable"], "exposure": np.full(n, step),
-                    "successes": scored * float(_INT32_MAX), "failures": scored * float(_INT32_MAX)}
-            for k, cap in caps.items():
-                bad = np.flatnonzero(a[k] > cap * slack + 1e-12)
+            # a weight valued at `at` is at most 2 ** ((step - 1 - at) / h), a group of the latest step's
+            grown = slack * 2.0 ** (max(0, step - 1 - out.at) / h)
+            caps = {"weight": (scored, grown), "scorable": (scorable, grown), "signal": (a["scorable"], slack),
+                    "exposure": (np.full(n, step), grown), "successes": (scored * float(_INT32_MAX), grown),
+                    "failures": (scored * float(_INT32_MAX), grown)}
+            for k, (cap, allow) in caps.items():
+                bad = np.flatnonzero(a[k] > cap * allow + 1e-12)
                 if bad.size:
                     i_ = int(np.searchsorted(pos, bad[0]))
                     raise StateError(f"{field}.{k}[{i_}]", f"is more than the absorbed groups allow "
@@ -406,7 +429,7 @@ class DecayedStatistics:
             out.share[h][pos] = _check.float_array(r["share"], f"{field}.share", length=pos.size, low=0.0, high=1.0)
             for j, k in enumerate(("phase_signal", "phase_scorable")):
                 out.phase[h][j] = _check.float_array(r[k], f"{field}.{k}", length=len(PHASES), low=0.0)
-            if out.phase[h][1].sum() > float(scorable.sum()) * slack + 1e-12:
+            if out.phase[h][1].sum() > float(scorable.sum()) * grown + 1e-12:
                 raise StateError(f"{field}.phase_scorable", "is more than the absorbed scorable groups allow")
             if np.any(out.phase[h][0] > out.phase[h][1] * slack + 1e-12):
                 raise StateError(f"{field}.phase_signal", "exceeds the scorable groups' weight")
@@ -421,6 +444,8 @@ class TaskHistory:
     values: np.ndarray  # (N, 3): centered, weighted mean (m, v, d); the reference where weight == 0
     weight: np.ndarray  # (N,): sum of recency weights of the task's scored observations
     groups: np.ndarray  # (N,): number of scored observations
+    #: (N,): the weights valued at the anchor of :meth:`History.task_history` (``weight`` without an anchor)
+    anchored_weight: np.ndarray | None = None
 
     @property
     def observed(self) -> np.ndarray:
@@ -484,6 +509,9 @@ class History:
         self._folded_reference: np.ndarray | None = None  # the latest step-level reference of a folded step
         self._first_reference: np.ndarray | None = None  # the first observed step's reference, once folded
         self._cache: dict[Any, Any] = {}
+        #: positions whose logged or absorbed observations changed since the list was last taken (an
+        #: observation, a fold); kept only while a reader set it to a list (the incremental prediction)
+        self.journal: list[Any] | None = None
 
     # ------------------------------------------------------------------ recording
     def record_batch(self, positions: list[int], phases: list[str]) -> int:
@@ -539,6 +567,8 @@ class History:
         self._num_observations += 1
         self._latest_observed_step = max(self._latest_observed_step, step)
         self._cache.clear()
+        if self.journal is not None:
+            self.journal.append(pos)
         if stats is not None and scored01.size >= self.config.min_scored_rollouts:
             self._add_progress_point(pos, step, v)
         return {"step": step, "phase": PHASES[phase], "m": m, "v": v, "d": d, "n_scored": int(scored01.size)}
@@ -660,10 +690,12 @@ class History:
         o = self.obs
         pos, n_scored = o.col("pos"), o.col("n_scored")
         scored = n_scored > 0
-        n = self.n
-        self._folded_obs += np.bincount(pos[drop], minlength=n)
-        self._folded_scored += np.bincount(pos[drop & scored], minlength=n)
-        self._folded_scorable += np.bincount(pos[drop & (n_scored >= MIN_SIGNAL_ROLLOUTS)], minlength=n)
+        if self.journal is not None:
+            self.journal.append(pos[drop].copy())
+        # (counted in place, O(rows): a fold every few steps must not cost O(N))
+        np.add.at(self._folded_obs, pos[drop], 1)
+        np.add.at(self._folded_scored, pos[drop & scored], 1)
+        np.add.at(self._folded_scorable, pos[drop & (n_scored >= MIN_SIGNAL_ROLLOUTS)], 1)
         expl = drop & scored & (o.col("phase") == _PHASE_CODE["exploitation"])
         self._folded_exploitation += (int(expl.sum()), int(is_signal_group(n_scored[expl], o.col("v")[expl]).sum()))
         o.keep(~drop)
@@ -701,7 +733,7 @@ class History:
 
     # ------------------------------------------------------------------ derived statistics
     def has_observations(self) -> bool:
-        return bool(self._folded_scored.any() or self._scored_mask().any())
+        return bool(self._scored_mask().any() or self._folded_scored.any())
 
     @property
     def num_observations(self) -> int:
@@ -713,19 +745,27 @@ class History:
             self._cache["scored"] = self.obs.col("n_scored") > 0
         return self._cache["scored"]
 
-    def obs_weights(self, half_life: float) -> np.ndarray:
+    def obs_weights(self, half_life: float, anchor: int | None = None) -> np.ndarray:
         """Recency weight ``0.5 ** (age / half_life)`` of every logged observation, 0 for the observations
         of folded steps (kept only for their task's mean: their weights together are below the tolerance);
-        cached until the history changes. The absolute recency-weighted sums (signal counts, yields) use it."""
-        key = ("weights", float(half_life))
+        cached until the history changes. The absolute recency-weighted sums (signal counts, yields) use it.
+        ``anchor``: the ages are counted from that step instead of the latest (:meth:`task_history`)."""
+        key = ("weights", float(half_life), anchor)
         if key not in self._cache:
             steps = self.obs.col("step")
             # the decayed form weighs late groups of folded steps too (the next fold absorbs them with that weight)
             live = steps >= (self.live_start if self.decayed is None else 0)
             w = np.zeros(steps.size)
-            w[live] = np.power(0.5, np.maximum(0, (self.step - 1) - steps[live]) / half_life)
+            w[live] = np.power(0.5, self._ages(steps[live], anchor) / half_life)
             self._cache[key] = w
         return self._cache[key]
+
+    def _ages(self, steps: np.ndarray, anchor: int | None) -> np.ndarray:
+        """Ages of rows of ``steps`` in steps: from the latest step, at least 0 (``anchor`` None), or from
+        ``anchor`` (negative for a later step)."""
+        if anchor is None:
+            return np.maximum(0, (self.step - 1) - steps).astype(float)
+        return (int(anchor) - steps).astype(float)
 
     def step_references(self) -> tuple[np.ndarray, np.ndarray]:
         """Per live dispatch step (index ``step - live_start``): mean ``(m, v, d)`` of its observed scored
@@ -818,48 +858,90 @@ class History:
         return pos, step, np.clip(vals, lo, hi)
 
     def task_history(self, half_life: float, reference: np.ndarray,
-                     centered: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> TaskHistory:
-        """Recency-weighted task histories for ``half_life`` (all N tasks, vectorised over the log)."""
+                     centered: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                     anchor: int | None = None) -> TaskHistory:
+        """Recency-weighted task histories for ``half_life`` (all N tasks, vectorised over the log).
+
+        ``anchor``: a step at or before the latest (``self.step - 1``) from which the ages are counted: the means
+        are then ratios of weights valued at ``anchor`` (the same means, up to rounding, and the same bits for as
+        long as the anchor and the task's observations stay), and ``W`` is their sum times ``0.5 ** ((now -
+        anchor) / half_life)``; ``TaskHistory.anchored_weight`` keeps the sum. ``None``: the ages from the latest
+        step (an anchor there gives the same bits)."""
+        return self._task_history(half_life, reference, centered, anchor, None)
+
+    def task_history_of(self, positions: np.ndarray, half_life: float, reference: np.ndarray,
+                        centered: tuple[np.ndarray, np.ndarray, np.ndarray], anchor: int | None) -> TaskHistory:
+        """:meth:`task_history` of the tasks ``positions`` only (distinct, ascending): arrays over them, the same
+        bits as the rows of the whole computation, in ``O(L + len(positions))``."""
+        return self._task_history(half_life, reference, centered, anchor, np.asarray(positions, dtype=np.int64))
+
+    def _task_history(self, half_life: float, reference: np.ndarray,
+                      centered: tuple[np.ndarray, np.ndarray, np.ndarray] | None, anchor: int | None,
+                      only: np.ndarray | None) -> TaskHistory:
         pos, step, vals = centered if centered is not None else self.centered_observations(reference)
-        age = np.maximum(0, (self.step - 1) - step).astype(float)
-        w = np.power(0.5, age / half_life)
-        weight = np.bincount(pos, weights=w, minlength=self.n)
-        groups = np.bincount(pos, minlength=self.n) + self._folded_scored
-        values = np.empty((self.n, 3))
+        n = self.n
+        folded_scored = self._folded_scored
+        if only is not None:  # the log rows of those tasks, in log order (each task's sums keep their order)
+            rows = np.flatnonzero(member(pos, only))
+            pos, step, vals = np.searchsorted(only, pos[rows]), step[rows], vals[rows]
+            n, folded_scored = only.size, folded_scored[only]
+        w = np.power(0.5, self._ages(step, anchor) / half_life)
+        weight = np.bincount(pos, weights=w, minlength=n).astype(float, copy=False)  # (no row: int zeros)
+        groups = np.bincount(pos, minlength=n) + folded_scored
+        values = np.empty((n, 3))
+        clock = None if anchor is None else 0.5 ** ((self.step - 1 - int(anchor)) / half_life)
         if self.decayed is not None and self.decayed.absorbed:
             # the absorbed observations: their centred mean (exact) clipped as one block, then fused with the log's
-            w_old, rel_mean, share = self.decayed.task_history(half_life, self.step - 1)
+            w_old, rel_mean, share = self.decayed.task_history(half_life, self.step - 1, anchor)
+            if only is not None:
+                w_old, rel_mean, share = w_old[only], rel_mean[only], share[only]
             lo, hi = self._clip_bounds()
             total = weight + w_old
             for j in range(3):
                 old = np.clip(rel_mean[:, j] + share * reference[j], lo[j], hi[j])
-                sums = np.bincount(pos, weights=w * vals[:, j], minlength=self.n) + w_old * old
-                values[:, j] = np.divide(sums, total, out=np.full(self.n, reference[j]), where=total > 0)
-            return TaskHistory(half_life=half_life, values=values, weight=total, groups=groups)
+                sums = np.bincount(pos, weights=w * vals[:, j], minlength=n).astype(float, copy=False) + w_old * old
+                values[:, j] = np.divide(sums, total, out=np.full(n, reference[j]), where=total > 0)
+            return TaskHistory(half_life=half_life, values=values, weight=total if clock is None else total * clock,
+                               groups=groups, anchored_weight=total)
         for j in range(3):
-            sums = np.bincount(pos, weights=w * vals[:, j], minlength=self.n)
-            values[:, j] = np.divide(sums, weight, out=np.full(self.n, reference[j]), where=weight > 0)
-        return TaskHistory(half_life=half_life, values=values, weight=weight, groups=groups)
+            sums = np.bincount(pos, weights=w * vals[:, j], minlength=n).astype(float, copy=False)
+            values[:, j] = np.divide(sums, weight, out=np.full(n, reference[j]), where=weight > 0)
+        return TaskHistory(half_life=half_life, values=values, weight=weight if clock is None else weight * clock,
+                           groups=groups, anchored_weight=weight)
 
     def _clip_bounds(self) -> tuple[np.ndarray, np.ndarray]:
         c = self.config
         return (np.array([c.mean_clip[0], c.variance_clip[0], c.dispersion_clip[0]]),
                 np.array([c.mean_clip[1], c.variance_clip[1], c.dispersion_clip[1]]))
 
-    def decayed_signal(self, half_life: float) -> DecayedSignal | None:
-        """The absorbed observations' signal sums for ``half_life``, aged to now; ``None`` in the exact forms
-        and before the first fold (everything is still in the log). Cached until the history changes (a step reads
-        it five times: the posterior, the declining tasks' two rates, the environments' and the phases' yields);
-        its arrays are read-only."""
+    def decayed_signal(self, half_life: float, anchor: int | None = None) -> DecayedSignal | None:
+        """The absorbed observations' signal sums for ``half_life``, aged to now (valued at ``anchor`` when given);
+        ``None`` in the exact forms and before the first fold (everything is still in the log). Cached until the
+        history changes (a step reads it five times: the posterior, the declining tasks' two rates, the
+        environments' and the phases' yields); its arrays are read-only."""
         if self.decayed is None or not self.decayed.absorbed:
             return None
-        key = ("decayed_signal", float(half_life))
+        key = ("decayed_signal", float(half_life), anchor)
         if key not in self._cache:
-            sig = self.decayed.signal(half_life, self.step - 1)
+            sig = self.decayed.signal(half_life, self.step - 1, anchor)
             for arr in (sig.signal, sig.scorable, sig.successes, sig.failures, sig.phase_signal, sig.phase_scorable):
                 arr.setflags(write=False)
             self._cache[key] = sig
         return self._cache[key]
+
+    def decayed_signal_of(self, half_life: float, positions: np.ndarray,
+                          anchor: int | None = None) -> DecayedSignal | None:
+        """:meth:`decayed_signal` with the per-task sums of ``positions`` only (the same values), in
+        ``O(len(positions))``; the phases' sums whole."""
+        if self.decayed is None or not self.decayed.absorbed:
+            return None
+        d = self.decayed
+        h = d._half_life(half_life)
+        f = d.factor_at(h, anchor, self.step - 1)
+        a = d.arrays[h]
+        return DecayedSignal(signal=a["signal"][positions] * f, scorable=a["scorable"][positions] * f,
+                             successes=a["successes"][positions] * f, failures=a["failures"][positions] * f,
+                             phase_signal=d.phase[h][0] * f, phase_scorable=d.phase[h][1] * f)
 
     # ------------------------------------------------------------------ counts for scheduling
     def outstanding_counts(self) -> np.ndarray:
@@ -871,10 +953,22 @@ class History:
         asynchronous trainer does not get the same under-observed task twice)."""
         return np.bincount(self.obs.col("pos"), minlength=self.n) + self._folded_obs + self.outstanding_counts()
 
-    def scorable_counts(self) -> np.ndarray:
-        """Groups with at least two scored rewards per task (the groups that can show signal)."""
+    def task_observation_count(self, pos: int) -> int:
+        """:meth:`task_observation_counts` of one task, in ``O(L)``."""
+        d = self.dispatch
+        outstanding = np.count_nonzero((d.col("pos") == pos) & (d.col("status") == _OUTSTANDING))
+        return int(np.count_nonzero(self.obs.col("pos") == pos) + self._folded_obs[pos] + outstanding)
+
+    def scorable_counts(self, positions: np.ndarray | None = None) -> np.ndarray:
+        """Groups with at least two scored rewards per task (the groups that can show signal); of the tasks
+        ``positions`` only (distinct, ascending) when given, in ``O(L + len(positions))``."""
         ok = self.obs.col("n_scored") >= 2
-        return np.bincount(self.obs.col("pos")[ok], minlength=self.n) + self._folded_scorable
+        if positions is None:
+            return np.bincount(self.obs.col("pos")[ok], minlength=self.n) + self._folded_scorable
+        only = np.asarray(positions, dtype=np.int64)
+        pos = self.obs.col("pos")[ok]
+        pos = pos[member(pos, only)]
+        return np.bincount(np.searchsorted(only, pos), minlength=only.size) + self._folded_scorable[only]
 
     def env_selection_counts(self) -> np.ndarray:
         """Cumulative selections per environment (dispatches not discarded)."""
@@ -882,12 +976,20 @@ class History:
         pos = self.dispatch.col("pos")[st != _DISCARDED]
         return np.bincount(self.env_codes[pos], minlength=self.num_envs) + self._folded_env_selections
 
-    def exposure(self, half_life: float) -> np.ndarray:
-        """Recency-weighted number of past selections of each task (exposure discounting)."""
-        age = np.maximum(0, (self.step - 1) - self.dispatch.col("step")).astype(float)
-        out = np.bincount(self.dispatch.col("pos"), weights=np.power(0.5, age / half_life), minlength=self.n)
+    def exposure(self, half_life: float, positions: np.ndarray | None = None) -> np.ndarray:
+        """Recency-weighted number of past selections of each task (exposure discounting); of the tasks
+        ``positions`` only (distinct, ascending) when given, in ``O(L + len(positions))``, the same bits."""
+        step, pos, n = self.dispatch.col("step"), self.dispatch.col("pos"), self.n
+        if positions is not None:
+            only = np.asarray(positions, dtype=np.int64)
+            rows = member(pos, only)
+            step, pos, n = step[rows], np.searchsorted(only, pos[rows]), only.size
+        age = np.maximum(0, (self.step - 1) - step).astype(float)
+        # (as float: numpy counts an empty index in int64 whatever the weights)
+        out = np.bincount(pos, weights=np.power(0.5, age / half_life), minlength=n).astype(float, copy=False)
         if self.decayed is not None and self.decayed.absorbed:
-            out += self.decayed.exposure(half_life, self.step - 1)
+            old = self.decayed.exposure(half_life, self.step - 1)
+            out += old if positions is None else old[only]
         return out
 
     def consecutive_blocked(self) -> np.ndarray:
