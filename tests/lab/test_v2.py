@@ -361,3 +361,24 @@ def test_neural_options_name_what_is_wrong():
         NeuralConfig(score="best")
     with pytest.raises(ValueError, match="max_grad_norm must be >= 0"):
         NeuralConfig(max_grad_norm=-1.0)
+
+
+def test_the_graph_reads_tiers_within_and_skills_across_environments():
+    from envsched.method.graph.build import build_graph
+
+    v2 = build_v2_pool(10)
+    split = v2.split(10)
+    graph = build_graph(split.train)
+    pos = split.train_positions
+    tier, skill = v2.tier_of[pos], v2.skill_of[pos]
+
+    def share(relation, values):
+        got = []
+        for i in range(pos.size):
+            idx, w = graph.neighbors(i, relation)
+            if idx.size and w.sum() > 0:
+                got.append(float((w * (values[idx] == values[i])).sum() / w.sum()))
+        return float(np.mean(got))
+
+    assert share("within", tier) > 0.6  # chance: about 0.31 (a third of an environment's tasks share a tier)
+    assert share("cross", skill) > 0.2  # chance: 3 of the 47 other environments, about 0.06

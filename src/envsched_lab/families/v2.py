@@ -305,6 +305,11 @@ V2_LEARNER: dict[str, Any] = {
 }
 
 
+#: Record lengths in words: the spec text states its task's length in words the graph's text features read
+#: (a one-character number is not a token of ``envsched.method.graph``'s TF-IDF).
+_NUMBER_WORDS = {4: "four", 5: "five", 6: "six"}
+
+
 def env_name(skill: Skill, surface: Surface) -> str:
     return f"{surface.name}/{skill.name}"
 
@@ -420,7 +425,7 @@ def build_v2_pool(seed: int = 0) -> V2Pool:
             tiers = [i % len(LENGTHS) for i in range(size)]
             tiers = [tiers[int(i)] for i in rng.permutation(size)]
             checks = [_fmt(skill.check, surface),
-                      f"{surface.words['reply']} is written as {state['answer_format']}"]
+                      f"{surface.words['reply']} is written in the answer format of the {surface.words['record']}"]
             for t, (a, tier) in enumerate(zip(vals, tiers, strict=True)):
                 n = LENGTHS[tier]
                 for _ in range(1000):
@@ -432,7 +437,7 @@ def build_v2_pool(seed: int = 0) -> V2Pool:
                     raise RuntimeError(f"{env}: no new prompt for answer {a} at length {n}")
                 seen.add(prompt)
                 text = _fmt(skill.texts[int(rng.integers(len(skill.texts)))], surface)
-                text += f" The {surface.words['record']} holds {n} {surface.words['symbol']}s."
+                text += f" The {surface.words['record']} holds {_NUMBER_WORDS[n]} {surface.words['symbol']}s."
                 specs.append({"id": f"{env}/{t}", "env": env, "category": surface.name, "instruction": text,
                               "tools": tools, "difficulty": tier, "verifier": {"checks": checks},
                               "initial_state": state})
@@ -467,7 +472,9 @@ class V2Pretraining:
             raise ValueError("v2 pre-training: every exposure weight is 0")
         self._p = w / w.sum()
         self._q = np.array([v2.convention[env_name(SKILLS[k], SURFACES[j])] for k, j in self._envs], dtype=float)
-        self.key = f"{V2_VERSION}:{v2.seed}:{v2.pool.fingerprint()}:{EXPOSURE}:{CONVENTION}"
+        digest = hashlib.sha256("\0".join(v2.fpool.prompts + [str(a) for a in v2.fpool.answers]).encode())
+        # what the network reads and answers, not the spec text: the examples depend on nothing else
+        self.key = f"{V2_VERSION}:{v2.seed}:{digest.hexdigest()[:24]}:{EXPOSURE}:{CONVENTION}"
 
     def batch(self, rng: np.random.Generator, n: int) -> tuple[list[str], list[str]]:
         """``n`` (prompt, answer) pairs."""
