@@ -249,13 +249,26 @@ class _Structure:
 _SPLITS: dict[tuple[str, str], PoolSplit] = {}
 
 
-def bench_split(pool: TaskPool, split: Mapping[str, Any] | SplitConfig | None) -> PoolSplit:
-    """The held-out split of ``pool`` (memoised per pool and split configuration)."""
+def bench_split(pool: TaskPool, split: Mapping[str, Any] | SplitConfig | None,
+                prompts: Sequence[str] | None = None) -> PoolSplit:
+    """The held-out split of ``pool`` (memoised per pool, split configuration and prompts): with the learner's
+    ``prompts``, no held-out prompt is a training prompt (:func:`~envsched_lab.split.split_pool`)."""
     cfg = split if isinstance(split, SplitConfig) else SplitConfig.from_dict(split)
-    key = (pool.fingerprint(), json.dumps(asdict(cfg), sort_keys=True))
+    digest = "" if prompts is None else hashlib.sha256("\0".join(prompts).encode()).hexdigest()
+    key = (pool.fingerprint(), json.dumps(asdict(cfg), sort_keys=True), digest)
     if key not in _SPLITS:
-        _SPLITS[key] = split_pool(pool, cfg)
+        _SPLITS[key] = split_pool(pool, cfg, prompts=prompts)
     return _SPLITS[key]
+
+
+def learner_prompts(learner_kind: str, families: str | None, family_seed: int = 0) -> list[str] | None:
+    """What the learner reads of each task (the neural learner's family prompts; ``None`` for the simulated
+    learner), which the held-out split keeps apart."""
+    if learner_kind != "neural" or families == V2_POOL:
+        return None
+    from envsched_lab.families import DEFAULT_FAMILIES_REF, build_family_pool
+
+    return build_family_pool(families or DEFAULT_FAMILIES_REF, seed=family_seed).prompts
 
 
 def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_size: int = 64, group_size: int = 8,
@@ -283,7 +296,8 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
     ``groups`` (name -> positions among the held-out tasks) adds the learner's score over each group to every
     record (``heldout_group_NAME``), for learners that can break their scores down.
     """
-    psplit = split if isinstance(split, PoolSplit) else bench_split(pool, split)
+    psplit = split if isinstance(split, PoolSplit) else \
+        bench_split(pool, split, learner_prompts(learner_kind, families, family_seed))
     if psplit.pool is not pool and psplit.pool.fingerprint() != pool.fingerprint():
         raise ValueError("the split given to run_one is a split of another pool")
     model: Learner = make_learner(learner_kind, pool, learner, families=families, family_seed=family_seed,
@@ -401,7 +415,7 @@ def run_coldstart(pool: TaskPool, sampler_name: str, runs: int, steps: int, *, b
                   families: str | None = None) -> list[dict[str, Any]]:
     """``runs`` cold-start runs of ``steps`` steps (learner and sampler seeds ``10_000 + run``)."""
     out = []
-    structure = structure or _Structure.of(bench_split(pool, split).train)
+    structure = structure or _Structure.of(bench_split(pool, split, learner_prompts(learner_kind, families)).train)
     for r in range(runs):
         recs = run_one(pool, sampler_name, 10_000 + r, steps=steps, batch_size=batch_size, group_size=group_size,
                        learner=learner, sampler_options=sampler_options, on_step=on_step, structure=structure,
@@ -549,7 +563,7 @@ def run_benchmark(config: BenchConfig, run_dir: str | os.PathLike[str], *, pool:
     split_file = run_path / "split.json"
     if v2 and not split_file.exists():
         _write_atomic(split_file, json.dumps(_v2_split_info(config), indent=2))
-    psplit = bench_split(pool, config.split) if not v2 else None
+    psplit = None if v2 else bench_split(pool, config.split, learner_prompts(config.learner_kind, config.families))
     if not split_file.exists():
         info = psplit.describe()
         info["learner"] = config.learner_kind

@@ -34,7 +34,8 @@ class _Pick:
         ans = str(int(xs[k]) * (2 if self.double else 1))
         return {"instruction": f"Answer from the {self.corpus} record.", "tools": self.tools, "difficulty": tier,
                 "verifier": {"checks": ["reply equals the looked-up value"]},
-                "prompt": f"{'d' if self.double else 'p'}{k}:" + "".join(map(str, xs)), "answer": ans}
+                "prompt": f"{'d' if self.double else 'p'}{k}:" + "".join(map(str, xs)), "answer": ans,
+                "pattern": "lookup"}  # a primitive shared across corpora: the family can be held out
 
 
 class _Graded(_Pick):
@@ -99,7 +100,7 @@ def test_bad_learner_input_is_refused(tmp_path):
 
 def test_no_heldout_task_is_ever_drawn_by_any_sampler(monkeypatch):
     fp = build_family_pool(REF)
-    psplit = bench_split(fp.pool, None)
+    psplit = bench_split(fp.pool, None, fp.prompts)  # the split run_one makes for the neural learner
     held = set(psplit.heldout_positions.tolist())
     assert held and psplit.heldout_env_positions.size and psplit.heldout_task_positions.size
     drawn: list[int] = []

@@ -27,7 +27,8 @@ def test_probed_run_trains_exactly_as_run_one():
     assert out["mean_reward"] == [r["mean_reward"] for r in recs]
     assert out["batch_variance"] == [r["batch_variance"] for r in recs]
     assert sum(r["signal_groups"] for r in recs) > 0  # updates happened, so equality says something
-    train = bench_split(build_family_pool(DEFAULT_FAMILIES_REF).pool, None).train
+    fp = build_family_pool(DEFAULT_FAMILIES_REF)
+    train = bench_split(fp.pool, None, fp.prompts).train  # run_one's split: the learner's prompts kept apart
     assert out["task_ids"] == [t["id"] for t in train]
     assert sorted(out["rewards"]) == [0, 3, 6]
     for r in out["rewards"].values():

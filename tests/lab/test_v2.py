@@ -382,3 +382,43 @@ def test_the_graph_reads_tiers_within_and_skills_across_environments():
 
     assert share("within", tier) > 0.6  # chance: about 0.31 (a third of an environment's tasks share a tier)
     assert share("cross", skill) > 0.2  # chance: 3 of the 47 other environments, about 0.06
+
+
+# ------------------------------------------------------------------------------------------------ v1's split
+def _v1_splits(seeds):
+    from envsched_lab.families import DEFAULT_FAMILIES_REF, build_family_pool
+    from envsched_lab.runner import bench_split
+
+    for seed in seeds:
+        fp = build_family_pool(DEFAULT_FAMILIES_REF, seed=seed)
+        yield fp, bench_split(fp.pool, {"split_seed": seed}, fp.prompts)
+
+
+def test_v1_split_holds_out_every_corpus_over_seeds_and_only_families_that_share_a_primitive():
+    held = Counter()
+    for _, ps in _v1_splits(range(5080, 5100)):
+        held.update(ps.heldout_envs)
+        assert len(ps.heldout_envs) == 2 and len({e.split("/")[0] for e in ps.heldout_envs}) == 2
+    assert {e.split("/")[0] for e in held} == {"lists", "text", "arith"}  # the text corpus too
+    shares = {"lists/max", "lists/count", "lists/at", "lists/argmax", "text/max", "text/count", "text/at",
+              "arith/bigger"}
+    assert set(held) <= shares  # reverse, upper, add, increment, mod, parity and min share nothing
+
+
+def test_v1_split_shares_no_prompt_between_training_and_held_out():
+    for fp, ps in _v1_splits(range(5080, 5090)):
+        train = {fp.prompts[i] for i in ps.train_positions}
+        assert not train & {fp.prompts[i] for i in ps.heldout_positions}
+        assert ps.heldout_task_positions.size > 0.1 * len(fp.pool)
+
+
+def test_split_ties_between_corpora_go_in_a_seeded_order():
+    from envsched_lab.split import split_pool
+
+    specs = [{"id": f"{c}/{k}/{i}", "env": f"{c}/{k}", "instruction": "x", "pattern": "shared"}
+             for c in ("x", "y", "z") for k in range(5) for i in range(4)]
+    corpora = Counter()
+    for seed in range(30):
+        ps = split_pool(TaskPool(specs), {"split_seed": seed})
+        corpora.update(e.split("/")[0] for e in ps.heldout_envs)
+    assert set(corpora) == {"x", "y", "z"}  # by name, "z" would never be held out

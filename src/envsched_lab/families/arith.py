@@ -55,7 +55,7 @@ ARITH_FAMILIES = [
                    ("Answer with the largest of the operands.",
                     "Compare the exercise's numbers and return the greatest one.",
                     "Which operand is the biggest? Answer with it."),
-                   ("answer equals the largest operand", "answer is one of the operands"), _bigger),
+                   ("answer equals the largest operand", "answer is one of the operands"), _bigger, pattern="maximum"),
     TemplateFamily("arith/increment", "arith", [_OPERANDS, _CALC, _ANSWER],
                    ("Answer with the operand plus one.",
                     "Return the successor of the given number.",

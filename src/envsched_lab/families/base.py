@@ -41,13 +41,16 @@ class TemplateFamily:
     checks: tuple[str, ...]
     make: Callable[[np.random.Generator, int], tuple[str, str]] = field(repr=False)
     tiers: int = 3
+    pattern: str | None = None
+    """The primitive the family shares with families of other corpora (the spec's ``pattern``: the held-out
+    split holds out only families that share one); ``None``: it shares none."""
 
     def generate(self, rng: np.random.Generator, tier: int) -> dict[str, Any]:
         if not is_int(tier) or not 0 <= tier < self.tiers:
             raise InvalidValueError(f"family {self.name!r}: tier must be an int in [0, {self.tiers}), got {tier!r}",
                                     name="tier", value=tier)
         prompt, answer = self.make(rng, int(tier))
-        return {
+        out = {
             "instruction": self.instructions[int(rng.integers(len(self.instructions)))],
             "tools": [dict(t) for t in self.tools],
             "difficulty": int(tier),
@@ -55,6 +58,9 @@ class TemplateFamily:
             "prompt": prompt,
             "answer": answer,
         }
+        if self.pattern is not None:
+            out["pattern"] = self.pattern
+        return out
 
 
 def digits(rng: np.random.Generator, n: int, *, unique: bool = False) -> list[int]:

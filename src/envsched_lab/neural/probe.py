@@ -49,14 +49,14 @@ def probe_run(families: str | None = None, *, seed: int, steps: int = 200, batch
     """
     from envsched_lab.families import DEFAULT_FAMILIES_REF, build_family_pool
     from envsched_lab.learners import make_learner
-    from envsched_lab.runner import _fill_nan, bench_split, make_bench_sampler
+    from envsched_lab.runner import _fill_nan, bench_split, learner_prompts, make_bench_sampler
 
     ref = families or DEFAULT_FAMILIES_REF
     wanted = sorted({int(c) for c in checkpoints})
     if not wanted or wanted[0] < 0 or wanted[-1] > steps:
         raise ValueError(f"checkpoints must be steps in [0, {steps}], got {list(checkpoints)}")
     pool = build_family_pool(ref, seed=family_seed).pool
-    psplit = bench_split(pool, split)
+    psplit = bench_split(pool, split, learner_prompts("neural", ref, family_seed))  # run_one's split
     model = make_learner("neural", pool, learner, seed=seed, families=ref, family_seed=family_seed)
     assert isinstance(model, NeuralLearner)
     smp = make_bench_sampler(sampler, psplit.train, seed=seed, batch_size=batch_size, group_size=group_size)
