@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from envsched_lab.report import paired_difference
+from envsched_lab.stats import paired_difference
 
 __all__ = ["GATE", "gate"]
 

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from envsched_lab.stats import paired_difference
 from envsched_lab.variants import ENVSCHED_ABLATIONS
 
 __all__ = ["TARGET_METRIC", "load_records", "paired_difference", "summarise", "write_report"]
@@ -173,24 +174,6 @@ def learner_label(config: Any) -> str:
     if getattr(config, "pool", None) == "v2":
         return "neural learner, pool v2"
     return f"neural learner, families {getattr(config, 'families', None) or 'default'}"
-
-
-def paired_difference(a: Mapping[int, float], b: Mapping[int, float], level: float = 0.95) -> dict[str, Any]:
-    """Paired difference ``a - b`` over the seeds both have: mean, Student-t interval at ``level``, n.
-
-    ``significant`` is true when the interval excludes 0. With one seed the interval is unbounded (NaN)."""
-    seeds = sorted(set(a) & set(b))
-    diffs = np.array([a[k] - b[k] for k in seeds], dtype=float)
-    diffs = diffs[~np.isnan(diffs)]
-    n = int(diffs.size)
-    if n == 0:
-        return {"mean": math.nan, "low": math.nan, "high": math.nan, "n": 0, "significant": False}
-    mean = float(diffs.mean())
-    if n < 2:
-        return {"mean": mean, "low": math.nan, "high": math.nan, "n": n, "significant": False}
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * diffs.std(ddof=1) / math.sqrt(n))
-    low, high = mean - half, mean + half
-    return {"mean": mean, "low": low, "high": high, "n": n, "significant": bool(low > 0 or high < 0)}
 
 
 def _per_seed(by_run: Mapping[tuple[str, int], list[dict[str, Any]]], sampler: str, key: str,

@@ -287,7 +287,7 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
     Monte-Carlo held-out score (``heldout_sampled``) from that many sampled rollouts per held-out task.
     ``learner_kind`` picks the learner (:mod:`envsched_lab.learners`; ``families``: the neural learner's, and
     ``family_seed`` the seed its pool was generated with). ``split`` may also be a finished
-    :class:`~envsched_lab.split.PoolSplit` of ``pool`` (the v2 pool's, :func:`~envsched_lab.split.split_v2`).
+    :class:`~envsched_lab.split.PoolSplit` of ``pool`` (the v2 pool's, :func:`~envsched_lab.families.v2.split_v2`).
 
     A sampler with a ``bind_learner`` method (the lab's oracles, :mod:`envsched_lab.oracles`) is given a
     :class:`~envsched_lab.oracles.TrainingView` of the learner before its first draw. A learner with answers

@@ -28,7 +28,8 @@ from scipy import stats
 
 from envsched.validation import check_int, check_number
 
-__all__ = ["Comparison", "compare", "describe", "holm", "minimum_detectable_effect", "paired", "tost"]
+__all__ = ["Comparison", "compare", "describe", "holm", "minimum_detectable_effect", "paired", "paired_difference",
+           "tost"]
 
 Verdict = Literal["better", "worse", "equivalent", "not detected"]
 
@@ -157,3 +158,21 @@ def describe(comparisons: Sequence[Comparison], endpoint: str = "held-out score"
                      f"{c.n} seeds, Holm p = {c.p_holm:.3g}, TOST(+-{c.margin:g}) Holm p = "
                      f"{c.p_equivalence_holm:.3g}: {c.verdict}")
     return lines
+
+
+def paired_difference(a: Mapping[int, float], b: Mapping[int, float], level: float = 0.95) -> dict[str, Any]:
+    """Paired difference ``a - b`` over the seeds both have: mean, Student-t interval at ``level``, n.
+
+    ``significant`` is true when the interval excludes 0. With one seed the interval is unbounded (NaN)."""
+    seeds = sorted(set(a) & set(b))
+    diffs = np.array([a[k] - b[k] for k in seeds], dtype=float)
+    diffs = diffs[~np.isnan(diffs)]
+    n = int(diffs.size)
+    if n == 0:
+        return {"mean": math.nan, "low": math.nan, "high": math.nan, "n": 0, "significant": False}
+    mean = float(diffs.mean())
+    if n < 2:
+        return {"mean": mean, "low": math.nan, "high": math.nan, "n": n, "significant": False}
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * diffs.std(ddof=1) / math.sqrt(n))
+    low, high = mean - half, mean + half
+    return {"mean": mean, "low": low, "high": high, "n": n, "significant": bool(low > 0 or high < 0)}

@@ -7,7 +7,7 @@ tools and verifier of its environments: the symbols (an alphabet of 10 relabelli
 keyword that names the skill in the prompt, the separator, the answer format (a prefix or a suffix), and the
 words in which the spec text, the tools and the verifier's checks describe the skill. The same skill on
 another surface is the cross-environment relation: it executes alike (tools of the same operation families,
-the same checks) in other words and other symbols. The held-out split (:func:`envsched_lab.split.split_v2`)
+the same checks) in other words and other symbols. The held-out split (:func:`split_v2`)
 holds out one surface of every skill and a fifth of every other environment's tasks.
 
 **What the network reads.** Only the prompt: ``KEYWORD SEP RECORD``, for example ``max:3729`` (answer ``9``)
@@ -37,6 +37,7 @@ near 0 for this network.
 from __future__ import annotations
 
 import hashlib
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,10 +45,23 @@ from typing import Any
 import numpy as np
 
 from envsched.pool.pool import TaskPool
+from envsched.validation import check_int, check_number
 from envsched_lab.families import FamilyPool
+from envsched_lab.split import PoolSplit, SplitConfig, _rank
 
-__all__ = ["SKILLS", "STAGES", "SURFACES", "V2_LEARNER", "V2_POOL", "Skill", "Surface", "V2Pool", "V2Pretraining",
-           "build_v2_pool"]
+__all__ = [
+    "SKILLS",
+    "STAGES",
+    "SURFACES",
+    "V2_LEARNER",
+    "V2_POOL",
+    "Skill",
+    "Surface",
+    "V2Pool",
+    "V2Pretraining",
+    "build_v2_pool",
+    "split_v2",
+]
 
 #: The pool's name in ``BenchConfig.pool`` and ``--pool``.
 V2_POOL = "v2"
@@ -368,9 +382,7 @@ class V2Pool:
         return V2Pretraining(self)
 
     def split(self, split_seed: int, heldout_task_share: float = 0.2) -> Any:
-        """The v2 held-out split (:func:`envsched_lab.split.split_v2`)."""
-        from envsched_lab.split import split_v2
-
+        """The v2 held-out split (:func:`split_v2`)."""
         return split_v2(self, split_seed, heldout_task_share=heldout_task_share)
 
 
@@ -493,3 +505,49 @@ class V2Pretraining:
             answers.append(surface.answer(a, skill.width) if rng.random() < self._q[e]
                            else surface.alt_answer(a, skill.width))
         return prompts, answers
+
+
+def split_v2(v2: Any, split_seed: int, *, heldout_task_share: float = 0.2) -> PoolSplit:
+    """The v2 pool's held-out split (:mod:`envsched_lab.families.v2`), stratified across skills.
+
+    * **held-out environments (b)**: one surface of every skill, so every skill has an unseen surface. The
+      skills are put in a seeded order and take the surfaces in a seeded cyclic order, so each surface is held
+      out for as many skills as any other, give or take one (12 skills, 5 surfaces: 3, 3, 2, 2, 2).
+    * **held-out tasks (a)**: in every training environment, the ``heldout_task_share`` of its tasks with the
+      smallest ``sha256(f"{split_seed}:{task id}")`` (at least one task stays in training).
+
+    Every prompt of a v2 pool is distinct, so no held-out prompt is a training prompt.
+    """
+    seed = check_int(split_seed, "split_seed", low=0)
+    check_number(heldout_task_share, "heldout_task_share", low=0, high=1, high_open=True)
+    rng = np.random.default_rng([seed, 1729])
+    skills = rng.permutation(len(SKILLS))
+    surfaces = rng.permutation(len(SURFACES))
+    heldout_envs = sorted(env_name(SKILLS[int(k)], SURFACES[int(surfaces[i % len(SURFACES)])])
+                          for i, k in enumerate(skills))
+    pool = v2.pool
+    tasks = list(pool)
+    by_env: dict[str, list[int]] = defaultdict(list)
+    for i, t in enumerate(tasks):
+        by_env[str(t["env"])].append(i)
+    missing = [e for e in heldout_envs if e not in by_env]
+    if missing:
+        raise ValueError(f"the v2 split names environments the pool does not have: {missing}")
+    held = set(heldout_envs)
+    train_pos: list[int] = []
+    held_task_pos: list[int] = []
+    for e, positions in by_env.items():
+        if e in held:
+            continue
+        ranked = sorted(positions, key=lambda i: _rank(seed, str(tasks[i]["id"])))
+        k = min(round(heldout_task_share * len(ranked)), len(ranked) - 1)
+        held_task_pos += ranked[:k]
+        train_pos += ranked[k:]
+    train_positions = np.array(sorted(train_pos), dtype=np.int64)
+    env_pos = np.array(sorted(i for e in heldout_envs for i in by_env[e]), dtype=np.int64)
+    cfg = SplitConfig(split_seed=seed, heldout_env_share=len(heldout_envs) / len(by_env),
+                      heldout_task_share=heldout_task_share)
+    train = TaskPool([tasks[i] for i in train_positions], reward_range=getattr(pool, "reward_range", None))
+    return PoolSplit(pool=pool, config=cfg, train_positions=train_positions,
+                     heldout_task_positions=np.array(sorted(held_task_pos), dtype=np.int64),
+                     heldout_env_positions=env_pos, heldout_envs=heldout_envs, train=train)
