@@ -71,7 +71,8 @@ class _SamplersOption(click.Option):
 
         avail = available_samplers()
         self.help = (f"Comma-separated samplers (default: all {sum(s in avail for s in DEFAULT_SAMPLERS)}; "
-                     "see --list-samplers).")
+                     f"--quick runs {sum(s in avail for s in QUICK['samplers'])} of them, --learner neural --quick "
+                     f"{sum(s in avail for s in NEURAL_QUICK['samplers'])}; see --list-samplers).")
         return super().get_help_record(ctx)
 
 
@@ -319,17 +320,26 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
     console.print(f"\nwritten to {out_dir}: {', '.join(summary.get('written', []))}")
 
 
+def _fits_unbroken(head: list[str], rows: list[list[str]], width: int) -> bool:
+    """Whether a table fits ``width`` columns with no word split: every column at least as wide as its longest
+    word (header or cell), plus the separators between columns."""
+    longest = [max(len(w) for text in (h, *(r[i] for r in rows)) for w in str(text).split() or [""])
+               for i, h in enumerate(head)]
+    return sum(longest) + 3 * (len(head) - 1) <= width
+
+
 def _print_summary(console: Console, summary: dict[str, Any], cfg: Any) -> None:
-    """The summary tables; a vertical layout (one block per sampler) when the terminal is under 100 columns."""
+    """The summary tables; a vertical layout (one block per sampler) when a table would split a word to fit the
+    terminal."""
     from envsched_lab.report import summary_tables
 
     console.print(f"[bold]rollout efficiency[/bold] ({summary.get('learner', '')}): {len(cfg.seeds)} seeds x "
                   f"{cfg.steps} steps x {cfg.batch_size} groups x {cfg.group_size} rollouts", markup=True)
     for title, head, rows in summary_tables(summary, cfg):
-        if console.width >= 100:
+        if _fits_unbroken(head, rows, console.width):
             table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
             for h in head:
-                table.add_column(h, justify="left" if h == "sampler" else "right", overflow="fold")
+                table.add_column(h, justify="left" if h == "sampler" else "right")
             for r in rows:
                 table.add_row(*r)
             console.print(table)

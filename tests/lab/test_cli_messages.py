@@ -51,3 +51,29 @@ def test_bench_without_the_lab_extra_says_how_to_install_it_in_one_line(monkeypa
     assert "'lab' extra" in lines[0] and "envsched_no_such_module" in lines[0]
     assert "pip install 'envsched[lab]'" in lines[0]
     assert not (tmp_path / "run").exists()
+
+
+def test_summary_tables_never_split_a_word(monkeypatch):
+    """At any width a table either fits with every word whole or is printed one block per sampler."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    import envsched_lab.cli as lab_cli
+    import envsched_lab.report as report
+
+    head = ["sampler", "signal/episode", "signal/cost", "envs/batch", "tools/batch", "held-out@40", "vs uniform@40",
+            "exploitation/hit-rate"]
+    rows = [["envsched-paper", "0.1234", "0.0567", "31.20", "40.10", "27.75 ± 3.10", "+4.50 [+3.32, +5.68]*",
+             "0.812"],
+            ["oracle-variance", "0.4567", "0.2345", "33.10", "41.20", "32.25 ± 2.90", "-", "-"]]
+    monkeypatch.setattr(report, "summary_tables", lambda summary, cfg: [("efficiency", head, rows)])
+    cfg = SimpleNamespace(seeds=[0, 1], steps=40, batch_size=64, group_size=8)
+    words = {w for text in (*head[1:], *(c for r in rows for c in r)) for w in text.split()}
+    for width in (60, 80, 100, 140):
+        console = Console(width=width, record=True, color_system=None)
+        lab_cli._print_summary(console, {"coldstart": {}, "learner": "simulated learner"}, cfg)
+        out = console.export_text()
+        assert all(w in out for w in words), (width, out)
+        assert max(len(line) for line in out.splitlines()) <= width
+    assert lab_cli._fits_unbroken(head, rows, 140) and not lab_cli._fits_unbroken(head, rows, 80)
