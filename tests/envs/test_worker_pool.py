@@ -90,3 +90,37 @@ def test_a_worker_stops_when_the_process_that_started_it_is_killed(tmp_path: Pat
     while time.monotonic() < deadline and not all(_gone(pid) for pid in workers):
         time.sleep(0.2)
     assert all(_gone(pid) for pid in workers), "a scorer worker outlived the process that started it"
+
+
+_FORKED_POOL = """
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
+from envsched.envs.reasoning_gym import build_reasoning_gym_pool, regenerate_item, score_task_answer
+from envsched.envs.safe_scoring import _ScorerWorker
+
+task = next(iter(build_reasoning_gym_pool(["chain_sum"], tasks_per_dataset=2)))
+reference = str(regenerate_item(task)["answer"])
+
+def score(_):
+    seen = [w.proc.pid for w in _ScorerWorker.idle]
+    return seen, score_task_answer(task, reference)
+
+if __name__ == "__main__":
+    assert score_task_answer(task, reference) == 1.0 and _ScorerWorker.idle  # this process has an idle worker
+    mine = {w.proc.pid for w in _ScorerWorker.idle}
+    with ProcessPoolExecutor(2, mp_context=mp.get_context("fork")) as ex:
+        results = list(ex.map(score, range(4)))
+    print([value for _, value in results], any(pid in mine for seen, _ in results for pid in seen))
+"""
+
+
+def test_a_forked_child_starts_its_own_workers(tmp_path: Path) -> None:
+    """A process forked while its parent holds idle workers (the benchmark's process pool) inherits none of them:
+    they are the parent's, and multiprocessing refuses to even ask whether they are alive."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "forked_pool.py"
+    script.write_text(_FORKED_POOL)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[1.0, 1.0, 1.0, 1.0] False", out

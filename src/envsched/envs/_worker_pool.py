@@ -88,6 +88,18 @@ class PooledWorker:
     idle_lock: ClassVar[threading.Lock]
     max_idle: ClassVar[int]
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        os.register_at_fork(after_in_child=cls._forget_inherited)
+
+    @classmethod
+    def _forget_inherited(cls) -> None:
+        """In a process forked from the owner of the idle workers (a process pool of the benchmark, say): those
+        workers are the parent's, which this process can neither use nor stop, and the lock may have been held
+        by another thread at the fork. This process starts with none and a fresh lock."""
+        cls.idle = []
+        cls.idle_lock = threading.Lock()
+
     def __init__(self, memory_bytes: int) -> None:
         ctx = process_context()
         self.conn, child = ctx.Pipe()
