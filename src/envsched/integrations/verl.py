@@ -1,3 +1,5 @@
+# Over 700 lines: one module per trainer, as for TRL; verl's v0 sampler, v1 replay buffer, v1 trainer and task
+# runner share its import guard, config readers and checkpoint folders.
 """verl integration: envsched chooses verl's prompts and learns from every finished group.
 
 verl 0.9.1's trainer is the v1 ``PPOTrainer`` (``trainer.use_v1=true``, the default); its v0 ``RayPPOTrainer``
