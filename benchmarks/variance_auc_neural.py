@@ -104,9 +104,10 @@ def log_outcomes(seeds: list[int], *, steps: int = 200, checkpoints: list[int] |
 def training_specs(families: str | None = None) -> list[dict[str, Any]]:
     """The specs of the benchmark's training pool (the split every sampler draws from), in pool order."""
     from envsched_lab.families import DEFAULT_FAMILIES_REF, build_family_pool
-    from envsched_lab.runner import bench_split
+    from envsched_lab.runner import bench_split, learner_prompts
 
-    return [dict(t) for t in bench_split(build_family_pool(families or DEFAULT_FAMILIES_REF).pool, None).train]
+    ref = families or DEFAULT_FAMILIES_REF
+    return [dict(t) for t in bench_split(build_family_pool(ref).pool, None, learner_prompts("neural", ref)).train]
 
 
 def with_difficulty(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
