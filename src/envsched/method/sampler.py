@@ -70,13 +70,17 @@ class _Anchor:
 
 class _AtPositions:
     """Values of a per-task array at a few positions (the explanation records of a one-task draw read the policy's
-    per-task values only at the pick): ``values[pos]`` and ``values.dtype`` as a numpy array's."""
+    per-task values only at the pick): ``values[pos]`` and ``values.dtype`` as a numpy array's. A value may be a
+    callable of no argument, computed when first read (from what it captured at the draw)."""
 
     def __init__(self, values: dict[int, Any], dtype: Any) -> None:
         self._values, self.dtype = values, np.dtype(dtype)
 
     def __getitem__(self, pos: int) -> Any:
-        return self._values[int(pos)]
+        value = self._values[int(pos)]
+        if callable(value):
+            value = self._values[int(pos)] = value()
+        return value
 
 
 @dataclass(frozen=True, eq=False)
@@ -424,11 +428,14 @@ class EnvSchedSampler(BaseSampler):
             mu = np.clip(prediction.long.prior[at, 0], 1e-6, 1.0 - 1e-6)
             alpha, beta = c.signal_prior_ess * mu + s, c.signal_prior_ess * (1.0 - mu) + f
             g = c.rollouts_per_task
-            cov = (signal.optimistic_signal(alpha, beta, g, c.ucb_quantile)
-                   + 1e-3 * signal.mixed_probability(alpha, beta, g) + 1e-12 * tiebreak())
+
+            def coverage() -> float:  # (only explanation records read it: computed when they are built)
+                return float((signal.optimistic_signal(alpha, beta, g, c.ucb_quantile)
+                              + 1e-3 * signal.mixed_probability(alpha, beta, g) + 1e-12 * tiebreak())[0])
+
             values.update(signal_alpha=_AtPositions({pos: float(alpha[0])}, float),
                           signal_beta=_AtPositions({pos: float(beta[0])}, float),
-                          coverage_score=_AtPositions({pos: float(cov[0])}, float))
+                          coverage_score=_AtPositions({pos: coverage}, float))
         if c.caps_on_decline_only:
             values["caps_active"] = _AtPositions({pos: bool(self._incremental[0].caps[pos])}, bool)
         if c.adaptive_share:

@@ -67,6 +67,7 @@ class RelationRows:
     row_total: np.ndarray
     col_indptr: np.ndarray
     col_indices: np.ndarray
+    col_data: np.ndarray
 
     @classmethod
     def of(cls, operator: RelationOperator, env_codes: np.ndarray) -> RelationRows:
@@ -85,11 +86,23 @@ class RelationRows:
         valid = np.zeros((n, k), dtype=bool)
         valid[rows, slot] = True
         return cls(index=index, weight=weight, env=np.asarray(env_codes, dtype=np.int32)[index], valid=valid,
-                   row_total=operator.row_total, col_indptr=csc.indptr, col_indices=csc.indices)
+                   row_total=operator.row_total, col_indptr=csc.indptr, col_indices=csc.indices,
+                   col_data=csc.data)
 
     def having(self, tasks: np.ndarray) -> np.ndarray:
         """The tasks that have one of ``tasks`` as a neighbour (distinct, ascending)."""
         return distinct(self.col_indices[_ranges(self.col_indptr[tasks], self.col_indptr[tasks + 1])])
+
+    def share_of(self, tasks: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """For each of ``rows`` (distinct, ascending): the share of its neighbour weight on ``tasks``,
+        ``sum_{j in tasks} w_ij / sum_j w_ij``."""
+        entries = _ranges(self.col_indptr[tasks], self.col_indptr[tasks + 1])
+        having = self.col_indices[entries]
+        mine = member(having, rows)
+        weight = np.bincount(np.searchsorted(rows, having[mine]), weights=self.col_data[entries][mine],
+                             minlength=rows.size)
+        total = self.row_total[rows]
+        return np.divide(weight, total, out=np.zeros(rows.size), where=total > 0)
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -184,13 +197,19 @@ class IncrementalPrediction:
         self.observed = self.anchored[0] > 0
         self.env_estimate: np.ndarray | None = None  # (E, 6): an unobserved task's environment estimate
         if self.environment is not None:  # (the same rows predict wrote, and each environment's common one)
-            self.env_estimate = np.empty((sizes.size, 6))
+            self.env_estimate = np.zeros((sizes.size, 6))
             self._environment_rows(np.arange(sizes.size), env_order)
         self.dispatched = history.last_selected >= 0
         self.clocked = self._clocked(history, np.arange(self.n))
         self.clocked_rows = np.flatnonzero(self.clocked)
         self._compact()
-        self.stale_rows: set[int] = set()  # unclocked rows whose posterior and scores are not written (materialize)
+        #: ``(N,)`` bool: unclocked rows whose posterior and scores are not written (:meth:`materialize`)
+        self.stale_rows = np.zeros(self.n, dtype=bool)
+        #: ``(N,)`` bool: unclocked rows whose cross estimate (so prior and informativeness) is not recomputed yet
+        #: since an environment estimate it reads moved; :attr:`upper` bounds their informativeness
+        self.dirty = np.zeros(self.n, dtype=bool)
+        self.upper = np.zeros(self.n)
+        self._cleaned: list[np.ndarray] = []  # rows made exact since the last sync (reported by it)
         self.clocked_written = True  # whether the clocked rows' are (as computed at the refresh)
         self._ticked: tuple[np.ndarray, ...] | None = None  # the clocked rows, prior, means and W of the last tick
         history.journal = []
@@ -243,7 +262,7 @@ class IncrementalPrediction:
         self.clocked[rows] = now
         gone = rows[~now & member(rows, self.clocked_rows)]
         if gone.size:
-            self.stale_rows.update(gone.tolist())  # (its written values are from before it left)
+            self.stale_rows[gone] = True  # (its written values are from before it left)
         self.clocked_rows = np.flatnonzero(self.clocked) if rows.size * 8 > self.n else \
             union(self.clocked_rows[self.clocked[self.clocked_rows]], rows[now])
         self._compact()
@@ -252,7 +271,9 @@ class IncrementalPrediction:
         """``pos`` was drawn: where the caps apply, its exposure now moves with the clock (it may join the clocked
         tasks)."""
         self.dispatched[pos] = True
-        self._set_clocked(history, np.array([pos], dtype=np.int64))
+        at = np.array([pos], dtype=np.int64)
+        self.clean(at)
+        self._set_clocked(history, at)
 
     # ------------------------------------------------------------------ bringing it up to date
     def _step_references(self, history: History) -> dict[int, tuple[bytes, bool]]:
@@ -262,8 +283,9 @@ class IncrementalPrediction:
 
     def sync(self, history: History) -> np.ndarray:
         """Bring the prediction up to the history's observations (:meth:`stale` must be ``None``); returns the
-        tasks whose informativeness may have changed among the unclocked ones or that joined or left the clocked
-        ones (distinct, ascending). The clock is :meth:`tick`'s."""
+        tasks whose informativeness (or bound) may have changed among the unclocked ones, that :meth:`clean` made
+        exact since the last sync, or that joined or left the clocked ones (distinct, ascending). The clock is
+        :meth:`tick`'s."""
         changed = [np.atleast_1d(np.asarray(c, dtype=np.int64)) for c in history.journal]
         history.journal.clear()
         refs = self._step_references(history)
@@ -274,9 +296,11 @@ class IncrementalPrediction:
             o = history.obs
             changed.append(o.col("pos")[member(o.col("step"), np.array(sorted(moved), dtype=np.int64))])
         tasks = union(*changed) if changed else np.zeros(0, dtype=np.int64)
+        cleaned = union(*self._cleaned) if self._cleaned else tasks[:0]
+        self._cleaned.clear()
         if not tasks.size:
-            return tasks
-        return self._touch(history, tasks)
+            return cleaned
+        return union(self._touch(history, tasks), cleaned)
 
     def _touch(self, history: History, tasks: np.ndarray) -> np.ndarray:
         cfg = self.config
@@ -291,18 +315,30 @@ class IncrementalPrediction:
         self.observed[tasks] = self.anchored[0][tasks] > 0
         if cfg.caps_on_decline_only:
             self.caps[tasks] = signal.declining(history, cfg.long_half_life, cfg.short_half_life, a, tasks)
-        within_rows = [self.relations[0].having(tasks), tasks]
-        cross_rows = [self.relations[1].having(tasks)]
+        within = [self.relations[0].having(tasks), tasks]
+        direct = self.relations[1].having(tasks)  # a neighbour's own history changed (or it became observed)
+        cross = direct
+        lazy = np.zeros(0, dtype=np.int64)
+        moved = 0.0
         if self.environment is not None:
             envs = distinct(self.env_codes[tasks])
             members = self._members(envs)
-            self._environment_rows(envs, members)
-            within_rows.append(members)
-            cross_rows.append(self.relations[1].having(members))
-        within = union(*within_rows)
-        cross = union(*cross_rows)
+            moved = self._environment_rows(envs, members)
+            within.append(members)
+        within = union(*within)
+        if self.environment is not None:
+            # the others read only unobserved neighbours' environment estimates that moved (an observed one's
+            # substitute cancels): a clocked one, or one whose prior is recomputed anyway, now; an unclocked one
+            # when it could be the pick or is read (:meth:`clean`)
+            indirect = self.relations[1].having(members)
+            indirect = indirect[~member(indirect, direct)]
+            now = self.clocked[indirect] | member(indirect, within)
+            lazy = indirect[~now]
+            cross = union(direct, indirect[now])
+        cross = union(cross, within[self.dirty[within]])
         self._relation_rows(0, within)
         self._relation_rows(1, cross)
+        self.dirty[cross] = False
         rows = union(within, cross)
         self._prior_rows(rows)
         self._set_clocked(history, tasks)
@@ -317,12 +353,39 @@ class IncrementalPrediction:
             self.c_values[i] = np.concatenate([long_h.values[r], short_h.values[r]], axis=1)
             self.c_anchored[i] = np.stack([self.anchored[0][r], self.anchored[1][r]], axis=1)
         static = rows[~inside]
-        if static.size:  # unclocked rows: W = 0, their own means the reference: the informativeness from the prior
-            self.prediction.informativeness[static] = self._informativeness(
-                np.concatenate([self.prediction.long.prior[static], self.prediction.short.prior[static]], axis=1),
-                None, None)
-            self.stale_rows.update(static.tolist())
-        return union(static, tasks)
+        self._static_informativeness(static)
+        if lazy.size:
+            # each moves with its weight on the moved estimates: those of the unobserved tasks of the environments
+            unobserved = members[~self.observed[members]]
+            share = np.minimum(self.relations[1].share_of(unobserved, lazy), 1.0)
+            bound = np.where(self.dirty[lazy], self.upper[lazy], self.prediction.informativeness[lazy])
+            self.upper[lazy] = bound + share * moved * (1.0 + 1e-9) + 1e-12
+            self.dirty[lazy] = True
+        return union(static, lazy, tasks)
+
+    def _static_informativeness(self, rows: np.ndarray) -> None:
+        """Unclocked ``rows`` (``W = 0``, own means the reference): the informativeness from the prior."""
+        if rows.size:
+            pr = self.prediction
+            pr.informativeness[rows] = self._informativeness(
+                np.concatenate([pr.long.prior[rows], pr.short.prior[rows]], axis=1), None, None)
+            self.stale_rows[rows] = True
+
+    def clean(self, rows: np.ndarray) -> np.ndarray:
+        """Recompute the cross estimate, prior and informativeness of the dirty ones of ``rows``; returns them."""
+        rows = rows[self.dirty[rows]]
+        if rows.size:
+            self._relation_rows(1, rows)
+            self.dirty[rows] = False
+            self._prior_rows(rows)
+            self._static_informativeness(rows)
+            self._cleaned.append(rows)
+        return rows
+
+    def static_value(self, rows: np.ndarray) -> np.ndarray:
+        """The informativeness of unclocked ``rows``, or for a dirty one an upper bound on it (:meth:`clean` makes
+        it exact)."""
+        return np.where(self.dirty[rows], self.upper[rows], self.prediction.informativeness[rows])
 
     def _members(self, envs: np.ndarray) -> np.ndarray:
         return self.env_order[_ranges(self.env_starts[envs], self.env_starts[envs + 1])]
@@ -336,8 +399,15 @@ class IncrementalPrediction:
         x[:, 4:] = short_h.values[tasks]
         return x
 
-    def _environment_rows(self, envs: np.ndarray, members: np.ndarray) -> None:
-        """The environment estimates of every task of ``envs`` (``members``, environment by environment)."""
+    def _environment_rows(self, envs: np.ndarray, members: np.ndarray) -> float:
+        """The environment estimates of every task of ``envs`` (``members``, environment by environment). Returns a
+        bound on how much the informativeness of an unclocked task whose cross neighbours' weight is all on these
+        environments' unobserved tasks can have moved through them (scaled by that weight's share for any other):
+        its cross estimate moves by at most the largest move of their common environment estimate (a
+        neighbour-weighted mean), its prior by ``1 - within_fusion_weight`` times that, and the informativeness of a
+        prior ``(m, v, d)`` in ``[0, 1] x [0, 0.25] x [0, 1]`` by at most ``(0.5 + decline_penalty)`` times the sum
+        over the half-lives of ``(1 - a) |dv| + a (|dd| / 4 + |dm|)`` (``a = reconstruction_weight``; ``|d (d m (1 -
+        m))| <= |dd| / 4 + |dm|``)."""
         own = self.observed[members]
         seen = members[own]  # each environment's observed tasks, ascending
         x = self._x(seen)
@@ -357,31 +427,39 @@ class IncrementalPrediction:
         # the unobserved tasks' common row (the environment's sums with no row taken out)
         env_sums = sums
         total = env_sums[:, 0]
-        has_e = total > 0
         row_e = self.env_row_total[envs]
+        has_e = (total > 0) & (row_e > 0)  # an environment of one task has no unobserved task once it is observed
         missing = np.maximum(row_e - total, 0.0)
         common = (env_sums[:, 1:] + missing[:, None] * self.both_reference) / np.where(has_e, row_e, 1.0)[:, None]
-        self.env_estimate[envs] = np.where(has_e[:, None], common, self.both_reference)
+        common = np.where(has_e[:, None], common, self.both_reference)
+        step = np.abs(common - self.env_estimate[envs]).max(axis=0) if envs.size else np.zeros(6)
+        self.env_estimate[envs] = common
+        cfg = self.config
+        if not cfg.use_cross_edges:
+            return 0.0
+        a = cfg.reconstruction_weight
+        per_half = [(1.0 - a) * step[3 * h + 1] + a * (0.25 * step[3 * h + 2] + step[3 * h]) for h in (0, 1)]
+        share = 1.0 - cfg.within_fusion_weight if cfg.use_within_edges else 1.0
+        return (0.5 + cfg.decline_penalty) * share * sum(per_half)
 
     def _relation_rows(self, relation: int, rows: np.ndarray) -> None:
         """The within (0) or cross (1) estimates of ``rows``, as ``predict`` computes them."""
         rel = self.relations[relation]
         cols, w = rel.index[rows].T, rel.weight[rows].T  # (K, k): entry c of every row
-        seen = self.observed[cols] & rel.valid[rows].T
-        seen_cols = cols[seen]
+        seen = np.flatnonzero(self.observed[cols] & rel.valid[rows].T)  # (flat entries)
+        seen_cols = cols.ravel()[seen]
         per_neighbour = self.environment is not None and relation == 1
         # per entry: [1, long, short] of an observed neighbour (less its substitute across), 0 for the others; and
         # across, every neighbour's substitute (its environment's, its own where observed): one sum per row
-        values = np.zeros((*cols.shape, 13 if per_neighbour else 7))
+        values = np.zeros((cols.size, 7))
         x = self._x(seen_cols)
         if per_neighbour:
             own = self.environment[0][seen_cols]
             x[:, 1:] -= own
-            values[:, :, 7:] = self.env_estimate[rel.env[rows].T]
-            values[seen, 7:] = own
-        values[seen, :7] = x
-        sums = _row_sums(w, values)
-        agg = sums[:, :7]
+            sub = np.take(self.env_estimate, rel.env[rows].T.ravel(), axis=0)
+            sub[seen] = own
+        values[seen] = x
+        agg = _row_sums(w, values.reshape(*cols.shape, 7))
         total = rel.row_total[rows]
         has = agg[:, 0] > 0
         if self.environment is None:  # the global reference for every neighbour without history
@@ -390,7 +468,7 @@ class IncrementalPrediction:
             est = np.where(has[:, None], est, self.both_reference)
         else:
             if per_neighbour:
-                num = agg[:, 1:] + sums[:, 7:]
+                num = agg[:, 1:] + _row_sums(w, sub.reshape(*cols.shape, 6))
             else:
                 missing = np.maximum(total - agg[:, 0], 0.0)
                 num = agg[:, 1:] + missing[:, None] * self.environment[0][rows]
@@ -459,12 +537,13 @@ class IncrementalPrediction:
         the prediction's arrays (what the explanation records read) and return it."""
         pr = self.prediction
         ticked = self._ticked if not self.clocked_written else None
-        if self.stale_rows:
-            rows = np.sort(np.fromiter(self.stale_rows, dtype=np.int64, count=len(self.stale_rows)))
+        self.clean(np.flatnonzero(self.dirty))
+        rows = np.flatnonzero(self.stale_rows)
+        if rows.size:
             if ticked is not None:
                 rows = rows[~member(rows, ticked[0])]
             self._write_rows(rows, np.concatenate([pr.long.prior[rows], pr.short.prior[rows]], axis=1), None, None)
-            self.stale_rows.clear()
+            self.stale_rows[:] = False
         if ticked is not None:
             rows, prior, values, weight = ticked
             for half, h in enumerate(self.histories):

@@ -346,16 +346,20 @@ class DecayedStatistics:
         if pos.size or dispatch_pos.size:
             self.absorbed = True
 
-    def task_history(self, half_life: float, now: int,
-                     anchor: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def task_history(self, half_life: float, now: int, anchor: int | None = None,
+                     rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(W (N,), reference-relative mean (N, 3), share with a reference (N,))`` aged to ``now`` (valued at
-        ``anchor`` when given, :meth:`factor_at`)."""
+        ``anchor`` when given, :meth:`factor_at`); of the tasks ``rows`` only when given."""
         h = self._half_life(half_life)
-        return self.arrays[h]["weight"] * self.factor_at(h, anchor, now), self.mean[h], self.share[h]
+        f = self.factor_at(h, anchor, now)
+        if rows is None:
+            return self.arrays[h]["weight"] * f, self.mean[h], self.share[h]
+        return self.arrays[h]["weight"][rows] * f, self.mean[h][rows], self.share[h][rows]
 
-    def exposure(self, half_life: float, now: int) -> np.ndarray:
+    def exposure(self, half_life: float, now: int, rows: np.ndarray | None = None) -> np.ndarray:
         h = self._half_life(half_life)
-        return self.arrays[h]["exposure"] * self.factor(h, now)
+        e = self.arrays[h]["exposure"]
+        return (e if rows is None else e[rows]) * self.factor(h, now)
 
     def signal(self, half_life: float, now: int, anchor: int | None = None) -> DecayedSignal:
         h = self._half_life(half_life)
@@ -892,9 +896,7 @@ class History:
         clock = None if anchor is None else 0.5 ** ((self.step - 1 - int(anchor)) / half_life)
         if self.decayed is not None and self.decayed.absorbed:
             # the absorbed observations: their centred mean (exact) clipped as one block, then fused with the log's
-            w_old, rel_mean, share = self.decayed.task_history(half_life, self.step - 1, anchor)
-            if only is not None:
-                w_old, rel_mean, share = w_old[only], rel_mean[only], share[only]
+            w_old, rel_mean, share = self.decayed.task_history(half_life, self.step - 1, anchor, only)
             lo, hi = self._clip_bounds()
             total = weight + w_old
             for j in range(3):
@@ -988,8 +990,7 @@ class History:
         # (as float: numpy counts an empty index in int64 whatever the weights)
         out = np.bincount(pos, weights=np.power(0.5, age / half_life), minlength=n).astype(float, copy=False)
         if self.decayed is not None and self.decayed.absorbed:
-            old = self.decayed.exposure(half_life, self.step - 1)
-            out += old if positions is None else old[only]
+            out += self.decayed.exposure(half_life, self.step - 1, None if positions is None else only)
         return out
 
     def consecutive_blocked(self) -> np.ndarray:

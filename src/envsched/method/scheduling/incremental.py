@@ -61,11 +61,35 @@ class IncrementalExploitation:
 
     def _static_scores(self, rows: np.ndarray) -> np.ndarray:
         """Scores of ``rows`` in the blocks: the informativeness of an unclocked task (its discount is 1) not
-        flagged (where the identifier filter applies); ``-inf`` for the others."""
+        flagged (where the identifier filter applies), or an upper bound on it
+        (:meth:`IncrementalPrediction.static_value`); ``-inf`` for the others."""
         e = self.engine
-        score = np.where(e.clocked[rows], -np.inf, e.prediction.informativeness[rows])
+        score = np.where(e.clocked[rows], -np.inf, e.static_value(rows))
         score[self._flagged(rows)] = -np.inf
         return score
+
+    def _refresh_blocks(self, rows: np.ndarray) -> None:
+        self.static[rows] = self._static_scores(rows)
+        blocks = distinct(rows // self.block)
+        self.block_max[blocks] = self.static.reshape(-1, self.block)[blocks].max(axis=1)
+
+    def _rows_of(self, blocks: np.ndarray) -> np.ndarray:
+        rows = (blocks[:, None] * self.block + np.arange(self.block)[None, :]).ravel()
+        return rows[rows < self.engine.n]
+
+    def _best_static(self, floor: float) -> float:
+        """The best unclocked score, exact (the dirty rows that could reach it recomputed), or ``-inf`` when none
+        reaches ``floor`` (then none is recomputed)."""
+        e = self.engine
+        while True:
+            top = self.block_max.max() if self.block_max.size else -np.inf
+            if top < floor or top == -np.inf:
+                return -np.inf
+            rows = self._rows_of(np.flatnonzero(self.block_max >= top))
+            dirty = rows[e.dirty[rows] & (self.static[rows] >= top)]
+            if not dirty.size:
+                return top  # every row at the top is exact
+            self._refresh_blocks(e.clean(dirty))
 
     def update(self, rows: np.ndarray, flags: Collection[int]) -> None:
         """``rows`` changed (their informativeness, or whether they are clocked); ``flags``: the flagged
@@ -75,11 +99,8 @@ class IncrementalExploitation:
         self.flags = now
         if moved:
             rows = union(rows, np.fromiter(moved, dtype=np.int64, count=len(moved)))
-        if not rows.size:
-            return
-        self.static[rows] = self._static_scores(rows)
-        blocks = distinct(rows // self.block)
-        self.block_max[blocks] = self.static.reshape(-1, self.block)[blocks].max(axis=1)
+        if rows.size:
+            self._refresh_blocks(rows)
 
     def pick(self, history: History, clocked: np.ndarray, info: np.ndarray,
              tiebreak_of: Callable[[np.ndarray], np.ndarray]) -> tuple[int, float, float, float] | None:
@@ -100,14 +121,13 @@ class IncrementalExploitation:
         ok &= ~((history.last_selected[rows] == history.step - 1)
                 & (history.run_length[rows] >= cfg.max_consecutive_selections) & caps)
         best_clocked = base[ok].max() if ok.any() else -np.inf
-        best_static = self.block_max.max() if self.block_max.size else -np.inf
+        best_static = self._best_static(best_clocked)
         top = max(best_clocked, best_static)
         if top == -np.inf:
             return None
         tied = [rows[ok & (base == top)]]
         if best_static == top:
-            blocks = np.flatnonzero(self.block_max == top)
-            cand = (blocks[:, None] * self.block + np.arange(self.block)[None, :]).ravel()
+            cand = self._rows_of(np.flatnonzero(self.block_max == top))
             tied.append(cand[self.static[cand] == top])
         tied_all = np.sort(np.concatenate(tied))
         pos = int(tied_all[0]) if tied_all.size == 1 else int(tied_all[int(np.argmax(tiebreak_of(tied_all)))])
