@@ -7,13 +7,18 @@ Per ablation or variant:
 
 * the component it concerns: what an ablation switches off, or what a variant adds back (the parts of the
   paper's pipeline that the default leaves out), ours or the paper's;
-* held-out score at the end of the budget (x100, mean over seeds);
+* held-out score at the end of the budget (x100, mean over seeds), or with ``--steps 40,120`` at each of those
+  steps (the v2 benchmark's endpoints);
 * ``envsched - ablation``, paired by seed: mean and 95 % Student-t interval;
 * the verdict, for an ablation: **earns its place** when the interval is above 0 (removing it costs held-out
   score), **removing it helps** when below 0; for a variant that adds a component: **leaving it out helps**
-  when above 0, **adding it helps** when below 0; **identical on every seed** when the final scores are
-  equal on every seed (the switch changes nothing this learner reaches); **not detected** otherwise (never
-  "no effect": with few seeds an interval that crosses 0 says only that no difference was detected);
+  when above 0, **adding it helps** when below 0; **identical on every seed** when the scores are
+  equal on every seed (the switch changes nothing this learner reaches); with ``--margin M``, **equivalent
+  (±M)** when the two one-sided paired tests put the difference within ±M (p < 0.05, not adjusted for the
+  table's many rows); **not detected** otherwise (never "no effect": with few seeds an interval that crosses 0
+  says only that no difference was detected);
+* with ``--steps``: the steps to reach uniform's best held-out score within the run's target step (the run's
+  ``summary.json``: mean over the seeds that reach it, and on how many seeds it is missed);
 * batch reward variance and environments per batch, as a change from uniform's (the paper's batch figures:
   +34 % and +26 %).
 
@@ -23,6 +28,11 @@ Usage (the commands behind docs/results.md)::
         --samplers uniform,envsched,envsched-paper,envsched-coverage-only,... --out ablation-model
     python benchmarks/ablation_table.py ablation-model --name ablations_model
     python benchmarks/readme_tables.py
+
+On v2 (``benchmarks/v2_ablation.py`` runs the set)::
+
+    python benchmarks/ablation_table.py results/v2-ablation-dev-2026-12-06 --steps 40,120 --margin 2 \\
+        --name ablations_v2_dev
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from envsched_lab.report import paired_difference
+from envsched_lab.stats import paired_difference, tost
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,43 +118,92 @@ def _final(recs: list[dict[str, Any]], key: str) -> float:
     return vals[-1] if vals else math.nan
 
 
+def _at_step(recs: list[dict[str, Any]], key: str, step: int, where: str) -> float:
+    """``key`` of the record of ``step``; ``SystemExit`` naming the run when it has no finite value there."""
+    for r in recs:
+        if int(r["step"]) == step:
+            value = r.get(key)
+            if value is None or not math.isfinite(float(value)):
+                raise SystemExit(f"{where}: no {key!r} at step {step} (is it an evaluation step of the run?)")
+            return float(value)
+    raise SystemExit(f"{where}: no record of step {step} (the run has {len(recs)} steps)")
+
+
 def _mean(recs: list[dict[str, Any]], key: str) -> float:
     return float(np.mean([float(r[key]) for r in recs]))
 
 
-def ablation_rows(runs: dict[str, dict[int, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
-    """One record per ablation present in ``runs`` (plus ``envsched`` and ``uniform`` first)."""
+def load_targets(run_dirs: list[Path]) -> dict[str, dict[str, Any]]:
+    """sampler -> its steps to uniform's best held-out score and seeds that miss it (``summary.json`` of the
+    folder that holds the sampler; a folder without one, or without uniform, gives nothing)."""
+    out: dict[str, dict[str, Any]] = {}
+    for run_dir in run_dirs:
+        path = run_dir / "summary.json"
+        if not path.is_file():
+            continue
+        per = json.loads(path.read_text()).get("samplers", {})
+        if "uniform" not in per:
+            continue  # the target is uniform's best score in the same folder
+        for sampler, d in per.items():
+            steps = d.get("steps_to_target") or {}
+            out[sampler] = {"mean": steps.get("mean", math.nan), "reached": steps.get("n", 0),
+                            "missed": d.get("target_missed", 0)}
+    return out
+
+
+def ablation_rows(runs: dict[str, dict[int, list[dict[str, Any]]]], *, steps: list[int] | None = None,
+                  margin: float | None = None, targets: dict[str, dict[str, Any]] | None = None
+                  ) -> list[dict[str, Any]]:
+    """One record per ablation present in ``runs`` (plus ``envsched`` and ``uniform`` first).
+
+    ``steps``: the held-out score at each of these steps (columns ``held-out@T``, ``envsched minus it @T``,
+    ``verdict @T``) instead of at the end of the run; ``margin``: "equivalent (±margin)" by the two one-sided
+    tests where no difference is detected; ``targets`` (:func:`load_targets`): a steps-to-target column."""
     for need in ("envsched", "uniform"):
         if need not in runs:
             raise SystemExit(f"the run has no {need!r} runs: the table compares against both")
-    final = {s: {seed: _final(r, "heldout") for seed, r in per.items()} for s, per in runs.items()}
+    if margin is not None and not (math.isfinite(margin) and margin > 0):
+        raise SystemExit(f"--margin must be a finite number > 0, got {margin}")
+    points: list[tuple[str, int | None]] = [("", None)] if not steps else [(f"@{t}", t) for t in steps]
+    scores: dict[str, dict[str, dict[int, float]]] = {}
+    for suffix, step in points:
+        scores[suffix] = {
+            s: {seed: (_final(r, "heldout") if step is None else _at_step(r, "heldout", step, f"{s} seed {seed}"))
+                for seed, r in per.items()} for s, per in runs.items()}
     var = {s: float(np.mean([_mean(r, "batch_variance") for r in per.values()])) for s, per in runs.items()}
     envs = {s: float(np.mean([_mean(r, "envs_covered") for r in per.values()])) for s, per in runs.items()}
 
     def pct(value: float, base: float) -> str:
         return f"{100.0 * (value / base - 1.0):+.0f} %"
 
-    def row(sampler: str, component: str) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "sampler": sampler,
-            "component": component,
-            "held-out": f"{np.nanmean(list(final[sampler].values())):.2f}",
-            "batch variance vs uniform": pct(var[sampler], var["uniform"]),
-            "envs/batch vs uniform": pct(envs[sampler], envs["uniform"]),
-        }
-        if sampler in ("envsched", "uniform"):
-            diff = paired_difference(final["envsched"], final["uniform"])
-            out["envsched minus it"] = "-" if sampler == "envsched" else _interval(diff)
-            out["verdict"] = "-" if sampler == "envsched" else _verdict(diff, "envsched better", "uniform better")
-            return out
+    def compare(final: dict[str, dict[int, float]], sampler: str) -> tuple[str, str]:
         diff = paired_difference(final["envsched"], final[sampler])
-        out["envsched minus it"] = _interval(diff)
+        if sampler == "uniform":
+            return _interval(diff), _verdict(diff, "envsched better", "uniform better", final, sampler, margin)
         seeds = set(final["envsched"]) & set(final[sampler])
         if seeds and all(final["envsched"][k] == final[sampler][k] for k in seeds):
-            out["verdict"] = "identical on every seed"  # the switch changes nothing this learner reaches
-            return out
-        out["verdict"] = (_verdict(diff, "leaving it out helps", "adding it helps") if sampler in ADDED_BACK
-                          else _verdict(diff, "earns its place", "removing it helps"))
+            return _interval(diff), "identical on every seed"  # the switch changes nothing this learner reaches
+        if sampler in ADDED_BACK:
+            return _interval(diff), _verdict(diff, "leaving it out helps", "adding it helps", final, sampler, margin)
+        return _interval(diff), _verdict(diff, "earns its place", "removing it helps", final, sampler, margin)
+
+    def row(sampler: str, component: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"sampler": sampler, "component": component}
+        for suffix, step in points:
+            final = scores[suffix]
+            label = "" if step is None else f" {suffix}"
+            out[f"held-out{suffix}"] = f"{np.nanmean(list(final[sampler].values())):.2f}"
+            out[f"envsched minus it{label}"], out[f"verdict{label}"] = \
+                ("-", "-") if sampler == "envsched" else compare(final, sampler)
+        if targets is not None:
+            t = targets.get(sampler)
+            if t is None:
+                out["steps to uniform's best"] = "-"
+            else:
+                mean = f"{t['mean']:.0f}" if t["reached"] else "never"
+                out["steps to uniform's best"] = f"{mean} (missed {t['missed']}/{t['reached'] + t['missed']})"
+        out["batch variance vs uniform"] = pct(var[sampler], var["uniform"])
+        out["envs/batch vs uniform"] = pct(envs[sampler], envs["uniform"])
         return out
 
     rows = [row("envsched", "nothing (the default)"), row("uniform", "everything (uniform baseline)")]
@@ -156,10 +215,13 @@ def _interval(diff: dict[str, Any]) -> str:
     return f"{diff['mean']:+.2f} [{diff['low']:+.2f}, {diff['high']:+.2f}] (n={diff['n']})"
 
 
-def _verdict(diff: dict[str, Any], above: str, below: str) -> str:
-    if not diff["significant"]:
-        return "not detected"
-    return above if diff["mean"] > 0 else below
+def _verdict(diff: dict[str, Any], above: str, below: str, final: dict[str, dict[int, float]] | None = None,
+             sampler: str = "", margin: float | None = None) -> str:
+    if diff["significant"]:
+        return above if diff["mean"] > 0 else below
+    if margin is not None and final is not None and tost(final["envsched"], final[sampler], margin) < 0.05:
+        return f"equivalent (±{margin:g})"
+    return "not detected"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,13 +229,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dirs", type=Path, nargs="+", metavar="run_dir",
                         help="folder of an `envsched bench` run (holds metrics.jsonl); several merge")
     parser.add_argument("--name", required=True, help="table name: writes docs/tables/<NAME>.json")
+    parser.add_argument("--out", type=Path, default=None, help="write the table here instead (a JSON file)")
+    parser.add_argument("--steps", default=None,
+                        help="comma-separated steps (e.g. 40,120): held-out score at each instead of at the end")
+    parser.add_argument("--margin", type=float, default=None,
+                        help="equivalence margin in points: 'equivalent (±M)' by two one-sided tests")
     args = parser.parse_args(argv)
-    rows = ablation_rows(load_folders(args.run_dirs))
-    columns = ["sampler", "component", "held-out", "envsched minus it", "verdict", "batch variance vs uniform",
-               "envs/batch vs uniform"]
-    table = {"columns": columns, "align": ["left", "left", "right", "right", "left", "right", "right"],
-             "records": rows}
-    out = ROOT / "docs" / "tables" / f"{args.name}.json"
+    try:
+        steps = sorted({int(t) for t in args.steps.split(",") if t.strip()}) if args.steps else None
+    except ValueError:
+        raise SystemExit(f"--steps {args.steps!r}: give whole steps, e.g. 40,120") from None
+    if steps is not None and (not steps or steps[0] < 1):
+        raise SystemExit(f"--steps {args.steps!r}: give steps of 1 or more, e.g. 40,120")
+    targets = load_targets(args.run_dirs) if steps else None
+    rows = ablation_rows(load_folders(args.run_dirs), steps=steps, margin=args.margin, targets=targets)
+    columns = list(rows[0])
+    align = ["left" if c in ("sampler", "component") or c.startswith("verdict") else "right" for c in columns]
+    table = {"columns": columns, "align": align, "records": rows}
+    out = args.out or ROOT / "docs" / "tables" / f"{args.name}.json"
     out.write_text(json.dumps(table, indent=1) + "\n")
     for r in rows:
         print(" | ".join(str(r[c]) for c in columns))
