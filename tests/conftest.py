@@ -6,7 +6,10 @@ order) starts a server (see ``tests/_postgres.py``: the
 steps of ``.ci/postgres.sh``, with no package installation) and sets the variable, so that a plain
 ``python -m pytest`` runs the PostgreSQL tests; the server and its files are removed when the session
 ends. ``ENVSCHED_TEST_POSTGRES=0`` turns this off. When no server can be started the PostgreSQL tests
-skip, and the reason is in pytest's summary of skips (``-ra``) and its last lines.
+skip, and the reason is in pytest's summary of skips (``-ra``) and its last lines. Under pytest-xdist (the
+default options) each worker that collects those folders starts its own server, and every test module that
+uses one runs on a single worker (``POSTGRES_MODULES``), so a server given by the variable is used by one
+worker at a time.
 """
 
 from __future__ import annotations
@@ -61,8 +64,25 @@ def pytest_collect_file(file_path: Path, parent: Any) -> None:
         _ensure_postgres()
 
 
+#: test modules that use a PostgreSQL server (with ENVSCHED_TEST_POSTGRES_URL given, one database for all of them)
+POSTGRES_MODULES = frozenset(_HERE / rel for rel in (
+    "store/test_postgres.py", "store/test_crash.py", "store/test_concurrency.py", "store/test_schema.py",
+    "distributed/test_faults.py", "dashboard/test_postgres.py"))
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    # under pytest-xdist (--dist loadgroup) one worker runs every test that shares the one PostgreSQL database
+    group = pytest.mark.xdist_group("postgres")
+    for item in items:
+        if Path(str(item.path)).resolve() in POSTGRES_MODULES:
+            item.add_marker(group)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not _state["tried"]:
+        # pytest-xdist's controller collects nothing: its workers start their own servers when none is given
+        if os.environ.get("ENVSCHED_TEST_POSTGRES_URL"):
+            terminalreporter.write_line("PostgreSQL store tests ran against: given by ENVSCHED_TEST_POSTGRES_URL")
         return
     if os.environ.get("ENVSCHED_TEST_POSTGRES_URL"):
         terminalreporter.write_line(f"PostgreSQL store tests ran against: {_state['reason']}")

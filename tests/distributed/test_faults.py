@@ -46,9 +46,13 @@ class Relay:
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
         self._server: socket.socket | None = None
+        self._answering = False
+        self.refused = 0
         self.up()
 
     def up(self) -> None:
+        self._stop()
+        self._answering = False
         srv = socket.socket()
         srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         srv.bind(("127.0.0.1", self.port))
@@ -56,7 +60,19 @@ class Relay:
         self._server = srv
         threading.Thread(target=self._accept, args=(srv,), daemon=True).start()
 
-    def down(self) -> None:
+    def down(self, *, answer: bool = False) -> None:
+        """Cut the store off. ``answer``: keep listening and close every new connection at once (a connection
+        attempt fails as when nothing listens), counting the attempts in ``refused``."""
+        self._stop()
+        if answer:
+            srv = socket.socket()
+            srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            srv.bind(("127.0.0.1", self.port))
+            srv.listen(64)
+            self._server, self._answering = srv, True
+            threading.Thread(target=self._accept, args=(srv,), daemon=True).start()
+
+    def _stop(self) -> None:
         srv, self._server = self._server, None
         if srv is not None:
             with contextlib.suppress(OSError):
@@ -75,6 +91,10 @@ class Relay:
                 client, _ = srv.accept()
             except OSError:
                 return
+            if self._answering:
+                self.refused += 1
+                client.close()
+                continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
                 upstream.settimeout(None)
@@ -216,9 +236,15 @@ def test_shared_sampler_under_faults(ray_cluster: Any, relay_store: tuple[Relay,
     runs = [worker.remote(6, s) for s in (7, 8)]
     time.sleep(0.5)
     before = remote.ping()
-    relay.down()
+    relay.down(answer=True)
     ray.kill(remote.actor, no_restart=False)
-    time.sleep(4.0)
+    # the outage lasts until the restarted host has tried the store (however long a loaded machine takes to
+    # restart it; attempts counted from 0.5 s after the kill are the new host's, which retries), and 2 s more
+    time.sleep(0.5)
+    attempts, deadline = relay.refused, time.monotonic() + 90
+    while relay.refused == attempts and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2.0)
     relay.up()
     _wait_for_new_incarnation(remote, before, ray)
     for r in ray.get(runs):
