@@ -22,7 +22,7 @@ table gives each version's medians and their ratio, so that the load of a shared
 load average (``os.getloadavg``) is recorded at the start and end of every run. Commands::
 
     python benchmarks/bench_draw.py --sizes 2550 100000 1000000 --json draw.json
-    git archive 731ee8b src | tar -x -C /tmp/before
+    git archive 7f914f4 src | tar -x -C /tmp/before   # the code before one-task draws
     python benchmarks/bench_draw.py --version before=/tmp/before/src --version after=src --json draw.json
     python benchmarks/bench_draw.py --markdown draw.json      # docs/performance.md's table
 """
