@@ -29,6 +29,7 @@ out of order the way they do against a busy server.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -39,6 +40,16 @@ import torch
 
 __all__ = ["ResetLog", "StandInVLLMServer", "StandInWeightTransfer", "digit_share"]
 
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hangs up (a trainer shutting down its rollout worker) ends its connection without a traceback
+    on stderr; any other error of a request is printed as ``http.server`` prints it."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 class StandInVLLMServer:
     """Serve ``model_path`` (a local transformers causal LM) on ``http://127.0.0.1:<port>`` from a thread.
@@ -69,7 +80,7 @@ class StandInVLLMServer:
         self._running = threading.Event()
         self._running.set()
         self._counter = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+        self._httpd = _QuietServer(("127.0.0.1", port), self._handler())
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
