@@ -7,9 +7,8 @@ steps of ``.ci/postgres.sh``, with no package installation) and sets the variabl
 ``python -m pytest`` runs the PostgreSQL tests; the server and its files are removed when the session
 ends. ``ENVSCHED_TEST_POSTGRES=0`` turns this off. When no server can be started the PostgreSQL tests
 skip, and the reason is in pytest's summary of skips (``-ra``) and its last lines. Under pytest-xdist (the
-default options) each worker that collects those folders starts its own server, and every test module that
-uses one runs on a single worker (``POSTGRES_MODULES``), so a server given by the variable is used by one
-worker at a time.
+default options) each worker that collects those folders starts its own server, and the test modules that use
+PostgreSQL or Ray run on a single worker (``SHARED_SERVICE_MODULES``), one test at a time.
 """
 
 from __future__ import annotations
@@ -64,17 +63,20 @@ def pytest_collect_file(file_path: Path, parent: Any) -> None:
         _ensure_postgres()
 
 
-#: test modules that use a PostgreSQL server (with ENVSCHED_TEST_POSTGRES_URL given, one database for all of them)
-POSTGRES_MODULES = frozenset(_HERE / rel for rel in (
+#: test modules that use a machine-wide service: a PostgreSQL server (with ENVSCHED_TEST_POSTGRES_URL given, one
+#: database for all of them) or a local Ray cluster (two Ray clusters started side by side by two processes of one
+#: machine have hung a test in Ray's own import)
+SHARED_SERVICE_MODULES = frozenset(_HERE / rel for rel in (
     "store/test_postgres.py", "store/test_crash.py", "store/test_concurrency.py", "store/test_schema.py",
-    "distributed/test_faults.py", "dashboard/test_postgres.py"))
+    "distributed/test_faults.py", "distributed/test_ray_host.py", "dashboard/test_postgres.py",
+    "evaluation/test_harness.py", "integrations/test_verl.py", "examples/test_verl_grpo.py"))
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    # under pytest-xdist (--dist loadgroup) one worker runs every test that shares the one PostgreSQL database
-    group = pytest.mark.xdist_group("postgres")
+    # under pytest-xdist (--dist loadgroup) one worker runs every test that uses those services, one at a time
+    group = pytest.mark.xdist_group("shared-services")
     for item in items:
-        if Path(str(item.path)).resolve() in POSTGRES_MODULES:
+        if Path(str(item.path)).resolve() in SHARED_SERVICE_MODULES:
             item.add_marker(group)
 
 
