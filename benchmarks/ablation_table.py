@@ -1,9 +1,9 @@
 """What each mechanism of EnvSched's default contributes: the ablation tables of docs/results.md.
 
-Reads ``envsched bench`` run folders (their ``metrics.jsonl``) that hold ``envsched``, ``uniform`` and
-EnvSched's ablations and variants on the same seeds (one folder, or several whose samplers do not overlap),
-and writes one table (``docs/tables/<NAME>.json``, rendered into docs/results.md by ``benchmarks/readme_tables.py``).
-Per ablation or variant:
+Reads ``envsched bench`` run folders (their ``metrics.jsonl``, or ``metrics.jsonl.gz``) that hold ``envsched``,
+``uniform`` and EnvSched's ablations and variants on the same seeds (one folder, or several whose samplers do
+not overlap), and writes one table (``docs/tables/<NAME>.json``, rendered into docs/results.md by
+``benchmarks/readme_tables.py``). Per ablation or variant:
 
 * the component it concerns: what an ablation switches off, or what a variant adds back (the parts of the
   paper's pipeline that the default leaves out), ours or the paper's;
@@ -38,6 +38,7 @@ On v2 (``benchmarks/v2_ablation.py`` runs the set)::
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import sys
@@ -98,12 +99,14 @@ def load_folders(run_dirs: list[Path]) -> dict[str, dict[int, list[dict[str, Any
 
 
 def load_runs(run_dir: Path) -> dict[str, dict[int, list[dict[str, Any]]]]:
-    """sampler -> seed -> that run's per-step records, in step order."""
+    """sampler -> seed -> that run's per-step records, in step order (``metrics.jsonl``, or ``metrics.jsonl.gz``
+    where a committed run folder keeps its records compressed)."""
     path = run_dir / "metrics.jsonl"
-    if not path.is_file():
+    packed = run_dir / "metrics.jsonl.gz"
+    if not path.is_file() and not packed.is_file():
         raise SystemExit(f"{path} does not exist: give the folder of an `envsched bench` run")
     runs: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
-    with path.open() as fh:
+    with path.open() if path.is_file() else gzip.open(packed, "rt") as fh:
         for line in fh:
             rec = json.loads(line)
             runs[rec["sampler"]][int(rec["seed"])].append(rec)

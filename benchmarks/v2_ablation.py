@@ -6,8 +6,9 @@ with (``benchmarks/v2_gate.py``: the neural learner's ``V2_LEARNER``, 120 steps,
 scores at steps 40 and 120) into a resumable run directory; ``benchmarks/ablation_table.py`` then pairs
 ``envsched`` with each row. Evaluation and tuning seeds (``envsched_lab.protocol``) are refused::
 
-    python benchmarks/v2_ablation.py --seeds 20-29 --out results/v2-ablation-dev --workers 2
-    python benchmarks/ablation_table.py results/v2-ablation-dev --steps 40,120 --margin 2 --name ablations_v2_dev
+    python benchmarks/v2_ablation.py --seeds 20-29 --out results/v2-ablation-dev-2026-12-06 --workers 2 --no-plots
+    python benchmarks/ablation_table.py results/v2-ablation-dev-2026-12-06 --steps 40,120 --margin 2 \\
+        --name ablations_v2_dev
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from envsched_lab.families.v2 import V2_LEARNER, V2_POOL, build_v2_pool
 from envsched_lab.protocol import DEV_SEEDS, EVALUATION_ROUNDS, TUNING_SEEDS
 from envsched_lab.runner import BenchConfig, run_benchmark
 
-#: The default, uniform, and every lab variant that isolates one component of the default or adds one of the
-#: paper's back (``envsched bench --list-samplers``).
+#: The default, uniform, and the lab variants that isolate one component of the default (the graph prior, each
+#: relation, coverage, exploitation, each of our rules) or add one of the paper's back (``envsched bench
+#: --list-samplers``).
 SAMPLERS = ("uniform", "envsched", "envsched-paper", "envsched-no-graph", "envsched-no-within", "envsched-no-cross",
             "envsched-reference-neighbours", "envsched-with-calibration", "envsched-with-decline",
-            "envsched-coverage-only", "envsched-exploitation-only")
+            "envsched-coverage-only", "envsched-exploitation-only", "envsched-fixed-share", "envsched-paper-coverage",
+            "envsched-caps-always")
 
 
 def seed_list(text: str) -> list[int]:

@@ -3,8 +3,10 @@ a component) and a variant (adds one back), folders merged without a sampler giv
 
 from __future__ import annotations
 
+import gzip
 import json
 import runpy
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -115,3 +117,17 @@ def test_steps_refuse_a_step_a_run_lacks(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="--margin must be"):
         AT.ablation_rows(AT.load_folders([folder]), steps=[2], margin=-1.0)
     assert not (tmp_path / "never.json").exists()
+
+
+def test_a_compressed_folder_reads_as_the_plain_one(tmp_path: Path) -> None:
+    plain = _write(tmp_path / "plain", {"envsched": [20.0, 22.0, 21.0], "uniform": [18.0, 19.5, 18.5],
+                                        "envsched-no-graph": [19.0, 21.0, 21.5]})
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    with (plain / "metrics.jsonl").open("rb") as src, gzip.open(packed / "metrics.jsonl.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    rows = AT.ablation_rows(AT.load_folders([packed]))
+    assert rows == AT.ablation_rows(AT.load_folders([plain]))
+    assert rows[2]["envsched minus it"].startswith("+0.50 [")
+    with pytest.raises(SystemExit, match=r"metrics\.jsonl does not exist"):
+        AT.load_folders([tmp_path])
