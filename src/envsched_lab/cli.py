@@ -134,6 +134,9 @@ class _SamplersOption(click.Option):
 @click.option("--pilot", is_flag=True,
               help="With --protocol: the development-seed pilot (uniform, plr, envsched on seeds 0-4) and the "
                    "minimum detectable effect at the protocol's seeds, instead of the evaluation.")
+@click.option("--dry-run", is_flag=True,
+              help="With --protocol: print the round's plan (samplers, seeds, runs per phase, runs already in the "
+                   "folder) and its CPU estimate; runs and writes nothing.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--list-samplers", is_flag=True, help="List the benchmark samplers and exit.")
@@ -143,8 +146,8 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
           coldstart_steps: int | None, coldstart_samplers: str, out_dir: Path | None, workers: int | None,
           use_ray: bool, ray_address: str | None, quick: bool, matrix: str | None, tune: bool, trials: int,
           tuned_file: Path | None, untuned: bool, split_opts: tuple[str, ...], data_dirs: tuple[str, ...],
-          protocol_dir: Path | None, protocol_round: int | None, pilot: bool, no_plots: bool, as_json: bool,
-          list_samplers: bool) -> None:
+          protocol_dir: Path | None, protocol_round: int | None, pilot: bool, dry_run: bool, no_plots: bool,
+          as_json: bool, list_samplers: bool) -> None:
     """Run samplers against the learner model at a matched rollout budget and report what each one gets
     out of it. Samplers draw from the training part of the pool; the learner is scored on held-out tasks
     and held-out environments they never see (the held-out score judges them, with paired differences to
@@ -173,12 +176,20 @@ def bench(samplers: str | None, seeds: int | None, steps: int | None, batch_size
         raise click.UsageError("--pilot is part of --protocol: add --protocol FOLDER")
     if protocol_round is not None and protocol_dir is None:
         raise click.UsageError("--round is part of --protocol: add --protocol FOLDER")
+    if dry_run and (protocol_dir is None or pilot):
+        raise click.UsageError("--dry-run plans a --protocol evaluation: add --protocol FOLDER (without --pilot)")
     if protocol_dir is not None:
         if quick or tune or matrix or samplers or seeds or steps:
             raise click.UsageError("--protocol runs what docs/evaluation-protocol.md fixes: drop --quick, --tune, "
                                    "--matrix, --samplers, --seeds and --steps")
         kind = "neural" if not any("=" not in x for x in learner_opts) else _split_learner(learner_opts)[0]
-        _run_protocol(console, protocol_dir, kind, families, workers or 1, pilot, as_json, protocol_round)
+        # what the command line sets of the configuration (a fixed round refuses each of them)
+        given = [name for name, set_ in (("--learner model", kind != "neural"),
+                                         ("--learner KEY=VALUE", any("=" in x for x in learner_opts)),
+                                         ("--families", families is not None),
+                                         (f"--pool {pool_arg}", pool_arg not in ("default", "v2"))) if set_]
+        _run_protocol(console, protocol_dir, kind, families, workers or 1, pilot, as_json, protocol_round,
+                      pool_arg == "v2", given, dry_run)
         return
     learner_kind, learner_opts = _split_learner(learner_opts)
     neural = learner_kind == "neural"
@@ -461,16 +472,45 @@ def _run_matrix(console: Console, preset: str, names: list[str] | None, options:
                   + f" ({doc['wall_seconds']:.0f} s)")
 
 
+def plan_lines(plan: dict[str, Any]) -> list[str]:
+    """A protocol plan (``envsched_lab.protocol.protocol_plan``) as lines of text: what runs, and the arithmetic of
+    its CPU estimate."""
+    runs = plan["runs"]
+    first, last, n = plan["eval_seeds"]
+    untuned_cpu = sum(plan["run_cpu_s"][s] for s in plan["samplers"]) * n
+    lines = [f"evaluation round {plan['round'] if plan['round'] is not None else '(none)'}; configuration digest "
+             f"{plan['digest']}",
+             f"primary: {plan['method']} vs {', '.join(plan['primary'])}",
+             f"controls: {', '.join(plan['controls']) or '-'}; descriptive: {', '.join(plan['descriptive']) or '-'}",
+             f"evaluation seeds {first}-{last} ({n}); tuning seeds {', '.join(map(str, plan['tuning_seeds']))}; "
+             f"{plan['trials']} trials for {', '.join(plan['tuned']) or 'no sampler'}",
+             f"runs: {runs['untuned']} untuned + {runs['tuning']} tuning + {runs['tuned']} tuned = "
+             f"{plan['total_runs']} ({plan['done']} already in the folder)",
+             f"CPU estimate: untuned {untuned_cpu / 3600:.2f} h + tuning and tuned "
+             f"{(plan['cpu_seconds'] - plan['pretrain_cpu_s'] - untuned_cpu) / 3600:.2f} h + pre-training "
+             f"{plan['pretrain_cpu_s'] / 3600:.2f} h = {plan['cpu_hours']:.2f} CPU hours "
+             f"(per run: {', '.join(f'{s} {c:g} s' for s, c in plan['run_cpu_s'].items())})"]
+    return lines
+
+
 def _run_protocol(console: Console, out: Path, learner: str, families: str | None, workers: int, pilot: bool,
-                  as_json: bool, round_: int | None = None) -> None:
-    from envsched_lab.protocol import EVALUATION_ROUNDS, ProtocolConfig, load_config, run_pilot, run_protocol
+                  as_json: bool, round_: int | None = None, v2: bool = False, given: list[str] | None = None,
+                  dry_run: bool = False) -> None:
+    from envsched_lab.protocol import (
+        EVALUATION_ROUNDS,
+        FIXED_ROUNDS,
+        ProtocolConfig,
+        check_fixed_round,
+        load_config,
+        protocol_plan,
+        run_pilot,
+        run_protocol,
+    )
 
     try:
         stored = None if pilot else load_config(out)
-        latest = max(EVALUATION_ROUNDS)
-        options: dict[str, Any] = {"learner": learner, "families": families} if learner == "neural" else \
-            {"learner": "model", "batch_size": 64}
-        config = ProtocolConfig.for_round(round_ if round_ is not None else latest, **options)
+        if stored is not None:
+            check_fixed_round(stored)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     if stored is not None:
@@ -478,6 +518,30 @@ def _run_protocol(console: Console, out: Path, learner: str, families: str | Non
             raise click.ClickException(f"{out} holds another evaluation round (seeds {stored.eval_seeds[0]}-"
                                        f"{stored.eval_seeds[-1]}); use another folder for round {round_}")
         config = stored  # resume (or report again) what the folder was started with
+    else:
+        chosen = round_ if round_ is not None else max(EVALUATION_ROUNDS)
+        if chosen in FIXED_ROUNDS and given:
+            raise click.UsageError(f"evaluation round {chosen}'s configuration is fixed (docs/evaluation-protocol.md): "
+                                   f"drop {', '.join(given)}" + ("" if round_ is not None else
+                                                               " (or name an earlier round with --round)"))
+        if chosen not in FIXED_ROUNDS and v2:
+            raise click.UsageError(f"the v2 pool is round {', '.join(map(str, FIXED_ROUNDS))}'s: drop --pool v2 or "
+                                   f"add --round {max(FIXED_ROUNDS)}")
+        options: dict[str, Any] = {} if chosen in FIXED_ROUNDS else \
+            {"learner": learner, "families": families} if learner == "neural" else \
+            {"learner": "model", "batch_size": 64}
+        try:
+            config = ProtocolConfig.for_round(chosen, **options)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+    if dry_run:
+        plan = protocol_plan(config, out if out.is_dir() else None)
+        if as_json:
+            click.echo(json.dumps(plan, indent=2, default=float))
+            return
+        for line in plan_lines(plan):
+            console.print(line, markup=False)
+        return
     last: dict[str, int] = {}
 
     def progress(phase: str, done: int, total: int) -> None:

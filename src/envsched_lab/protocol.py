@@ -16,6 +16,12 @@ It runs what the committed protocol fixes and nothing else:
 Every finished run is a file under ``OUT/runs``, so an interrupted protocol resumes where it stopped. A
 ``--pilot`` runs a few samplers on development seeds and reports the minimum detectable effect at the
 protocol's number of seeds; its runs never enter the evaluation.
+
+A round may fix its whole configuration (:data:`FIXED_ROUNDS`: round 4, the v2 pool): ``ProtocolConfig.for_round``
+then returns it and refuses any other value, and :func:`protocol_plan` states its runs and their CPU cost without
+running anything. On the v2 pool the primary endpoint is the held-out score at an early step (``endpoint =
+"heldout@40"``), the held-out score at ``secondary_steps`` and the steps to reach uniform's best score within
+``target_step`` steps (same seed) are secondary, and the trivial baselines of each seed are reported beside them.
 """
 
 from __future__ import annotations
@@ -40,8 +46,9 @@ import numpy as np
 from envsched.validation import check_bool, check_int, check_number
 from envsched_lab.stats import compare, describe, minimum_detectable_effect, paired
 
-__all__ = ["DEV_SEEDS", "EVALUATION_ROUNDS", "EVAL_SEEDS", "TUNING_SEEDS", "ProtocolConfig", "load_config",
-           "protocol_report", "run_pilot", "run_protocol"]
+__all__ = ["DEV_SEEDS", "EVALUATION_ROUNDS", "EVAL_SEEDS", "FIXED_ROUNDS", "ROUND4_TUNING_SEEDS", "TUNING_SEEDS",
+           "ProtocolConfig", "check_fixed_round", "load_config", "protocol_plan", "protocol_report", "round4_config",
+           "round_of", "run_pilot", "run_protocol"]
 
 #: Disjoint seed ranges (docs/evaluation-protocol.md, section 5).
 DEV_SEEDS = range(0, 1000)
@@ -49,7 +56,10 @@ TUNING_SEEDS = (1000, 1001)
 #: Each evaluation round's seeds (docs/evaluation-protocol.md, "Evaluation rounds"): a round evaluates the default
 #: of its date on seeds no earlier round used, so no evaluation seed is seen twice.
 EVALUATION_ROUNDS: dict[int, tuple[int, ...]] = {1: tuple(range(5000, 5040)), 2: tuple(range(5040, 5080)),
-                                                 3: tuple(range(5080, 5120))}
+                                                 3: tuple(range(5080, 5120)), 4: tuple(range(5120, 5160))}
+#: Round 4's tuning seeds (docs/evaluation-protocol.md, "Round 4 (v2)"): four seeds per trial, so that a trial's
+#: objective has a standard error below the equivalence margin.
+ROUND4_TUNING_SEEDS = (1000, 1001, 1002, 1003)
 #: The first round's seeds (``ProtocolConfig()``); ``envsched bench --protocol`` runs the latest round.
 EVAL_SEEDS = EVALUATION_ROUNDS[1]
 
@@ -88,6 +98,14 @@ class ProtocolConfig:
     families: str | None = None
     tune: bool = True
     learner_options: dict[str, Any] = field(default_factory=dict)
+    #: ``None``: the neural learner's task families (``families``) or the simulated learner's pool; ``"v2"``:
+    #: the v2 pool (``envsched_lab.families.v2``), one instance and split per seed.
+    pool: str | None = None
+    #: Steps whose held-out score is a secondary endpoint (``heldout@T``), beside the primary ``endpoint``.
+    secondary_steps: tuple[int, ...] = ()
+    #: With a value: a secondary endpoint, the steps a run needs to reach uniform's best held-out score within
+    #: this many steps on the same seed (``steps_to_target``; a run that never reaches it is left out).
+    target_step: int | None = None
 
     def __post_init__(self) -> None:
         from envsched_lab.runner import SAMPLER_NAMES
@@ -111,6 +129,31 @@ class ProtocolConfig:
         for name in ("margin", "alpha"):
             if not isinstance(getattr(self, name), int | float):
                 object.__setattr__(self, name, float(getattr(self, name)))
+        if self.pool not in (None, "v2"):
+            raise ValueError(f"protocol: pool {self.pool!r} is not one of None (the task families) and 'v2'")
+        if self.pool == "v2" and (self.learner != "neural" or self.families is not None):
+            raise ValueError("protocol: the v2 pool is the neural learner's and generates its own tasks (families "
+                             "must be None)")
+        steps = [*([self.endpoint_step] if self.endpoint_step is not None else []), *self.secondary_steps,
+                 *([self.target_step] if self.target_step is not None else [])]
+        for t in steps:
+            check_int(t, "protocol: an endpoint's step", low=1, high=self.steps)
+        object.__setattr__(self, "secondary_steps", tuple(int(t) for t in self.secondary_steps))
+
+    @property
+    def endpoint_step(self) -> int | None:
+        """The step of the primary endpoint (``endpoint = "heldout@T"``); ``None`` for the last step."""
+        name, sep, step = self.endpoint.partition("@")
+        if name != "heldout" or (sep and not step.isdigit()):
+            raise ValueError(f"protocol: endpoint {self.endpoint!r} is not 'heldout' or 'heldout@STEP'")
+        return int(step) if sep else None
+
+    @property
+    def tuning_objective(self) -> str:
+        """The run summary's key a tuning trial is judged by: the sampled held-out score at the last step when the
+        primary endpoint is the last step's (``eval_rollouts`` sampled answers per held-out task), the primary
+        endpoint itself otherwise (the v2 pool's score is already the expected success of one sampled answer)."""
+        return "heldout_sampled" if self.endpoint_step is None else self.endpoint
 
     @property
     def samplers(self) -> tuple[str, ...]:
@@ -121,7 +164,13 @@ class ProtocolConfig:
         return tuple(out)
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        """A digest of the configuration; the fields added for the v2 pool count only where set, so a folder of
+        an earlier round keeps its digest."""
+        raw = asdict(self)
+        for name, default in _LATER_FIELDS.items():
+            if raw[name] == default:
+                del raw[name]
+        return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:16]
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> ProtocolConfig:
@@ -130,10 +179,41 @@ class ProtocolConfig:
 
     @classmethod
     def for_round(cls, round_: int, **overrides: Any) -> ProtocolConfig:
-        """The protocol with evaluation round ``round_``'s seeds (:data:`EVALUATION_ROUNDS`)."""
+        """The protocol with evaluation round ``round_``'s seeds (:data:`EVALUATION_ROUNDS`); a round whose whole
+        configuration is fixed (:data:`FIXED_ROUNDS`) takes no override."""
         if round_ not in EVALUATION_ROUNDS:
             raise ValueError(f"protocol: evaluation round {round_!r} is not one of {sorted(EVALUATION_ROUNDS)}")
+        if round_ in FIXED_ROUNDS:
+            if overrides:
+                raise ValueError(f"protocol: evaluation round {round_}'s configuration is fixed "
+                                 f"(docs/evaluation-protocol.md); it takes no {', '.join(sorted(overrides))}")
+            return FIXED_ROUNDS[round_]()
         return cls(eval_seeds=EVALUATION_ROUNDS[round_], **overrides)
+
+
+#: Fields added after rounds 1-3 ran, with their defaults (left out of the digest while at them).
+_LATER_FIELDS: dict[str, Any] = {"pool": None, "secondary_steps": (), "target_step": None}
+
+
+def round4_config() -> ProtocolConfig:
+    """Round 4 as committed (docs/evaluation-protocol.md, "Round 4 (v2)"): EnvSched's default on the v2 pool with
+    the configuration its gate passed with (the neural learner's ``V2_LEARNER``, 120 steps, batches of 64 x 8),
+    the held-out score at step 40 primary and at step 120 secondary, against uniform, PLR, MoPPS, DPS, SEC and
+    GRESO; its no-graph ablation and the two graph controls as the second family; the paper preset and both
+    oracles reported beside them; six tuning trials on four tuning seeds per tuned sampler."""
+    from envsched_lab.families.v2 import V2_LEARNER, V2_POOL
+
+    return ProtocolConfig(
+        learner="neural", method="envsched", primary=("uniform", "plr", "mopps", "dps", "sec", "greso"),
+        controls=("envsched-no-graph", "envsched-shuffled-graph", "envsched-noise-features"),
+        descriptive=("envsched-paper", "oracle-variance", "oracle-coverage"), eval_seeds=EVALUATION_ROUNDS[4],
+        tuning_seeds=ROUND4_TUNING_SEEDS, trials=6, steps=120, batch_size=64, group_size=8, margin=2.0, alpha=0.05,
+        endpoint="heldout@40", families=None, tune=True, learner_options=dict(V2_LEARNER), pool=V2_POOL,
+        secondary_steps=(120,), target_step=120)
+
+
+#: Rounds whose whole configuration is fixed: ``round -> its configuration``.
+FIXED_ROUNDS: dict[int, Callable[[], ProtocolConfig]] = {4: round4_config}
 
 
 def load_config(out_dir: str | os.PathLike[str]) -> ProtocolConfig | None:
@@ -161,7 +241,7 @@ def _pool_for(config: ProtocolConfig, seed: int) -> Any:
     return load_bench_pool("default")[0]
 
 
-def _summarise_run(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+def _summarise_run(records: Sequence[Mapping[str, Any]], config: ProtocolConfig | None = None) -> dict[str, Any]:
     last = records[-1]
     out: dict[str, float] = {}
     for key, (how, _) in SECONDARY.items():
@@ -173,6 +253,20 @@ def _summarise_run(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     out["heldout_auc"] = float(np.mean(held)) if held else math.nan
     for key in ("heldout", "heldout_sampled", "heldout_initial", "rollouts", "cum_cost"):
         out[key] = float(last.get(key, records[0].get(key, math.nan)))
+    if config is None or config.pool is None:
+        return out
+    # the v2 pool: the held-out score at the endpoints' steps, the curve (steps to uniform's best), the greedy
+    # score beside the expected one, and the seed's trivial baselines
+    for t in sorted({t for t in (config.endpoint_step, *config.secondary_steps) if t is not None}):
+        rec = records[t - 1]
+        if int(rec["step"]) != t or not rec.get("evaluated", True):
+            raise ValueError(f"protocol: the held-out score was not evaluated at step {t}")
+        out[f"heldout@{t}"] = float(rec["heldout"])
+    out["heldout_greedy"] = float(last.get("heldout_greedy", math.nan))
+    out["heldout_curve"] = [[0, float(records[0]["heldout_initial"])]] + \
+        [[int(r["step"]), float(r["heldout"])] for r in records if r.get("evaluated")]
+    for key in ("baseline_constant", "baseline_env_mode"):
+        out[key] = float(records[0].get(key, math.nan))
     return out
 
 
@@ -182,13 +276,24 @@ def _run_job(job: Mapping[str, Any]) -> dict[str, Any]:
     cfg = ProtocolConfig.from_dict(job["config"])
     seed = int(job["seed"])
     started = time.process_time()
-    records = run_one(_pool_for(cfg, seed), job["sampler"], seed, steps=cfg.steps, batch_size=cfg.batch_size,
-                      group_size=cfg.group_size, learner=cfg.learner_options, sampler_options=job["options"],
-                      split={"split_seed": seed}, eval_rollouts=cfg.eval_rollouts if job["phase"] == "tuning" else 0,
-                      learner_kind=cfg.learner, families=cfg.families if cfg.learner == "neural" else None,
-                      family_seed=seed if cfg.learner == "neural" else 0)
+    sampled = cfg.eval_rollouts if job["phase"] == "tuning" and cfg.tuning_objective == "heldout_sampled" else 0
+    if cfg.pool is not None:
+        from envsched_lab.runner import v2_inputs
+
+        pool, psplit, groups = v2_inputs(seed)
+        records = run_one(pool, job["sampler"], seed, steps=cfg.steps, batch_size=cfg.batch_size,
+                          group_size=cfg.group_size, learner=cfg.learner_options, sampler_options=job["options"],
+                          split=psplit, eval_rollouts=sampled, learner_kind="neural", families=cfg.pool,
+                          family_seed=seed, groups=groups,
+                          score_steps=[t for t in (cfg.endpoint_step, *cfg.secondary_steps) if t is not None])
+    else:
+        records = run_one(_pool_for(cfg, seed), job["sampler"], seed, steps=cfg.steps, batch_size=cfg.batch_size,
+                          group_size=cfg.group_size, learner=cfg.learner_options, sampler_options=job["options"],
+                          split={"split_seed": seed}, eval_rollouts=sampled, learner_kind=cfg.learner,
+                          families=cfg.families if cfg.learner == "neural" else None,
+                          family_seed=seed if cfg.learner == "neural" else 0)
     return {**{k: job[k] for k in ("phase", "sampler", "seed", "options", "trial")},
-            "summary": _summarise_run(records), "cpu_s": round(time.process_time() - started, 2),
+            "summary": _summarise_run(records, cfg), "cpu_s": round(time.process_time() - started, 2),
             "commit": _commit()}
 
 
@@ -276,9 +381,69 @@ def _tuning_plan(config: ProtocolConfig) -> dict[str, list[dict[str, Any]]]:
     return plan
 
 
+def round_of(config: ProtocolConfig) -> int | None:
+    """The evaluation round whose seeds ``config`` evaluates (:data:`EVALUATION_ROUNDS`); ``None`` for other seeds."""
+    return next((r for r, seeds in EVALUATION_ROUNDS.items() if tuple(config.eval_seeds) == seeds), None)
+
+
+def check_fixed_round(config: ProtocolConfig) -> None:
+    """``ValueError`` when ``config`` evaluates any seed of a round whose configuration is fixed
+    (:data:`FIXED_ROUNDS`) with another configuration than that round's."""
+    for r, make in FIXED_ROUNDS.items():
+        if set(config.eval_seeds) & set(EVALUATION_ROUNDS[r]) and config.digest() != make().digest():
+            raise ValueError(f"protocol: evaluation round {r}'s seeds run only with round {r}'s configuration "
+                             f"(docs/evaluation-protocol.md; ProtocolConfig.for_round({r}))")
+
+
+#: CPU seconds of one v2 run at 120 steps x 64 x 8 with the seed's pre-training cached, per sampler, measured on
+#: development seeds (docs/evaluation-protocol.md, "Round 4 (v2)"); a sampler not listed counts as the largest.
+V2_RUN_CPU_S: dict[str, float] = {
+    "envsched": 16.6, "uniform": 14.0, "plr": 15.3, "mopps": 15.3, "dps": 15.7, "sec": 12.9, "greso": 14.2,
+    "envsched-no-graph": 17.3, "envsched-shuffled-graph": 17.1, "envsched-noise-features": 17.5,
+    "envsched-paper": 17.5, "oracle-variance": 23.3, "oracle-coverage": 12.9}
+#: CPU seconds of one seed's pre-training on the v2 pool (once per seed, cached for every sampler of that seed).
+V2_PRETRAIN_CPU_S = 90.0
+#: CPU seconds of one run on the task families at 200 steps x 32 x 8 (section 7: 11.5 s measured in round 1).
+V1_RUN_CPU_S = 14.0
+
+
+def protocol_plan(config: ProtocolConfig, out_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """What :func:`run_protocol` would run for ``config``, without running or writing anything: the runs of each
+    phase, the seeds' pre-trainings and an estimate of the CPU time from the measured per-run costs (scaled by
+    the rollouts per run), and, for an existing ``out_dir``, how many runs it already holds."""
+    rollouts = config.steps * config.batch_size * config.group_size
+    if config.pool is not None:
+        scale = rollouts / (120 * 64 * 8)
+        worst = max(V2_RUN_CPU_S.values(), default=30.0)
+        cost = {s: scale * V2_RUN_CPU_S.get(s, worst) for s in config.samplers}
+        pretrain = V2_PRETRAIN_CPU_S * (len(config.eval_seeds) + (len(config.tuning_seeds) if config.tune else 0))
+    else:
+        cost = {s: V1_RUN_CPU_S * rollouts / (200 * 32 * 8) for s in config.samplers}
+        pretrain = 0.0
+    plan = _tuning_plan(config) if config.tune else {}
+    jobs = [_job(config, "untuned", s, seed) for s in config.samplers for seed in config.eval_seeds]
+    jobs += [_job(config, "tuning", s, seed, opts, k) for s, options in plan.items()
+             for k, opts in enumerate(options) for seed in config.tuning_seeds]
+    jobs += [_job(config, "tuned", s, seed) for s in plan for seed in config.eval_seeds]
+    done = sum(_job_path(Path(out_dir), j).exists() for j in jobs) if out_dir is not None else 0
+    runs = {phase: sum(j["phase"] == phase for j in jobs) for phase in ("untuned", "tuning", "tuned")}
+    run_cpu = float(sum(cost[j["sampler"]] for j in jobs))
+    return {"round": round_of(config), "digest": config.digest(), "method": config.method,
+            "samplers": list(config.samplers),
+            "primary": list(config.primary), "controls": list(config.controls),
+            "descriptive": list(config.descriptive), "tuned": list(plan), "trials": config.trials,
+            "eval_seeds": [config.eval_seeds[0], config.eval_seeds[-1], len(config.eval_seeds)],
+            "tuning_seeds": list(config.tuning_seeds), "runs": runs, "total_runs": len(jobs), "done": done,
+            "run_cpu_s": {s: round(c, 1) for s, c in cost.items()}, "pretrain_cpu_s": pretrain,
+            "cpu_seconds": run_cpu + pretrain, "cpu_hours": (run_cpu + pretrain) / 3600}
+
+
 def run_protocol(config: ProtocolConfig, out_dir: str | os.PathLike[str], *, workers: int = 1,
                  progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
-    """Run (or resume) the protocol into ``out_dir`` and write ``protocol-report.json`` and ``.md``."""
+    """Run (or resume) the protocol into ``out_dir`` and write ``protocol-report.json`` and ``.md``. The folder's
+    ``protocol-config.json`` keeps the configuration and its round; a fixed round's seeds run only with that
+    round's configuration."""
+    check_fixed_round(config)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg_file = out / "protocol-config.json"
@@ -287,7 +452,8 @@ def run_protocol(config: ProtocolConfig, out_dir: str | os.PathLike[str], *, wor
         if old.get("digest") != config.digest():
             raise FileExistsError(f"{out} holds a protocol run with another configuration; use another folder")
     else:
-        cfg_file.write_text(json.dumps({"digest": config.digest(), "config": asdict(config)}, indent=2))
+        cfg_file.write_text(json.dumps({"digest": config.digest(), "round": round_of(config),
+                                        "config": asdict(config)}, indent=2))
 
     def tick(phase: str) -> Callable[[int, int], None] | None:
         return (lambda d, t: progress(phase, d, t)) if progress else None
@@ -302,7 +468,7 @@ def run_protocol(config: ProtocolConfig, out_dir: str | os.PathLike[str], *, wor
                                 for k, opts in enumerate(options) for seed in config.tuning_seeds],
                           workers, tick("tuning"))
         for name, options in plan.items():
-            objective = [float(np.mean([r["summary"]["heldout_sampled"] for r in trials
+            objective = [float(np.mean([r["summary"][config.tuning_objective] for r in trials
                                         if r["sampler"] == name and r["trial"] == k])) for k in range(len(options))]
             best = int(np.argmax(objective))  # first best: ties keep the earlier trial (the defaults first)
             tuned_params[name] = {"params": options[best], "trial": best, "objective": objective[best],
@@ -380,18 +546,22 @@ def protocol_report(config: ProtocolConfig, untuned: Sequence[Mapping[str, Any]]
     counts as ``"unrecorded"``); ``commit`` is the code that wrote the report, which may be later than the
     runs when a finished folder is reported again. ``cpu_seconds`` covers every run, tuning trials included.
     """
+    spec = _secondary(config)
+    untuned, tuned = (_with_steps_to_target(config, untuned, untuned),
+                      _with_steps_to_target(config, tuned, untuned))
     by_sampler = {r["sampler"]: r for r in tuned}
     tuned_all = list(tuned) + [r for r in untuned if r["sampler"] not in by_sampler]
+    mean_keys = (config.endpoint, *spec, *(("target_reached",) if config.target_step is not None else ()))
 
     def phase(results: Sequence[Mapping[str, Any]], with_controls: bool) -> dict[str, Any]:
         secondary = {}
         baselines = [*config.primary, *config.controls] if with_controls else list(config.primary)
-        for key, (_, label) in SECONDARY.items():
+        for key, (_, label) in spec.items():
             comp = _family(config, results, baselines, key)
             secondary[key] = {"label": label,
                               **{b: {k: c[k] for k in ("n", "mean", "low", "high")} for b, c in comp.items()}}
         names = config.samplers if with_controls else (config.method, *config.primary)
-        means = {s: {k: _mean(_values(results, s, k)) for k in (config.endpoint, *SECONDARY)} for s in names}
+        means = {s: {k: _mean(_values(results, s, k)) for k in mean_keys} for s in names}
         return {"primary": _family(config, results, config.primary, config.endpoint),
                 "controls": _family(config, results, config.controls, config.endpoint) if with_controls else {},
                 "secondary": secondary, "means": means}
@@ -399,20 +569,80 @@ def protocol_report(config: ProtocolConfig, untuned: Sequence[Mapping[str, Any]]
     runs = [*untuned, *tuning, *tuned]
     cpu = [float(r.get("cpu_s", 0.0)) for r in runs]
     run_commits = sorted({str(r.get("commit") or "unrecorded") for r in runs})
-    return {"format": "envsched.protocol/1", "config": asdict(config), "commit": _commit(),
-            "run_commits": run_commits,
-            "python": platform.python_version(), "cpu_seconds": float(np.sum(cpu)),
-            "untuned": phase(untuned, True), "tuned": phase(tuned_all, False) if tuned else None,
-            "tuned_params": dict(tuned_params),
-            "tuned_minus_untuned": {s: _tuned_gain(untuned, tuned, s) for s in tuned_params}}
+    doc = {"format": "envsched.protocol/1", "config": asdict(config), "commit": _commit(),
+           "run_commits": run_commits,
+           "python": platform.python_version(), "cpu_seconds": float(np.sum(cpu)),
+           "untuned": phase(untuned, True), "tuned": phase(tuned_all, False) if tuned else None,
+           "tuned_params": dict(tuned_params),
+           "tuned_minus_untuned": {s: _tuned_gain(untuned, tuned, s, config.endpoint) for s in tuned_params}}
+    if config.pool is not None:
+        doc.update(_beside(config, untuned))
+    return doc
+
+
+def _secondary(config: ProtocolConfig) -> dict[str, tuple[str, str]]:
+    """The secondary endpoints of ``config``: :data:`SECONDARY` for the task families; on the v2 pool the held-out
+    score at ``secondary_steps`` and the steps to uniform's best come first, and the greedy held-out score takes
+    the place of the expected one (which is the v2 pool's primary score)."""
+    if config.pool is None and not config.secondary_steps and config.target_step is None:
+        return dict(SECONDARY)
+    out = {f"heldout@{t}": ("step", f"held-out score at step {t}") for t in config.secondary_steps}
+    if config.target_step is not None:
+        out["steps_to_target"] = ("target", f"steps to reach uniform's best held-out score within "
+                                            f"{config.target_step} steps (same seed; a run that misses it is left out)")
+    for key, value in SECONDARY.items():
+        if key == "heldout_expected" and config.pool is not None:
+            out["heldout_greedy"] = ("last", "greedy held-out success at the last step")
+        else:
+            out[key] = value
+    return out
+
+
+def _with_steps_to_target(config: ProtocolConfig, results: Sequence[Mapping[str, Any]],
+                          reference: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``results`` with ``steps_to_target`` (the first evaluated step whose held-out score reaches uniform's best
+    within ``target_step`` steps on the same seed, from uniform's run in ``reference``; NaN when never reached or
+    without uniform's run) and ``target_reached`` (1 or 0) added to each summary."""
+    if config.target_step is None:
+        return list(results)
+    goal = {int(r["seed"]): max(h for t, h in r["summary"]["heldout_curve"] if 0 < t <= config.target_step)
+            for r in reference if r["sampler"] == "uniform"}
+    out = []
+    for r in results:
+        g = goal.get(int(r["seed"]), math.nan)
+        hit = next((t for t, h in r["summary"]["heldout_curve"] if t > 0 and h >= g - 1e-12), None) \
+            if math.isfinite(g) else None
+        reached = math.nan if not math.isfinite(g) else float(hit is not None)
+        out.append({**r, "summary": {**r["summary"], "steps_to_target": math.nan if hit is None else float(hit),
+                                     "target_reached": reached}})
+    return out
+
+
+def _beside(config: ProtocolConfig, untuned: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a v2 report shows beside the verdicts: each seed's trivial baselines (best constant answer, each
+    environment's most common training answer) and each oracle minus uniform on the primary endpoint (paired,
+    untuned; the positive controls of the gate, reported, never tested)."""
+    from envsched_lab.report import paired_difference
+
+    per_seed: dict[str, dict[str, float]] = {}
+    for r in untuned:
+        per_seed.setdefault(str(r["seed"]), {k: float(r["summary"].get(k, math.nan))
+                                             for k in ("baseline_constant", "baseline_env_mode")})
+    uniform = _values(untuned, "uniform", config.endpoint)
+    return {"baselines": {"constant": _mean({int(k): v["baseline_constant"] for k, v in per_seed.items()}),
+                          "env_mode": _mean({int(k): v["baseline_env_mode"] for k, v in per_seed.items()}),
+                          "per_seed": per_seed},
+            "positive_controls": {s: paired_difference(_values(untuned, s, config.endpoint), uniform)
+                                  for s in config.samplers if s.startswith("oracle-")}}
 
 
 def _tuned_gain(untuned: Sequence[Mapping[str, Any]], tuned: Sequence[Mapping[str, Any]],
-                sampler: str) -> dict[str, Any]:
-    """Tuned minus untuned held-out score of ``sampler``, paired by seed (the report's paired difference)."""
+                sampler: str, key: str = "heldout") -> dict[str, Any]:
+    """Tuned minus untuned ``key`` (the primary endpoint) of ``sampler``, paired by seed (the report's paired
+    difference)."""
     from envsched_lab.report import paired_difference
 
-    return paired_difference(_values(tuned, sampler, "heldout"), _values(untuned, sampler, "heldout"))
+    return paired_difference(_values(tuned, sampler, key), _values(untuned, sampler, key))
 
 
 def report_markdown(report: Mapping[str, Any]) -> str:
@@ -420,6 +650,8 @@ def report_markdown(report: Mapping[str, Any]) -> str:
     from envsched_lab.stats import Comparison
 
     cfg = report["config"]
+    if cfg.get("pool") is not None:
+        return _markdown_v2(report)
     lines = [f"# Evaluation protocol report ({cfg['learner']} learner)", "",
              f"Runs at commit {', '.join(f'`{c}`' for c in report.get('run_commits') or ['unrecorded'])}; "
              f"report written at `{report['commit'] or 'unknown'}`; {len(cfg['eval_seeds'])} evaluation seeds "
@@ -445,6 +677,65 @@ def report_markdown(report: Mapping[str, Any]) -> str:
         lines.append("")
     if report.get("tuned_minus_untuned"):
         lines += ["## Tuned minus untuned (held-out score)", ""]
+        for s, g in report["tuned_minus_untuned"].items():
+            lines.append(f"- {s}: {g.get('mean', math.nan):+.2f} [{g.get('low', math.nan):+.2f}, "
+                         f"{g.get('high', math.nan):+.2f}]")
+    return "\n".join(lines) + "\n"
+
+
+def _markdown_v2(report: Mapping[str, Any]) -> str:
+    """A v2 report as Markdown: the verdicts on the primary endpoint (an early step), the secondary steps, the
+    steps to uniform's best, the positive controls and the trivial baselines."""
+    from envsched_lab.stats import Comparison
+
+    cfg = report["config"]
+    end = cfg["endpoint"]
+    steps = [f"heldout@{t}" for t in cfg.get("secondary_steps") or ()]
+    seeds = cfg["eval_seeds"]
+    lines = [f"# Evaluation protocol report ({cfg['learner']} learner, {cfg['pool']} pool)", "",
+             f"Runs at commit {', '.join(f'`{c}`' for c in report.get('run_commits') or ['unrecorded'])}; "
+             f"report written at `{report['commit'] or 'unknown'}`; {len(seeds)} evaluation seeds "
+             f"({seeds[0]}-{seeds[-1]}); budget {cfg['steps']} x {cfg['batch_size']} x {cfg['group_size']} rollouts; "
+             f"primary endpoint {end}; margin +-{cfg['margin']:g}; CPU {report['cpu_seconds'] / 60:.0f} min.", ""]
+    for name in ("untuned", "tuned"):
+        ph = report.get(name)
+        if not ph:
+            continue
+        lines += [f"## {name.capitalize()}", "", f"| comparison ({end}) | n | EnvSched - other | 95 % interval | "
+                  "Holm p | TOST Holm p | verdict |", "|---|---|---|---|---|---|---|"]
+        for fam in ("primary", "controls"):
+            for c in ph[fam].values():
+                lines.append(f"| {cfg['method']} vs {c['baseline']} | {c['n']} | {c['mean']:+.2f} | "
+                             f"[{c['low']:+.2f}, {c['high']:+.2f}] | {c['p_holm']:.3g} | "
+                             f"{c['p_equivalence_holm']:.3g} | {c['verdict']} |")
+        lines += ["", *describe([Comparison(**c) for c in ph["primary"].values()]), ""]
+        keys = [k for k in (*steps, "steps_to_target") if k in ph["secondary"]]
+        if keys:
+            lines += ["| secondary (paired, unadjusted) | " + " | ".join(ph["secondary"][k]["label"] for k in keys)
+                      + " |", "|---|" + "---|" * len(keys)]
+            for b in ph["primary"]:
+                cells = [ph["secondary"][k].get(b) for k in keys]
+                lines.append(f"| {cfg['method']} - {b} | " + " | ".join(
+                    f"{c['mean']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}] (n={c['n']})" if c else "-"
+                    for c in cells) + " |")
+            lines.append("")
+        lines += [f"| sampler | {end} | " + " | ".join(steps) + " | steps to uniform's best (share reached) | "
+                  "envs/batch | batch variance |", "|---|---|" + "---|" * len(steps) + "---|---|---|"]
+        for s, m in ph["means"].items():
+            lines.append(f"| {s} | {m[end]:.2f} | " + " | ".join(f"{m[k]:.2f}" for k in steps)
+                         + f" | {m.get('steps_to_target', math.nan):.0f} ({m.get('target_reached', math.nan):.2f}) | "
+                           f"{m['envs_covered']:.2f} | {m['batch_variance']:.4f} |")
+        lines.append("")
+    if report.get("positive_controls"):
+        lines += [f"## Beside the verdicts (untuned, {end}; reported, never tested)", ""]
+        for s, g in report["positive_controls"].items():
+            lines.append(f"- {s} - uniform: {g.get('mean', math.nan):+.2f} [{g.get('low', math.nan):+.2f}, "
+                         f"{g.get('high', math.nan):+.2f}]")
+        b = report.get("baselines") or {}
+        lines += [f"- best constant answer: {b.get('constant', math.nan):.2f}; each environment's most common "
+                  f"training answer: {b.get('env_mode', math.nan):.2f} (mean over seeds)", ""]
+    if report.get("tuned_minus_untuned"):
+        lines += [f"## Tuned minus untuned ({end})", ""]
         for s, g in report["tuned_minus_untuned"].items():
             lines.append(f"- {s}: {g.get('mean', math.nan):+.2f} [{g.get('low', math.nan):+.2f}, "
                          f"{g.get('high', math.nan):+.2f}]")

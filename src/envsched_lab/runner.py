@@ -277,7 +277,8 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
             structure: _Structure | None = None, split: Mapping[str, Any] | SplitConfig | PoolSplit | None = None,
             eval_rollouts: int = 0, learner_kind: str = "model",
             families: str | None = None, family_seed: int = 0,
-            groups: Mapping[str, np.ndarray] | None = None) -> list[dict[str, Any]]:
+            groups: Mapping[str, np.ndarray] | None = None,
+            score_steps: Sequence[int] = ()) -> list[dict[str, Any]]:
     """Run one sampler for ``steps`` budget steps against a fresh learner; returns the per-step records.
 
     The learner is built over the whole ``pool``; the sampler only over the training part of its held-out
@@ -294,7 +295,9 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
     (the neural one) adds the trivial baselines of the held-out sets to the first record
     (``baseline_constant``, ``baseline_env_mode`` and their ``_a``/``_b`` parts; :mod:`envsched_lab.trivial`).
     ``groups`` (name -> positions among the held-out tasks) adds the learner's score over each group to every
-    record (``heldout_group_NAME``), for learners that can break their scores down.
+    record (``heldout_group_NAME``), for learners that can break their scores down. The learner is scored at
+    every step of ``score_steps`` and at the last, besides its own schedule (a learner that evaluates every so
+    many updates may update less often than every step: a filtering sampler's).
     """
     psplit = split if isinstance(split, PoolSplit) else \
         bench_split(pool, split, learner_prompts(learner_kind, families, family_seed))
@@ -329,6 +332,7 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
     cum_episodes = 0
     cum_cost = 0.0
     records: list[dict[str, Any]] = []
+    score_at = {int(t) for t in score_steps}
     # the policy before any update (scores read the learner's state only; no random stream moves)
     initial = model.scores(to_full, held_a, held_b)
     initial_groups = breakdown(groups) if breakdown is not None else {}
@@ -374,7 +378,7 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
             "envs_covered": envs, "tools_covered": tools, "signal_groups": int(mixed.sum()),
             "cum_signal_groups": cum_signal, "cum_episodes": cum_episodes, "cum_cost": cum_cost,
             "signal_per_episode": cum_signal / cum_episodes, "signal_per_cost": cum_signal / cum_cost,
-            **model.scores(to_full, held_a, held_b, last=step == steps),
+            **model.scores(to_full, held_a, held_b, last=step == steps or step in score_at),
             "exploit_picks": int(exploit.sum()) if exploit is not None else -1,
             **({"grad_norm": float(np.mean(norms))} if (norms := getattr(model, "last_grad_norms", None)) else {}),
             "exploit_hits": int((exploit & mixed).sum()) if exploit is not None else -1,

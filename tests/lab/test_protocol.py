@@ -191,3 +191,21 @@ def test_a_failed_run_stops_the_protocol_at_once_names_the_run_and_keeps_the_fin
     written = {p.name for p in (tmp_path / "runs" / "untuned").glob("*.json")}
     assert "uniform__5000.json" in written and not any("5001" in w for w in written)
     assert len(written) < len(jobs) - 6  # the queued runs after the failure were not run
+
+
+def test_run_one_scores_the_learner_at_the_requested_steps() -> None:
+    """A learner that evaluates every so many updates was scored at an endpoint's step only when its own schedule
+    fell there: a filtering sampler's run (fewer updates than steps) read a stale held-out score at step 40."""
+    from envsched_lab.families import build_family_pool
+    from envsched_lab.runner import run_one
+
+    pool = build_family_pool(REF, seed=0).pool
+    kw = dict(steps=5, batch_size=6, group_size=2, learner={**TINY, "eval_every": 50}, learner_kind="neural",
+              families=REF, family_seed=0, split={"split_seed": 0})
+    plain = run_one(pool, "uniform", 0, **kw)
+    scored = run_one(pool, "uniform", 0, score_steps=[3], **kw)
+    assert not plain[2]["evaluated"] and scored[2]["evaluated"]
+    assert [r["evaluated"] for r in scored] == [False, False, True, False, True]
+    # scoring reads the learner's state only: the run itself is the same
+    assert [r["mean_reward"] for r in plain] == [r["mean_reward"] for r in scored]
+    assert plain[-1]["heldout"] == scored[-1]["heldout"]
