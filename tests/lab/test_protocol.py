@@ -209,3 +209,23 @@ def test_run_one_scores_the_learner_at_the_requested_steps() -> None:
     # scoring reads the learner's state only: the run itself is the same
     assert [r["mean_reward"] for r in plain] == [r["mean_reward"] for r in scored]
     assert plain[-1]["heldout"] == scored[-1]["heldout"]
+
+
+def test_a_v2_protocol_run_reads_its_endpoint_steps_for_a_filtering_sampler_too(tmp_path: Path) -> None:
+    """The v2 path of a protocol run on a development seed, tiny learner: the endpoint steps are scored for GRESO
+    (which updates less often than every step) as for uniform, with the seed's trivial baselines."""
+    import dataclasses
+
+    cfg = dataclasses.replace(proto.round4_config(), eval_seeds=(7000, 7001), tuning_seeds=(1000,), steps=20,
+                              batch_size=8, group_size=2, endpoint="heldout@10", secondary_steps=(20,), target_step=20,
+                              primary=("uniform", "greso"), controls=(), descriptive=(),
+                              learner_options={**proto.round4_config().learner_options, **TINY, "max_len": 24,
+                                               "eval_every": 7})
+    doc = run_pilot(tmp_path, samplers=("uniform", "greso"), seeds=(0,), config=cfg)
+    assert doc["pairs"]["uniform - greso"]["n"] == 1
+    for name in ("uniform", "greso"):
+        run = json.loads((tmp_path / "runs" / "pilot" / f"{name}__0.json").read_text())["summary"]
+        assert {"heldout@10", "heldout@20", "heldout_curve", "baseline_constant"} <= set(run)
+        steps = [t for t, _ in run["heldout_curve"]]
+        assert 10 in steps and 20 in steps and steps[0] == 0
+        assert run["heldout@10"] == dict(map(tuple, run["heldout_curve"]))[10]
