@@ -493,7 +493,8 @@ def _execute_job(pool: TaskPool, job: Mapping[str, Any], tick: Callable[[int], N
         return run_one(v2pool, job["sampler"], job["seed"], steps=cfg["steps"], batch_size=cfg["batch_size"],
                        group_size=cfg["group_size"], learner=cfg["learner"], sampler_options=opts, on_step=tick,
                        split=psplit, eval_rollouts=cfg.get("eval_rollouts", 0), learner_kind="neural",
-                       families=V2_POOL, family_seed=job["seed"], groups=groups)
+                       families=V2_POOL, family_seed=job["seed"], groups=groups,
+                       score_steps=cfg.get("score_steps", ()))
     if job["kind"] == "run":
         return run_one(pool, job["sampler"], job["seed"], steps=cfg["steps"], batch_size=cfg["batch_size"],
                        group_size=cfg["group_size"], learner=cfg["learner"], sampler_options=opts, on_step=tick,

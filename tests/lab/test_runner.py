@@ -153,3 +153,17 @@ def test_cli_bench_names_the_missing_extra_in_one_line(tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     assert "pip install 'envsched[lab]'" in res.output
     assert not (tmp_path / "run" / "metrics.parquet").exists() and (tmp_path / "run" / "summary.json").exists()
+
+
+def test_a_v2_bench_run_is_scored_at_the_report_steps(monkeypatch) -> None:
+    """`envsched bench --pool v2` reports held-out scores at steps 40 and 120: the run is asked to score the learner
+    there, so a sampler that updates less often than every step (GRESO) is not read at a stale evaluation."""
+    from envsched_lab import runner
+
+    seen: dict = {}
+    monkeypatch.setattr(runner, "v2_inputs", lambda seed, split: ("pool", "split", "groups"))
+    monkeypatch.setattr(runner, "run_one", lambda *a, **kw: seen.update(kw) or [])
+    cfg = {"sampler_options": {}, "pool": runner.V2_POOL, "steps": 120, "batch_size": 64, "group_size": 8,
+           "learner": {}, "score_steps": [40, 120]}
+    runner._execute_job(None, {"kind": "run", "config": cfg, "sampler": "greso", "seed": 3}, None)
+    assert list(seen["score_steps"]) == [40, 120]
