@@ -21,6 +21,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("verl")
 pd = pytest.importorskip("pandas")
 
+# verl imports Ray's deprecated state API, whose first import records a usage tag in the key-value store of the
+# Ray cluster this process is connected to. Imported here, at collection, when no cluster is connected, it records
+# it locally: on a pytest-xdist worker that had started and stopped Ray clusters for other modules' tests, that
+# remote write during a test's first import of verl's trainer hung the run.
+import ray.experimental.state.api  # noqa: E402,F401
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from verl import DataProto  # noqa: E402
