@@ -76,6 +76,7 @@ def test_a_newly_registered_sampler_is_checked_with_no_test_edit(tmp_path: Path)
 
         register_sampler("throwaway", "a sampler only this test knows", "__main__:make_throwaway")
         sys.exit(pytest.main([{str(Path(__file__))!r}, "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                              "-n", "0",  # one process: the sampler is registered in this one
                               "-k", "registered_sampler_keeps and throwaway", "--rootdir", {str(ROOT)!r}]))
     """))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=ROOT)
