@@ -6,8 +6,8 @@ order) starts a server (see ``tests/_postgres.py``: the
 steps of ``.ci/postgres.sh``, with no package installation) and sets the variable, so that a plain
 ``python -m pytest`` runs the PostgreSQL tests; the server and its files are removed when the session
 ends. ``ENVSCHED_TEST_POSTGRES=0`` turns this off. When no server can be started the PostgreSQL tests
-skip, and the reason is in pytest's summary of skips (``-ra``) and its last lines. Under pytest-xdist (the
-default options) each worker that collects those folders starts its own server, and the test modules that use
+skip, and the reason is in pytest's summary of skips (``-ra``) and its last lines. Under pytest-xdist (``-n``,
+with ``--dist loadgroup``) each worker that collects those folders starts its own server, and the test modules that use
 PostgreSQL or Ray run on a single worker (``SHARED_SERVICE_MODULES``), one test at a time.
 """
 
