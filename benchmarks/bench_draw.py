@@ -43,6 +43,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from long_run import _state_figures  # the same dump / load timing as the long-run benchmark
+
 TASKS_PER_ENV = 50
 GROUP = 8
 BATCH = 64
@@ -112,12 +115,7 @@ def run_one(n: int, warmup: int, draws: int, batches: int, seed: int) -> dict[st
         for task, r in zip(batch, rewards_of(batch), strict=True):
             sampler.update(task, r)
     gc.collect()
-    t0 = time.perf_counter()
-    text = json.dumps(sampler.state_dict())
-    dump = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    sampler.load_state_dict(json.loads(text))
-    load = time.perf_counter() - t0
+    state = _state_figures(sampler)
     observed = int(np.count_nonzero(sampler.history.task_observation_counts()))
     return {
         "tasks": n, "environments": len(sampler.envs), "envsched": str(Path(envsched.__file__).parent),
@@ -127,7 +125,8 @@ def run_one(n: int, warmup: int, draws: int, batches: int, seed: int) -> dict[st
         "draw_sample_ms": _median_ms(sample_wall), "draw_update_ms": _median_ms(update_wall),
         "draw_p90_ms": float(np.percentile(draw_wall, 90)) * 1e3,
         "batch_ms": _median_ms(batch_wall), "batch_cpu_ms": _median_ms(batch_cpu),
-        "state_bytes": len(text), "state_dump_s": dump, "state_load_s": load,
+        "state_bytes": state["state_json_bytes"], "state_dump_s": state["state_dump_s"],
+        "state_load_s": state["state_load_s"],
         "tasks_observed": observed, "rss_mib": _rss_mib(),
         "load_start": load_start, "load_end": os.getloadavg()[0],
     }
