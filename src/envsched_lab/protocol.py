@@ -647,7 +647,6 @@ def _tuned_gain(untuned: Sequence[Mapping[str, Any]], tuned: Sequence[Mapping[st
 
 def report_markdown(report: Mapping[str, Any]) -> str:
     """The report as Markdown (what the README quotes)."""
-    from envsched_lab.stats import Comparison
 
     cfg = report["config"]
     if cfg.get("pool") is not None:
@@ -664,12 +663,7 @@ def report_markdown(report: Mapping[str, Any]) -> str:
             continue
         lines += [f"## {name.capitalize()}", "", "| comparison | n | EnvSched - other | 95 % interval | Holm p | "
                   "TOST Holm p | verdict |", "|---|---|---|---|---|---|---|"]
-        for fam in ("primary", "controls"):
-            for c in ph[fam].values():
-                lines.append(f"| {cfg['method']} vs {c['baseline']} | {c['n']} | {c['mean']:+.2f} | "
-                             f"[{c['low']:+.2f}, {c['high']:+.2f}] | {c['p_holm']:.3g} | "
-                             f"{c['p_equivalence_holm']:.3g} | {c['verdict']} |")
-        lines += ["", *describe([Comparison(**c) for c in ph["primary"].values()]), ""]
+        lines += _comparison_rows(cfg["method"], ph)
         lines += ["| sampler | held-out | held-out families | envs/batch | batch variance |", "|---|---|---|---|---|"]
         for s, m in ph["means"].items():
             lines.append(f"| {s} | {m['heldout']:.2f} | {m['heldout_b']:.2f} | {m['envs_covered']:.2f} | "
@@ -683,10 +677,20 @@ def report_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _comparison_rows(method: str, phase: Mapping[str, Any]) -> list[str]:
+    """A phase's comparison table rows (primary, then controls) and the sentences that describe its primary
+    verdicts: the part of the v1 and v2 reports that is the same."""
+    from envsched_lab.stats import Comparison
+
+    rows = [f"| {method} vs {c['baseline']} | {c['n']} | {c['mean']:+.2f} | [{c['low']:+.2f}, {c['high']:+.2f}] | "
+            f"{c['p_holm']:.3g} | {c['p_equivalence_holm']:.3g} | {c['verdict']} |"
+            for fam in ("primary", "controls") for c in phase[fam].values()]
+    return [*rows, "", *describe([Comparison(**c) for c in phase["primary"].values()]), ""]
+
+
 def _markdown_v2(report: Mapping[str, Any]) -> str:
     """A v2 report as Markdown: the verdicts on the primary endpoint (an early step), the secondary steps, the
     steps to uniform's best, the positive controls and the trivial baselines."""
-    from envsched_lab.stats import Comparison
 
     cfg = report["config"]
     end = cfg["endpoint"]
@@ -703,12 +707,7 @@ def _markdown_v2(report: Mapping[str, Any]) -> str:
             continue
         lines += [f"## {name.capitalize()}", "", f"| comparison ({end}) | n | EnvSched - other | 95 % interval | "
                   "Holm p | TOST Holm p | verdict |", "|---|---|---|---|---|---|---|"]
-        for fam in ("primary", "controls"):
-            for c in ph[fam].values():
-                lines.append(f"| {cfg['method']} vs {c['baseline']} | {c['n']} | {c['mean']:+.2f} | "
-                             f"[{c['low']:+.2f}, {c['high']:+.2f}] | {c['p_holm']:.3g} | "
-                             f"{c['p_equivalence_holm']:.3g} | {c['verdict']} |")
-        lines += ["", *describe([Comparison(**c) for c in ph["primary"].values()]), ""]
+        lines += _comparison_rows(cfg["method"], ph)
         keys = [k for k in (*steps, "steps_to_target") if k in ph["secondary"]]
         if keys:
             lines += ["| secondary (paired, unadjusted) | " + " | ".join(ph["secondary"][k]["label"] for k in keys)
