@@ -64,30 +64,18 @@ TUNING_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
     # only the arms played
     "sec": {"learning_rate": ("float", 0.1, 1.0, True), "temperature": ("float", 0.1, 2.0, True),
             "zero_fill_unplayed": ("choice", [True, False])},
-    "envsched-paper": {"exposure_power": ("float", 0.0, 0.5, False),
-                       "similarity_penalty": ("float", 0.0, 0.5, False),
-                       "decline_penalty": ("float", 0.0, 0.5, False),
-                       "prior_strength": ("float", 0.25, 4.0, True)},
 }
 
 
 def tuning_space(sampler: str) -> dict[str, tuple[Any, ...]]:
-    """The knobs tuned for ``sampler`` (empty: nothing to tune). EnvSched's default adds the knobs of its own
-    rules (``envsched.method.config.ADAPTIVE_TUNING_SPACE``) to the paper's, less those its switches leave unread."""
-    if sampler == "envsched":
-        # the paper's knobs and the default's own, less those the default's switches leave unread
-        # (SchedulerConfig.unread_fields: e.g. exploitation_rule, read only by the signal-probability score)
-        space = dict(TUNING_SPACES["envsched-paper"])
-        from envsched.method.config import ADAPTIVE_TUNING_SPACE, SchedulerConfig
+    """The knobs tuned for ``sampler`` (empty: nothing to tune). EnvSched's two presets tune what their knobs'
+    declarations say (``envsched.method.config.tuning_space``: the paper's four open knobs, plus the default's
+    own rules for ``envsched``, less those its switches leave unread)."""
+    if sampler in ("envsched", "envsched-paper"):
+        from envsched.method.config import SchedulerConfig
+        from envsched.method.config import tuning_space as scheduler_tuning_space
 
-        for name, spec in ADAPTIVE_TUNING_SPACE.items():  # a list of choices, or a (low, high) range
-            if isinstance(spec, list):
-                space[name] = ("choice", list(spec))
-            else:
-                lo, hi = spec
-                space[name] = ("float", float(lo), float(hi), bool(lo > 0 and hi / lo >= 10))
-        unread = SchedulerConfig().unread_fields()
-        return {name: spec for name, spec in space.items() if name not in unread}
+        return scheduler_tuning_space(SchedulerConfig.paper() if sampler == "envsched-paper" else SchedulerConfig())
     return dict(TUNING_SPACES.get(sampler, {}))
 
 

@@ -12,7 +12,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from envsched.method.config import ADAPTIVE_TUNING_SPACE, PAPER_PRESET, SchedulerConfig
+from envsched.method.config import ADAPTIVE_TUNING_SPACE, SchedulerConfig
 from envsched.method.graph.synthetic import graph_from_arrays, synthetic_graph, synthetic_tasks
 from envsched.method.history import signal
 from envsched.method.sampler import EnvSchedSampler
@@ -101,14 +101,6 @@ def test_a_split_without_exploitation_is_refused_and_changes_nothing():
         s.sample(1)  # round(0.7) = 1 coverage slot of 1
     assert json.dumps(s.state_dict()) == before
     assert [t["id"] for t in s.sample(8)] == [t["id"] for t in ref.sample(8)]  # the RNG did not move either
-
-
-def test_old_state_config_with_coverage_slots_reads_as_the_paper_preset():
-    old = {k: v for k, v in SchedulerConfig.paper(batch_size=32).to_dict().items()
-           if k not in ("coverage_share", *PAPER_PRESET)}
-    old["coverage_slots"] = 8
-    c = SchedulerConfig.from_dict(old)
-    assert c.is_paper and c.coverage_share == 0.25 and c.coverage_slots_for(32) == 8
 
 
 # ---------------------------------------------------------------------------------------------- paper preset

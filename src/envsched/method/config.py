@@ -1,4 +1,4 @@
-# Over 700 lines: every hyperparameter with its docstring, its check and its sub-configuration view, in one place.
+# Over 700 lines: every hyperparameter with its docstring and its declaration (check, reader, tuning), in one place.
 """Configuration of the EnvSched method: every hyperparameter, with a descriptive name and the paper's default.
 
 The paper (EnvSched, arXiv 2610.37609; the summary in ``shared/seeds``) names its hyperparameters with
@@ -137,7 +137,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envsched.errors import InvalidValueError
-from envsched.validation import check_int, check_number, is_int, is_number
+from envsched.validation import check_int, check_number, interval_text, is_int, is_number
 
 __all__ = [
     "ABSTRACT_VIEWS",
@@ -149,22 +149,19 @@ __all__ = [
     "FORMER_PIPELINE_DEFAULTS",
     "FULL_VIEWS",
     "INFORMATIVENESS_FIELDS",
+    "KNOBS",
     "KNOB_READERS",
     "PAPER_PRESET",
     "PAPER_RULES",
-    "SCHEDULER_GROUPS",
     "SCHEDULER_MODES",
-    "SCHEDULER_TOP_FIELDS",
     "UNOBSERVED_NEIGHBOURS",
     "WITHIN_RELATIONS",
-    "AdaptiveConfig",
-    "CapsConfig",
-    "CoverageConfig",
-    "ExplanationConfig",
-    "ExploitationConfig",
     "GraphConfig",
-    "HistoryConfig",
+    "Knob",
     "SchedulerConfig",
+    "UnreadKnobError",
+    "knob_table",
+    "tuning_space",
 ]
 
 #: The six concrete views of appendix D, in the paper's order.
@@ -250,7 +247,7 @@ class _Problems:
         except InvalidValueError as exc:
             self.add(name, str(exc))
         else:
-            if not isinstance(value, int | float):
+            if is_number(value) and not isinstance(value, int | float):
                 object.__setattr__(config, name, value.item())
 
     def raise_if_any(self, config: Any) -> None:
@@ -436,8 +433,7 @@ UNOBSERVED_NEIGHBOURS: tuple[str, ...] = ("reference", "environment")
 #: reference for a neighbour without history, the calibration and the recent-decline term. The paper preset keeps
 #: all of it; the default keeps the graph prior with the environment estimate as the substitute
 #: (``unobserved_neighbours="environment"``) and leaves the calibration and the decline term out. A state or run
-#: file of an earlier version carries its own values of them; ``use_calibration`` and ``unobserved_neighbours`` can
-#: be missing from one, and then mean what that version ran (:meth:`SchedulerConfig.from_dict`).
+#: file of an earlier version carries its own values of them (:mod:`envsched.method.migrations` reads it).
 FORMER_PIPELINE_DEFAULTS: dict[str, Any] = {"use_within_edges": True, "use_cross_edges": True,
                                             "unobserved_neighbours": "reference", "use_calibration": True,
                                             "decline_penalty": 0.25}
@@ -461,145 +457,162 @@ PAPER_PRESET: dict[str, Any] = {
 #: runs as configured.
 PAPER_RULES: tuple[str, ...] = ("adaptive_share", "adaptive_coverage", "exploitation_score", "caps_on_decline_only")
 
-#: Knobs read only by the calibrated informativeness of the paper's pipeline (fusion with the task's history,
-#: the reconstructed variance, the recent-decline term, the calibration, the clips of ``v`` and ``d``). They act
-#: with ``exploitation_score="variance"`` (both presets) or ``adaptive_coverage=False`` (the paper preset).
-INFORMATIVENESS_FIELDS: tuple[str, ...] = ("prior_strength", "reconstruction_weight", "decline_penalty",
-                                           "use_calibration", "variance_clip", "dispersion_clip")
 
-_INFO_READER = ("the calibrated informativeness of the paper's pipeline, which decides batches only with "
-                "exploitation_score='variance' or adaptive_coverage=False")
+# ---------------------------------------------------------------------------------------------- knob declarations
+class _Check:
+    """The admissible values of one knob: called with ``(value, name)`` it raises
+    :class:`~envsched.errors.InvalidValueError` for any other; :meth:`describe` says which, for the docs."""
 
-#: For each knob that some switch can make unread: the mechanism that reads it and how to turn it on
-#: (:meth:`SchedulerConfig.unread_fields`). Every other field is read by both presets.
-KNOB_READERS: dict[str, str] = {
-    **dict.fromkeys(INFORMATIVENESS_FIELDS, _INFO_READER),
-    "short_half_life": "the short-half-life score of the informativeness and the decline test of "
-                       "caps_on_decline_only=True (both presets read it; off only when neither is on)",
-    "yield_half_life": "the online coverage share (adaptive_share=True, the default preset SchedulerConfig())",
-    "coverage_share_floor": "the online coverage share (adaptive_share=True, the default preset SchedulerConfig())",
-    "ucb_quantile": "adaptive coverage (adaptive_coverage=True, the default preset SchedulerConfig()) or "
-                    "exploitation_rule='upper_quantile' with exploitation_score='signal_probability'",
-    "env_size_power": "adaptive coverage (adaptive_coverage=True, the default preset SchedulerConfig())",
-    "exploitation_rule": "the signal-probability exploitation score (exploitation_score='signal_probability')",
-    "signal_prior_ess": "the signal posterior (adaptive_coverage=True, the default preset SchedulerConfig(), or "
-                        "exploitation_score='signal_probability')",
-    "within_fusion_weight": "the fusion of the two graph relations (use_within_edges=True and use_cross_edges=True, "
-                            "both presets)",
-    "within_relation": "the within-environment relation of the graph prior (use_within_edges=True, both presets)",
-    "unobserved_neighbours": "the graph prior's propagation (use_within_edges=True or use_cross_edges=True, both "
-                             "presets)",
-}
+    def __call__(self, value: Any, name: str) -> None:
+        raise NotImplementedError
 
-#: Search space of the adaptive mode's knobs for the symmetric tuning protocol: ``(low, high)`` for a number,
-#: a list for a choice. The defaults (:class:`SchedulerConfig`) are set from first principles, not tuned; see
-#: docs/envsched-sampler.md ("Adaptive mode").
-ADAPTIVE_TUNING_SPACE: dict[str, tuple[float, float] | list[Any]] = {
-    "coverage_share": (0.125, 0.5),
-    "coverage_share_floor": (0.0, 0.5),
-    "yield_half_life": (2.0, 32.0),
-    "ucb_quantile": (0.6, 0.99),
-    "env_size_power": (0.0, 1.0),
-    "signal_prior_ess": (1.0, 16.0),
-    "exploitation_rule": ["mean", "thompson", "upper_quantile"],
-    "caps_on_decline_only": [True, False],
-    "adaptive_share": [True, False],
-    "adaptive_coverage": [True, False],
-}
+    def describe(self) -> str:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
-class CapsConfig:
-    """What bounds concentration (the paper's, both presets): the caps ``C1`` / ``C3`` / ``C_task``, cold start's
-    per-environment cap, the batch-similarity penalty and exposure discounting. See :class:`SchedulerConfig` for
-    each field."""
+class _Int(_Check):
+    low: int
 
-    max_per_env_coverage: int = 4
-    env_quota_per_batch: int = 11
-    max_consecutive_selections: int = 2
-    similarity_penalty: float = 0.2
-    exposure_power: float = 0.1
-    cold_start_max_per_env: int = 2
+    def __call__(self, value: Any, name: str) -> None:
+        check_int(value, name, low=self.low)
+
+    def describe(self) -> str:
+        return f"integer >= {self.low}"
 
 
 @dataclass(frozen=True)
-class CoverageConfig:
-    """The coverage phase (the paper's): its share of a batch and cold start's novelty mix."""
+class _OptionalInt(_Int):
+    def __call__(self, value: Any, name: str) -> None:
+        if value is not None:
+            check_int(value, name, low=self.low)
 
-    coverage_share: float = 0.5
-    cold_start_within_novelty_weight: float = 0.5
-
-
-@dataclass(frozen=True)
-class ExploitationConfig:
-    """The paper's prediction pipeline that decides exploitation (and, in the paper, coverage's task order): the
-    relations used, their fusion with each task's history, the calibration, the recent-decline term, and the
-    filters that take tasks out of exploitation."""
-
-    within_fusion_weight: float = 0.5
-    within_relation: str = "neighbours"
-    prior_strength: float = 0.5
-    reconstruction_weight: float = 0.5
-    decline_penalty: float = 0.0
-    progress_min_transitions: int = 3
-    progress_residual_threshold: float = 0.0
-    reference_min_fraction: float = 0.5
-    variance_clip: tuple[float, float] = (0.0, 0.25)
-    mean_clip: tuple[float, float] = (0.0, 1.0)
-    dispersion_clip: tuple[float, float] = (0.0, 1.0)
-    identifier_min_reward: float = 1.0
-    use_within_edges: bool = True
-    use_cross_edges: bool = True
-    unobserved_neighbours: str = "environment"
-    use_progress_filter: bool = True
-    use_identifier_filter: bool = True
-    use_calibration: bool = False
+    def describe(self) -> str:
+        return f"None or integer >= {self.low}"
 
 
 @dataclass(frozen=True)
-class HistoryConfig:
-    """The rollout history: the two half-lives, the scored rollouts a group needs, and the bounded history."""
+class _Number(_Check):
+    low: float
+    high: float
+    low_open: bool = False
+    high_open: bool = False
+    #: the sentence that refuses the open upper bound itself, where it needs one
+    high_reason: str = ""
 
-    long_half_life: float = 8.0
-    short_half_life: float = 2.0
-    min_scored_rollouts: int = 2
-    history_tolerance: float = 1e-9
+    def __call__(self, value: Any, name: str) -> None:
+        if self.high_reason and is_number(value) and value == self.high:
+            raise InvalidValueError(f"{name} must be < {self.high:g} ({self.high_reason})", name=name, value=value)
+        check_number(value, name, low=self.low, high=self.high, low_open=self.low_open,
+                     high_open=self.high_open and not self.high_reason, finite=False)
+
+    def describe(self) -> str:
+        return interval_text(self.low, self.high, self.low_open, self.high_open)
 
 
 @dataclass(frozen=True)
-class ExplanationConfig:
-    """What the explanation records hold (never read by a batch)."""
+class _Choice(_Check):
+    values: tuple[Any, ...]
 
-    explain_max_neighbors: int | None = None
+    def __call__(self, value: Any, name: str) -> None:
+        if value not in self.values or isinstance(value, bool) != isinstance(self.values[0], bool):
+            raise InvalidValueError(f"{name} must be one of {list(self.values)}, got {value!r}", name=name,
+                                    value=value)
+
+    def describe(self) -> str:
+        return " / ".join(repr(v) if isinstance(v, str) else str(v) for v in self.values)
 
 
 @dataclass(frozen=True)
-class AdaptiveConfig:
-    """The default's own rules (ours; :data:`PAPER_PRESET` switches each off): the online coverage share, the UCB
-    coverage and the caps on declining tasks only; and the switch to the signal-probability exploitation score
-    (off by default: the default's exploitation ranks by the predicted variance)."""
+class _Flag(_Check):
+    def __call__(self, value: Any, name: str) -> None:
+        if not isinstance(value, bool):
+            raise InvalidValueError(f"{name} must be True or False, got {value!r}", name=name, value=value)
 
-    adaptive_share: bool = True
-    yield_half_life: float = 8.0
-    coverage_share_floor: float = 0.0625
-    adaptive_coverage: bool = True
-    ucb_quantile: float = 0.9
-    env_size_power: float = 0.5
-    exploitation_score: str = "variance"
-    exploitation_rule: str = "mean"
-    signal_prior_ess: float = 4.0
-    caps_on_decline_only: bool = True
+    def describe(self) -> str:
+        return "True / False"
 
 
-#: The sub-configurations of :class:`SchedulerConfig`, by the name of the property that returns each. Every field
-#: of ``SchedulerConfig`` except :data:`SCHEDULER_TOP_FIELDS` belongs to exactly one of them.
-SCHEDULER_GROUPS: dict[str, type] = {
-    "caps": CapsConfig, "coverage": CoverageConfig, "exploitation": ExploitationConfig, "history": HistoryConfig,
-    "explanations": ExplanationConfig, "adaptive": AdaptiveConfig,
-}
+@dataclass(frozen=True)
+class _Clip(_Check):
+    high: float
 
-#: The fields of :class:`SchedulerConfig` that belong to no sub-configuration: the batch, the group size, the mode.
-SCHEDULER_TOP_FIELDS: tuple[str, ...] = ("batch_size", "rollouts_per_task", "mode")
+    def __call__(self, value: Any, name: str) -> None:
+        if not (isinstance(value, tuple | list) and len(value) == 2 and all(is_number(x) for x in value)
+                and 0.0 <= value[0] <= value[1] <= self.high):
+            raise InvalidValueError(f"{name} must be (low, high) with 0 <= low <= high <= {self.high}, "
+                                    f"got {value!r}", name=name, value=value)
+
+    def describe(self) -> str:
+        return f"(low, high), 0 <= low <= high <= {self.high:g}"
+
+
+_INF = math.inf
+_UNIT = _Number(0.0, 1.0)
+_POSITIVE = _Number(0.0, _INF, low_open=True)
+_NON_NEGATIVE = _Number(0.0, _INF)
+_FLAG = _Flag()
+
+
+@dataclass(frozen=True)
+class Knob:
+    """Everything the configuration says about one :class:`SchedulerConfig` field, declared once in the field's
+    metadata: its admissible values, when it is read, and how the tuning protocol searches it.
+
+    Attributes:
+        check: the admissible values (the config refuses any other, naming the field).
+        read_when: ``None`` when every configuration reads the knob; otherwise the switches under which some
+            batch reads it, a predicate of the config. A knob that is unread under a config's switches must keep
+            its default (:class:`UnreadKnobError`).
+        reader: the mechanism that reads it and how to turn it on (the refusal's words; :data:`KNOB_READERS`).
+        tuning: its search range for the symmetric tuning protocol, ``("float", low, high, log)`` or
+            ``("choice", [values])``; ``None``: not tuned.
+        tuned_in: the presets whose tuning searches it (``"paper"``, ``"default"``).
+        tuning_order: its place in a tuning draw (draws take the knobs in this order, so that a committed
+            tuning run draws the same trials).
+    """
+
+    check: _Check
+    read_when: Callable[[Any], bool] | None = None
+    reader: str = ""
+    tuning: tuple[Any, ...] | None = None
+    tuned_in: tuple[str, ...] = ()
+    tuning_order: int = 0
+
+
+def _knob(default: Any, check: _Check, **knob: Any) -> Any:
+    return field(default=default, metadata={"knob": Knob(check, **knob)})
+
+
+def _informativeness_read(c: Any) -> bool:
+    return c.exploitation_score == "variance" or not c.adaptive_coverage
+
+
+def _signal_score(c: Any) -> bool:
+    return c.exploitation_score == "signal_probability"
+
+
+_INFO = {"read_when": _informativeness_read,
+         "reader": "the calibrated informativeness of the paper's pipeline, which decides batches only with "
+                   "exploitation_score='variance' or adaptive_coverage=False"}
+_SHARE = {"read_when": lambda c: c.adaptive_share,
+          "reader": "the online coverage share (adaptive_share=True, the default preset SchedulerConfig())"}
+_BOTH = ("paper", "default")
+_DEFAULT_ONLY = ("default",)
+
+
+def _tuned(spec: tuple[Any, ...], order: int, presets: tuple[str, ...] = _DEFAULT_ONLY) -> dict[str, Any]:
+    return {"tuning": spec, "tuning_order": order, "tuned_in": presets}
+
+
+class UnreadKnobError(InvalidValueError):
+    """A :class:`SchedulerConfig` knob set to a value other than its default where the configuration's switches
+    leave it unread: it would change no batch. ``name`` and ``value`` are the first such knob's; ``unread`` maps
+    every such knob to the mechanism that reads it (:data:`KNOB_READERS`)."""
+
+    def __init__(self, message: str, *, name: str, value: Any, unread: dict[str, str]) -> None:
+        super().__init__(message, name=name, value=value)
+        self.unread = unread
 
 
 @dataclass(frozen=True)
@@ -618,17 +631,15 @@ class SchedulerConfig:
     (``use_calibration=False``) and recent-decline term (``decline_penalty=0``).
     ``SchedulerConfig.paper()`` is the faithful paper preset (:data:`PAPER_PRESET`).
 
-    Sub-configurations: the fields fall into frozen groups (:data:`SCHEDULER_GROUPS`), each readable as one
-    value: :attr:`caps` (:class:`CapsConfig`), :attr:`coverage`, :attr:`exploitation` (the prediction pipeline
-    and the filters), :attr:`history`, :attr:`explanations` and :attr:`adaptive` (the default's own rules), plus
-    the top-level ``batch_size``, ``rollouts_per_task`` and ``mode``; :meth:`from_parts` builds a config from
-    them. The fields themselves stay flat (``SchedulerConfig(decline_penalty=0.5)``, ``config.long_half_life``,
-    :meth:`to_dict` / :meth:`from_dict` and every stored state use the flat names), and validation is of the
-    whole config, since several rules span groups (the share against the batch, the unread knobs).
+    Each field is declared once, with its :class:`Knob` in the field's metadata (:data:`KNOBS`): its admissible
+    values, when it is read and its tuning range. Validation, the unread-knob refusal, the tuning space
+    (:func:`tuning_space`) and the knob table of the docs (:func:`knob_table`) are generated from them; the rule
+    that spans fields (the share against the batch) is checked after them.
 
     No inert knob: a field that the configuration's switches leave unread (:meth:`unread_fields`,
     :data:`KNOB_READERS`) must keep its default; any other value is refused with a ``ValueError`` naming the
-    mechanism that reads it. The default reads every field but ``exploitation_rule`` (read only by the
+    mechanism that reads it (:class:`UnreadKnobError`, an ``InvalidValueError``). The default reads every field
+    but ``exploitation_rule`` (read only by the
     signal-probability score); the paper preset reads none of the adaptive rules' knobs.
 
     Attributes:
@@ -766,51 +777,75 @@ class SchedulerConfig:
             then grow with the run).
     """
 
-    # flat fields, in the order to_dict writes them; each default is its sub-configuration's (SCHEDULER_GROUPS)
-    batch_size: int = 64
-    coverage_share: float = CoverageConfig.coverage_share
-    rollouts_per_task: int = 8
-    max_per_env_coverage: int = CapsConfig.max_per_env_coverage
-    env_quota_per_batch: int = CapsConfig.env_quota_per_batch
-    max_consecutive_selections: int = CapsConfig.max_consecutive_selections
-    long_half_life: float = HistoryConfig.long_half_life
-    short_half_life: float = HistoryConfig.short_half_life
-    within_fusion_weight: float = ExploitationConfig.within_fusion_weight
-    within_relation: str = ExploitationConfig.within_relation
-    prior_strength: float = ExploitationConfig.prior_strength
-    reconstruction_weight: float = ExploitationConfig.reconstruction_weight
-    decline_penalty: float = ExploitationConfig.decline_penalty
-    similarity_penalty: float = CapsConfig.similarity_penalty
-    exposure_power: float = CapsConfig.exposure_power
-    progress_min_transitions: int = ExploitationConfig.progress_min_transitions
-    progress_residual_threshold: float = ExploitationConfig.progress_residual_threshold
-    min_scored_rollouts: int = HistoryConfig.min_scored_rollouts
-    reference_min_fraction: float = ExploitationConfig.reference_min_fraction
-    variance_clip: tuple[float, float] = ExploitationConfig.variance_clip
-    mean_clip: tuple[float, float] = ExploitationConfig.mean_clip
-    dispersion_clip: tuple[float, float] = ExploitationConfig.dispersion_clip
-    cold_start_max_per_env: int = CapsConfig.cold_start_max_per_env
-    cold_start_within_novelty_weight: float = CoverageConfig.cold_start_within_novelty_weight
-    identifier_min_reward: float = ExploitationConfig.identifier_min_reward
-    mode: str = "full"
-    use_within_edges: bool = ExploitationConfig.use_within_edges
-    use_cross_edges: bool = ExploitationConfig.use_cross_edges
-    unobserved_neighbours: str = ExploitationConfig.unobserved_neighbours
-    use_progress_filter: bool = ExploitationConfig.use_progress_filter
-    use_identifier_filter: bool = ExploitationConfig.use_identifier_filter
-    use_calibration: bool = ExploitationConfig.use_calibration
-    explain_max_neighbors: int | None = ExplanationConfig.explain_max_neighbors
-    adaptive_share: bool = AdaptiveConfig.adaptive_share
-    yield_half_life: float = AdaptiveConfig.yield_half_life
-    coverage_share_floor: float = AdaptiveConfig.coverage_share_floor
-    adaptive_coverage: bool = AdaptiveConfig.adaptive_coverage
-    ucb_quantile: float = AdaptiveConfig.ucb_quantile
-    env_size_power: float = AdaptiveConfig.env_size_power
-    exploitation_score: str = AdaptiveConfig.exploitation_score
-    exploitation_rule: str = AdaptiveConfig.exploitation_rule
-    signal_prior_ess: float = AdaptiveConfig.signal_prior_ess
-    caps_on_decline_only: bool = AdaptiveConfig.caps_on_decline_only
-    history_tolerance: float = HistoryConfig.history_tolerance
+    # in the order to_dict writes them; each field's metadata is its Knob (check, when it is read, tuning range)
+    batch_size: int = _knob(64, _Int(1))
+    coverage_share: float = _knob(0.5, _UNIT, **_tuned(("float", 0.125, 0.5, False), 10))
+    rollouts_per_task: int = _knob(8, _Int(1))
+    max_per_env_coverage: int = _knob(4, _Int(1))
+    env_quota_per_batch: int = _knob(11, _Int(1))
+    max_consecutive_selections: int = _knob(2, _Int(1))
+    long_half_life: float = _knob(8.0, _POSITIVE)
+    short_half_life: float = _knob(
+        2.0, _POSITIVE, read_when=lambda c: _informativeness_read(c) or c.caps_on_decline_only,
+        reader="the short-half-life score of the informativeness and the decline test of caps_on_decline_only=True "
+               "(both presets read it; off only when neither is on)")
+    within_fusion_weight: float = _knob(
+        0.5, _UNIT, read_when=lambda c: c.use_within_edges and c.use_cross_edges,
+        reader="the fusion of the two graph relations (use_within_edges=True and use_cross_edges=True, both presets)")
+    within_relation: str = _knob(
+        "neighbours", _Choice(WITHIN_RELATIONS), read_when=lambda c: c.use_within_edges,
+        reader="the within-environment relation of the graph prior (use_within_edges=True, both presets)")
+    prior_strength: float = _knob(0.5, _POSITIVE, **_INFO, **_tuned(("float", 0.25, 4.0, True), 3, _BOTH))
+    reconstruction_weight: float = _knob(0.5, _UNIT, **_INFO)
+    decline_penalty: float = _knob(0.0, _NON_NEGATIVE, **_INFO, **_tuned(("float", 0.0, 0.5, False), 2, _BOTH))
+    similarity_penalty: float = _knob(0.2, _UNIT, **_tuned(("float", 0.0, 0.5, False), 1, _BOTH))
+    exposure_power: float = _knob(0.1, _NON_NEGATIVE, **_tuned(("float", 0.0, 0.5, False), 0, _BOTH))
+    progress_min_transitions: int = _knob(3, _Int(1))
+    progress_residual_threshold: float = _knob(0.0, _Number(-_INF, _INF))
+    min_scored_rollouts: int = _knob(2, _Int(1))
+    reference_min_fraction: float = _knob(0.5, _UNIT)
+    variance_clip: tuple[float, float] = _knob((0.0, 0.25), _Clip(0.25), **_INFO)
+    mean_clip: tuple[float, float] = _knob((0.0, 1.0), _Clip(1.0))
+    dispersion_clip: tuple[float, float] = _knob((0.0, 1.0), _Clip(1.0), **_INFO)
+    cold_start_max_per_env: int = _knob(2, _Int(1))
+    cold_start_within_novelty_weight: float = _knob(0.5, _UNIT)
+    identifier_min_reward: float = _knob(1.0, _UNIT)
+    mode: str = _knob("full", _Choice(SCHEDULER_MODES))
+    use_within_edges: bool = _knob(True, _FLAG)
+    use_cross_edges: bool = _knob(True, _FLAG)
+    unobserved_neighbours: str = _knob(
+        "environment", _Choice(UNOBSERVED_NEIGHBOURS), read_when=lambda c: c.use_within_edges or c.use_cross_edges,
+        reader="the graph prior's propagation (use_within_edges=True or use_cross_edges=True, both presets)")
+    use_progress_filter: bool = _knob(True, _FLAG)
+    use_identifier_filter: bool = _knob(True, _FLAG)
+    use_calibration: bool = _knob(False, _FLAG, **_INFO)
+    explain_max_neighbors: int | None = _knob(None, _OptionalInt(0))
+    adaptive_share: bool = _knob(True, _FLAG, **_tuned(("choice", [True, False]), 18))
+    yield_half_life: float = _knob(8.0, _POSITIVE, **_SHARE, **_tuned(("float", 2.0, 32.0, True), 12))
+    coverage_share_floor: float = _knob(0.0625, _UNIT, **_SHARE, **_tuned(("float", 0.0, 0.5, False), 11))
+    adaptive_coverage: bool = _knob(True, _FLAG, **_tuned(("choice", [True, False]), 19))
+    ucb_quantile: float = _knob(
+        0.9, _Number(0.5, 1.0, high_open=True, high_reason="the 1-quantile of a Beta posterior is 1 for every task"),
+        read_when=lambda c: c.adaptive_coverage or (_signal_score(c) and c.exploitation_rule == "upper_quantile"),
+        reader="adaptive coverage (adaptive_coverage=True, the default preset SchedulerConfig()) or "
+               "exploitation_rule='upper_quantile' with exploitation_score='signal_probability'",
+        **_tuned(("float", 0.6, 0.99, False), 13))
+    env_size_power: float = _knob(
+        0.5, _Number(0.0, 4.0), read_when=lambda c: c.adaptive_coverage,
+        reader="adaptive coverage (adaptive_coverage=True, the default preset SchedulerConfig())",
+        **_tuned(("float", 0.0, 1.0, False), 14))
+    exploitation_score: str = _knob("variance", _Choice(EXPLOITATION_SCORES))
+    exploitation_rule: str = _knob(
+        "mean", _Choice(EXPLOITATION_RULES), read_when=_signal_score,
+        reader="the signal-probability exploitation score (exploitation_score='signal_probability')",
+        **_tuned(("choice", list(EXPLOITATION_RULES)), 16))
+    signal_prior_ess: float = _knob(
+        4.0, _POSITIVE, read_when=lambda c: _signal_score(c) or c.adaptive_coverage,
+        reader="the signal posterior (adaptive_coverage=True, the default preset SchedulerConfig(), or "
+               "exploitation_score='signal_probability')",
+        **_tuned(("float", 1.0, 16.0, True), 15))
+    caps_on_decline_only: bool = _knob(True, _FLAG, **_tuned(("choice", [True, False]), 17))
+    history_tolerance: float = _knob(1e-9, _Number(0.0, 0.5))
 
     @classmethod
     def paper(cls, **overrides: Any) -> SchedulerConfig:
@@ -827,60 +862,6 @@ class SchedulerConfig:
         unread = cls._unread_under(d)
         return {k: v for k, v in d.items() if k in overrides or k not in unread}
 
-    @classmethod
-    def from_parts(cls, *, caps: CapsConfig | None = None, coverage: CoverageConfig | None = None,
-                   exploitation: ExploitationConfig | None = None, history: HistoryConfig | None = None,
-                   explanations: ExplanationConfig | None = None, adaptive: AdaptiveConfig | None = None,
-                   **fields: Any) -> SchedulerConfig:
-        """A config from sub-configurations (a missing one: its defaults) and flat ``fields`` (the top-level
-        ones, or any field, which then overrides its sub-configuration's value). Validated as a whole."""
-        parts = {"caps": caps, "coverage": coverage, "exploitation": exploitation, "history": history,
-                 "explanations": explanations, "adaptive": adaptive}
-        flat: dict[str, Any] = {}
-        for name, part in parts.items():
-            group = SCHEDULER_GROUPS[name]
-            if part is None:
-                continue
-            if not isinstance(part, group):
-                raise InvalidValueError(f"{name} must be a {group.__name__}, got {type(part).__name__}", name=name,
-                                        value=part)
-            flat.update({f.name: getattr(part, f.name) for f in dataclasses.fields(group)})
-        return cls(**{**flat, **fields})
-
-    def _part(self, name: str) -> Any:
-        group = SCHEDULER_GROUPS[name]
-        return group(**{f.name: getattr(self, f.name) for f in dataclasses.fields(group)})
-
-    @property
-    def caps(self) -> CapsConfig:
-        """The concentration bounds (:class:`CapsConfig`), a frozen copy of this config's values."""
-        return self._part("caps")
-
-    @property
-    def coverage(self) -> CoverageConfig:
-        """The coverage phase's fields (:class:`CoverageConfig`)."""
-        return self._part("coverage")
-
-    @property
-    def exploitation(self) -> ExploitationConfig:
-        """The prediction pipeline's and the filters' fields (:class:`ExploitationConfig`)."""
-        return self._part("exploitation")
-
-    @property
-    def history(self) -> HistoryConfig:
-        """The rollout history's fields (:class:`HistoryConfig`)."""
-        return self._part("history")
-
-    @property
-    def explanations(self) -> ExplanationConfig:
-        """The explanation records' fields (:class:`ExplanationConfig`)."""
-        return self._part("explanations")
-
-    @property
-    def adaptive(self) -> AdaptiveConfig:
-        """The default's own rules (:class:`AdaptiveConfig`)."""
-        return self._part("adaptive")
-
     @property
     def is_paper(self) -> bool:
         """Whether every adaptive rule is off (the paper's rules; the other fields may differ)."""
@@ -888,91 +869,33 @@ class SchedulerConfig:
 
     def unread_fields(self) -> dict[str, str]:
         """Fields that no batch reads under this configuration's switches, each with the mechanism that reads
-        it and the switch that turns that mechanism on (:data:`KNOB_READERS`). Setting one of them to anything but
-        its default is refused (``ValueError``): it would change nothing, silently."""
-        info = self.exploitation_score == "variance" or not self.adaptive_coverage
-        signal = self.exploitation_score == "signal_probability"
-        read = {
-            **dict.fromkeys(INFORMATIVENESS_FIELDS, info),
-            "short_half_life": info or self.caps_on_decline_only,
-            "yield_half_life": self.adaptive_share,
-            "coverage_share_floor": self.adaptive_share,
-            "ucb_quantile": self.adaptive_coverage or (signal and self.exploitation_rule == "upper_quantile"),
-            "env_size_power": self.adaptive_coverage,
-            "exploitation_rule": signal,
-            "signal_prior_ess": signal or self.adaptive_coverage,
-            "within_fusion_weight": self.use_within_edges and self.use_cross_edges,
-            "within_relation": self.use_within_edges,
-            "unobserved_neighbours": self.use_within_edges or self.use_cross_edges,
-        }
-        return {name: KNOB_READERS[name] for name, is_read in read.items() if not is_read}
+        it and the switch that turns that mechanism on (each field's :class:`Knob`: ``read_when`` and
+        ``reader``). Setting one of them to anything but its default is refused (:class:`UnreadKnobError`): it
+        would change nothing, silently."""
+        return {name: knob.reader for name, knob in KNOBS.items()
+                if knob.read_when is not None and not knob.read_when(self)}
 
     def __post_init__(self) -> None:
         problems = _Problems("SchedulerConfig")
-
-        for name in ("batch_size", "max_per_env_coverage", "env_quota_per_batch",
-                     "max_consecutive_selections", "rollouts_per_task", "cold_start_max_per_env",
-                     "min_scored_rollouts"):
-            problems.check(self, name, check_int, low=1)
-        problems.check(self, "progress_min_transitions", check_int, low=1)
-        problems.check(self, "coverage_share", check_number, low=0.0, high=1.0, finite=False)
-        k = round(self.coverage_share * self.batch_size) if not problems else 0
-        if not problems and self.mode == "full" and k >= self.batch_size:
+        for name, knob in KNOBS.items():
+            problems.check(self, name, knob.check)
+        if not problems and self.mode == "full" and round(self.coverage_share * self.batch_size) >= self.batch_size:
+            k = round(self.coverage_share * self.batch_size)
             problems.add("coverage_share", f"coverage_share={self.coverage_share} leaves no exploitation slot in a "
                          f"batch of batch_size={self.batch_size} (round(share * B) = {k}); use a share below "
                          "1 - 0.5 / batch_size, or mode='coverage_only'")
-        inf = float("inf")
-        problems.check(self, "coverage_share_floor", check_number, low=0.0, high=1.0, finite=False)
-        problems.check(self, "yield_half_life", check_number, low=0.0, high=inf, low_open=True, finite=False)
-        problems.check(self, "ucb_quantile", check_number, low=0.5, high=1.0, finite=False)
-        if self.ucb_quantile == 1.0:
-            problems.add("ucb_quantile", "ucb_quantile must be < 1 (the 1-quantile of a Beta posterior is 1 for "
-                         "every task)")
-        problems.check(self, "env_size_power", check_number, low=0.0, high=4.0, finite=False)
-        problems.check(self, "signal_prior_ess", check_number, low=0.0, high=inf, low_open=True, finite=False)
-        problems.check(self, "history_tolerance", check_number, low=0.0, high=0.5, finite=False)
-        for name in ("adaptive_share", "adaptive_coverage", "caps_on_decline_only", "use_within_edges",
-                     "use_cross_edges", "use_progress_filter", "use_identifier_filter", "use_calibration"):
-            if not isinstance(getattr(self, name), bool):
-                problems.add(name, f"{name} must be True or False, got {getattr(self, name)!r}")
-        if self.exploitation_score not in EXPLOITATION_SCORES:
-            problems.add("exploitation_score", f"exploitation_score must be one of {list(EXPLOITATION_SCORES)}, "
-                            f"got {self.exploitation_score!r}")
-        if self.unobserved_neighbours not in UNOBSERVED_NEIGHBOURS:
-            problems.add("unobserved_neighbours", f"unobserved_neighbours must be one of "
-                                                  f"{list(UNOBSERVED_NEIGHBOURS)}, got {self.unobserved_neighbours!r}")
-        if self.within_relation not in WITHIN_RELATIONS:
-            problems.add("within_relation", f"within_relation must be one of {list(WITHIN_RELATIONS)}, "
-                            f"got {self.within_relation!r}")
-        if self.exploitation_rule not in EXPLOITATION_RULES:
-            problems.add("exploitation_rule", f"exploitation_rule must be one of {list(EXPLOITATION_RULES)}, "
-                            f"got {self.exploitation_rule!r}")
-        problems.check(self, "long_half_life", check_number, low=0.0, high=inf, low_open=True, finite=False)
-        problems.check(self, "short_half_life", check_number, low=0.0, high=inf, low_open=True, finite=False)
-        for name in ("within_fusion_weight", "reconstruction_weight", "similarity_penalty",
-                     "cold_start_within_novelty_weight", "reference_min_fraction", "identifier_min_reward"):
-            problems.check(self, name, check_number, low=0.0, high=1.0, finite=False)
-        problems.check(self, "prior_strength", check_number, low=0.0, high=inf, low_open=True, finite=False)
-        for name in ("decline_penalty", "exposure_power"):
-            problems.check(self, name, check_number, low=0.0, high=inf, finite=False)
-        problems.check(self, "progress_residual_threshold", check_number, low=-inf, high=inf, finite=False)
-        for name, hi in (("variance_clip", 0.25), ("mean_clip", 1.0), ("dispersion_clip", 1.0)):
-            v = getattr(self, name)
-            if not (isinstance(v, tuple | list) and len(v) == 2 and all(is_number(x) for x in v)
-                    and 0.0 <= v[0] <= v[1] <= hi):
-                problems.add(name, f"{name} must be (low, high) with 0 <= low <= high <= {hi}, got {v!r}")
-        if self.mode not in SCHEDULER_MODES:
-            problems.add("mode", f"mode must be one of {list(SCHEDULER_MODES)}, got {self.mode!r}")
-        if self.explain_max_neighbors is not None:
-            problems.check(self, "explain_max_neighbors", check_int, low=0)
         problems.raise_if_any(self)
         for name in ("variance_clip", "mean_clip", "dispersion_clip"):
             object.__setattr__(self, name, (float(getattr(self, name)[0]), float(getattr(self, name)[1])))
-        for name, reader in self.unread_fields().items():
-            if getattr(self, name) != _DEFAULTS[name]:
-                problems.add(name, f"{name}={getattr(self, name)!r} changes no batch here: it is read only by "
-                                   f"{reader}; leave it at its default {_DEFAULTS[name]!r}")
-        problems.raise_if_any(self)
+        unread = {name: reader for name, reader in self.unread_fields().items()
+                  if getattr(self, name) != _DEFAULTS[name]}
+        if unread:
+            first = next(iter(unread))
+            raise UnreadKnobError(
+                "invalid SchedulerConfig: " + "; ".join(
+                    f"{name}={getattr(self, name)!r} changes no batch here: it is read only by {reader}; leave it "
+                    f"at its default {_DEFAULTS[name]!r}" for name, reader in unread.items()),
+                name=first, value=getattr(self, first), unread=unread)
 
     @property
     def history_horizon(self) -> int | None:
@@ -1018,43 +941,19 @@ class SchedulerConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SchedulerConfig:
-        """Inverse of :meth:`to_dict`; unknown keys are an error naming them."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        d = dict(data)
-        if "coverage_slots" in d and "coverage_share" not in d:  # states written before the share existed
-            try:
-                d = cls._paper_fields(d)  # such a state ran the paper's rules
-                d["coverage_share"] = int(d.pop("coverage_slots")) / int(d.get("batch_size", 64))
-            except (TypeError, ValueError, ZeroDivisionError) as exc:
-                raise ValueError(f"coverage_slots of an old SchedulerConfig: {exc}") from None
-        unknown = set(d) - known
+        """Inverse of :meth:`to_dict` (a missing field takes its default); unknown keys are an error naming them.
+        A config stored by an earlier version is read with :func:`envsched.method.migrations.read_config`,
+        which gives its fields the meaning they had when it was written."""
+        unknown = set(data) - set(_DEFAULTS)
         if unknown:
-            raise ValueError(f"unknown SchedulerConfig field(s): {sorted(unknown)}")
-        if "use_within_edges" in d and "use_calibration" not in d:  # written before the switch existed
-            d["use_calibration"] = True
-        # written before unobserved_neighbours existed, when a neighbour without history always counted with the
-        # global reference: so it loads where a relation reads it (with both off it is unread, and keeps its default)
-        if ("use_within_edges" in d and "unobserved_neighbours" not in d
-                and (d.get("use_within_edges") or d.get("use_cross_edges", True))):
-            d["unobserved_neighbours"] = "reference"
-        d = cls._former_defaults_reset(d)
+            hint = ("; a config stored by an earlier version is read with "
+                    "envsched.method.migrations.read_config") if unknown & _FORMER_FIELDS else ""
+            raise ValueError(f"unknown SchedulerConfig field(s): {sorted(unknown)}{hint}")
+        d = dict(data)
         for name in ("variance_clip", "mean_clip", "dispersion_clip"):
             if name in d and isinstance(d[name], list):
                 d[name] = tuple(d[name])
         return cls(**d)
-
-    @classmethod
-    def _former_defaults_reset(cls, d: dict[str, Any]) -> dict[str, Any]:
-        """``d`` with each knob of :data:`FORMER_PIPELINE_DEFAULTS` that holds its former default and that ``d``'s
-        switches leave unread reset to the current default. A config written while those were the defaults
-        carries them whether or not they were read (a config with the signal-probability score stored
-        ``decline_penalty=0.25`` unread); they changed no batch then and change none now, and keeping them would
-        make the stored config refuse to load as an unread knob. A value someone set is never touched."""
-        former = [k for k, v in FORMER_PIPELINE_DEFAULTS.items() if d.get(k) == v]
-        if not former:
-            return d
-        unread = cls._unread_under(d)
-        return {**d, **{k: _DEFAULTS[k] for k in former if k in unread}}
 
     @classmethod
     def _unread_under(cls, d: dict[str, Any]) -> dict[str, str]:
@@ -1075,11 +974,85 @@ class SchedulerConfig:
         d = dict(data)
         try:
             return cls.from_dict(d)
-        except ValueError as exc:  # invalid values are refused before unread ones: only the latter are reset
-            if "changes no batch here" not in str(exc):
-                raise
+        except UnreadKnobError:  # invalid values are refused before unread ones: only the latter are reset
+            pass
         return cls.from_dict({**d, **{k: _DEFAULTS[k] for k in cls._unread_under(d) if k in d}})
 
 
+#: Each :class:`SchedulerConfig` field's :class:`Knob`, in field order: the one declaration of its admissible
+#: values, when it is read and its tuning range.
+KNOBS: dict[str, Knob] = {f.name: f.metadata["knob"] for f in dataclasses.fields(SchedulerConfig)}
+
 #: Field defaults of :class:`SchedulerConfig` (the default preset's values).
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(SchedulerConfig)}
+
+#: Fields that earlier versions stored and this one no longer has (:mod:`envsched.method.migrations`).
+_FORMER_FIELDS = frozenset({"coverage_slots"})
+
+#: For each knob that some switch can make unread: the mechanism that reads it and how to turn it on
+#: (:meth:`SchedulerConfig.unread_fields`; from each knob's declaration). Every other field is read by both presets.
+KNOB_READERS: dict[str, str] = {name: k.reader for name, k in KNOBS.items() if k.read_when is not None}
+
+#: Knobs read only by the calibrated informativeness of the paper's pipeline (fusion with the task's history,
+#: the reconstructed variance, the recent-decline term, the calibration, the clips of ``v`` and ``d``). They act
+#: with ``exploitation_score="variance"`` (both presets) or ``adaptive_coverage=False`` (the paper preset).
+INFORMATIVENESS_FIELDS: tuple[str, ...] = tuple(name for name, k in KNOBS.items()
+                                                if k.read_when is _informativeness_read)
+
+
+def tuning_space(config: SchedulerConfig) -> dict[str, tuple[Any, ...]]:
+    """The knobs the symmetric tuning protocol searches for ``config``'s preset, in draw order: each knob's
+    ``("float", low, high, log)`` or ``("choice", [values])``. The paper preset (:attr:`SchedulerConfig.is_paper`)
+    tunes the four knobs the paper leaves open; the default adds its own rules' knobs; a knob that ``config``'s
+    switches leave unread is left out (it would change no batch)."""
+    preset = "paper" if config.is_paper else "default"
+    unread = config.unread_fields()
+    knobs = sorted((k.tuning_order, name) for name, k in KNOBS.items()
+                   if k.tuning is not None and preset in k.tuned_in and name not in unread)
+    return {name: _copy_spec(KNOBS[name].tuning) for _, name in knobs}
+
+
+def _copy_spec(spec: Any) -> tuple[Any, ...]:
+    return (spec[0], list(spec[1])) if spec[0] == "choice" else tuple(spec)
+
+
+#: Search ranges of the adaptive mode's own knobs (``(low, high)`` for a number, a list for a choice), from their
+#: declarations. The defaults (:class:`SchedulerConfig`) are set from first principles, not tuned; see
+#: docs/envsched-sampler.md ("Adaptive mode").
+ADAPTIVE_TUNING_SPACE: dict[str, tuple[float, float] | list[Any]] = {
+    name: (list(k.tuning[1]) if k.tuning[0] == "choice" else (k.tuning[1], k.tuning[2]))
+    for _, name, k in sorted((k.tuning_order, name, k) for name, k in KNOBS.items()
+                             if k.tuning is not None and k.tuned_in == _DEFAULT_ONLY)
+}
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, tuple):
+        return "(" + ", ".join(f"{x:g}" for x in value) + ")"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def knob_table() -> str:
+    """Every :class:`SchedulerConfig` knob as a Markdown table generated from the declarations: default, the
+    paper preset's value, admissible values, when it is read, and its tuning range per preset. The table in
+    docs/envsched-sampler.md is this text (a test compares them)."""
+    paper = SchedulerConfig.paper()
+    spaces = {"default": tuning_space(SchedulerConfig()), "paper": tuning_space(paper)}
+    rows = ["| knob | default | paper preset | values | read | tuned (default / paper preset) |",
+            "|---|---|---|---|---|---|"]
+    for name, k in KNOBS.items():
+        tuned = []
+        for preset in ("default", "paper"):
+            spec = spaces[preset].get(name)
+            if spec is None:
+                tuned.append("-")
+            elif spec[0] == "choice":
+                tuned.append(" / ".join(map(str, spec[1])))
+            else:
+                tuned.append(f"{spec[1]:g}-{spec[2]:g}{' (log)' if spec[3] else ''}")
+        read = "always" if k.read_when is None else f"by {k.reader}"
+        rows.append(f"| `{name}` | {_cell(_DEFAULTS[name])} | {_cell(getattr(paper, name))} | {k.check.describe()} "
+                    f"| {read} | {tuned[0]} / {tuned[1]} |")
+    return "\n".join(rows) + "\n"

@@ -39,7 +39,8 @@ def envsched_from_record(cls: Any, tasks: Any, record: Mapping[str, Any], *, gra
     recorded one. The recorded graph file, run file, worker and thread counts, LLM endpoint and cache folder
     are never used (a record is data: it chooses no path, address or process count); one line per recorded
     field left unused is appended to ``notes``. ``where`` names the store in messages."""
-    from envsched.method.config import GraphConfig, SchedulerConfig
+    from envsched.method.config import GraphConfig
+    from envsched.method.migrations import read_config
     from envsched.pool import TaskPool
 
     notes = notes if notes is not None else []
@@ -51,7 +52,7 @@ def envsched_from_record(cls: Any, tasks: Any, record: Mapping[str, Any], *, gra
         raise StoreError(f"store {where} does not record the EnvSchedSampler's graph (written by an older "
                          "envsched): construct the sampler with its graph and wrap it: DurableSampler(sampler, "
                          "store)")
-    config = SchedulerConfig.from_dict(params.pop("config"))
+    config = read_config(params.pop("config"))
     stored_run_file = params.pop("run_file", "") or None
     run_file = caller.get("run_file")
     if stored_run_file and run_file is None:
