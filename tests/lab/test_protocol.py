@@ -35,12 +35,16 @@ class _Lookup:
 REF = "protocol_test_families:FAMILIES"
 
 
-@pytest.fixture(autouse=True)
-def _families(tmp_path, monkeypatch):
-    monkeypatch.setenv("ENVSCHED_CACHE_DIR", str(tmp_path / "cache"))
+def _install_families(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
+    monkeypatch.setenv("ENVSCHED_CACHE_DIR", str(cache))
     mod = types.ModuleType("protocol_test_families")
     mod.FAMILIES = [_Lookup(f"{c}/f{i}", c) for c in ("a", "b") for i in range(3)]
     monkeypatch.setitem(sys.modules, "protocol_test_families", mod)
+
+
+@pytest.fixture(autouse=True)
+def _families(tmp_path, monkeypatch):
+    _install_families(monkeypatch, tmp_path / "cache")
 
 
 def _config(**kw) -> ProtocolConfig:
@@ -50,9 +54,20 @@ def _config(**kw) -> ProtocolConfig:
     return ProtocolConfig(**{**base, **kw})
 
 
-def test_protocol_runs_every_phase_and_resumes(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> tuple[Path, dict]:
+    """One protocol run of :func:`_config` to the end (its folder and report), which the tests below read and
+    resume but never change: running it costs most of this module's time."""
+    root = tmp_path_factory.mktemp("protocol")
+    with pytest.MonkeyPatch.context() as mp:
+        _install_families(mp, root / "cache")
+        report = run_protocol(_config(), root / "p")
+    return root, report
+
+
+def test_protocol_runs_every_phase_and_resumes(finished) -> None:
+    tmp_path, report = finished
     cfg = _config()
-    report = run_protocol(cfg, tmp_path / "p")
     runs = sorted(p.relative_to(tmp_path / "p" / "runs").as_posix() for p in (tmp_path / "p" / "runs").rglob("*.json"))
     # untuned: 4 samplers x 3 seeds; tuning: plr and envsched have knobs (2 trials x 1 seed); tuned: 2 x 3
     assert sum(r.startswith("untuned/") for r in runs) == 12
@@ -139,7 +154,7 @@ def test_cli_protocol_refuses_what_the_protocol_fixes(tmp_path: Path) -> None:
     assert not (tmp_path / "p").exists()
 
 
-def test_evaluation_rounds_have_disjoint_fresh_seeds_and_a_folder_keeps_its_round(tmp_path: Path) -> None:
+def test_evaluation_rounds_have_disjoint_fresh_seeds_and_a_folder_keeps_its_round(finished, tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from envsched.cli.main import cli
@@ -151,19 +166,18 @@ def test_evaluation_rounds_have_disjoint_fresh_seeds_and_a_folder_keeps_its_roun
     with pytest.raises(ValueError, match="evaluation round 9"):
         ProtocolConfig.for_round(9)
     # a folder started with one configuration resumes it from the CLI, whatever the latest round is
-    cfg = _config()
-    run_protocol(cfg, tmp_path / "p")
-    assert proto.load_config(tmp_path / "p") == cfg
+    folder = finished[0] / "p"
+    assert proto.load_config(folder) == _config()
     calls = []
     original = proto._run_job
     proto._run_job = lambda job: calls.append(job) or original(job)
     try:
-        res = CliRunner().invoke(cli, ["bench", "--protocol", str(tmp_path / "p"), "--json"])
+        res = CliRunner().invoke(cli, ["bench", "--protocol", str(folder), "--json"])
     finally:
         proto._run_job = original
     assert res.exit_code == 0, res.output
     assert calls == [] and json.loads(res.stdout)["config"]["eval_seeds"] == [5000, 5001, 5002]
-    res = CliRunner().invoke(cli, ["bench", "--protocol", str(tmp_path / "p"), "--round", "2"])
+    res = CliRunner().invoke(cli, ["bench", "--protocol", str(folder), "--round", "2"])
     assert res.exit_code != 0 and "another evaluation round" in res.output
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "protocol-config.json").write_text('{"config": {"margin": "x"}}')
