@@ -45,7 +45,7 @@ import numpy as np
 from envsched.method.graph.cache import cached_graph
 from envsched.pool.pool import TaskPool
 from envsched.samplers import registry
-from envsched.samplers.base import BaseSampler
+from envsched.samplers.base import BaseSampler, GroupResult
 from envsched_lab.cache import bench_cache_dir
 from envsched_lab.families.v2 import V2_POOL, build_v2_pool
 from envsched_lab.learner import LearnerConfig, LearnerModel, sharing_degree, task_structure
@@ -343,12 +343,12 @@ def run_one(pool: TaskPool, sampler_name: str, seed: int, *, steps: int, batch_s
         rewards, costs, handles = model.rollout(pos, group_size)
         exploit = _exploitation_mask(sampler, len(tasks))
         mixed = np.zeros(len(tasks), dtype=bool)
+        reward_range = tuple(getattr(sampler, "reward_range", (0.0, 1.0)))
         for b, task in enumerate(tasks):
             row = rewards[b]
             vals = [None if math.isnan(x) else float(x) for x in row]
             sampler.update(task, vals, costs[b].tolist())
-            scored = row[~np.isnan(row)]
-            mixed[b] = scored.size >= 2 and np.ptp(scored) > 0
+            mixed[b] = GroupResult(0, vals, None, reward_range).has_signal
         with np.errstate(invalid="ignore"):
             group_var = np.nanvar(rewards, axis=1)
         if post_filter:

@@ -76,3 +76,17 @@ def test_run_resume_equals_uninterrupted(pool, tmp_path):
     with pytest.raises(ValueError, match="another configuration"):
         run_schedule(UniformSampler(pool, seed=5), StochasticRewardSource(pool, seed=5), steps=8,
                      batch_size=10, group_size=4, run_dir=tmp_path / "b", resume=True, config={"x": 1})
+
+
+def test_batch_statistics_count_signal_groups_as_every_sampler_does():
+    from envsched.samplers.base import GroupResult
+    from envsched.simulation.loop import batch_statistics
+
+    tasks = [{"id": str(i), "env": "e"} for i in range(4)]
+    # [0, 1e-7, 0, 0]: unequal floats, but no signal group for a sampler (variance below EQUAL_VARIANCE)
+    groups = [[0.0, 1e-7, 0.0, 0.0], [0.0, 1e-5, 0.0, 0.0], [1.0, 1.0, None, 0.0], [None, 1.0, None, None]]
+    stats = batch_statistics(1, tasks, groups, [[1.0] * 4] * 4, {})
+    assert stats.signal_groups == sum(GroupResult(0, g, None).has_signal for g in groups) == 2
+    # on a reward range of [0, 10] the same rewards are ten times closer on the [0, 1] scale
+    wide = [[0.0, 1e-5, 0.0, 0.0], [0.0, 1e-4, 0.0, 0.0]]
+    assert batch_statistics(1, tasks[:2], wide, [[1.0] * 4] * 2, {}, (0.0, 10.0)).signal_groups == 1

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from envsched.samplers.base import TaskSampler
+from envsched.samplers.base import GroupResult, TaskSampler
 from envsched.simulation.rewards import RewardSource
 
 __all__ = ["StepStats", "batch_statistics", "run_schedule"]
@@ -42,8 +42,11 @@ class StepStats:
 
 
 def batch_statistics(step: int, tasks: Sequence[Mapping[str, Any]], rewards: Sequence[Sequence[float | None]],
-                     costs: Sequence[Sequence[float]], cumulative: Mapping[str, float]) -> StepStats:
-    """Summarise one batch: coverage of environments and tools, reward mean, within-task variance."""
+                     costs: Sequence[Sequence[float]], cumulative: Mapping[str, float],
+                     reward_range: tuple[float, float] = (0.0, 1.0)) -> StepStats:
+    """Summarise one batch: coverage of environments and tools, reward mean, within-task variance, and the signal
+    groups as every sampler counts them (:attr:`~envsched.samplers.base.GroupResult.has_signal` on the sampler's
+    ``reward_range``)."""
     variances, means = [], []
     signal = unscored = 0
     for group in rewards:
@@ -52,7 +55,7 @@ def batch_statistics(step: int, tasks: Sequence[Mapping[str, Any]], rewards: Seq
         if scored.size:
             variances.append(float(np.var(scored)))
             means.append(float(scored.mean()))
-            signal += int(scored.size >= 2 and np.ptp(scored) > 0)
+            signal += int(GroupResult(0, list(group), None, reward_range).has_signal)
     tools = {t["name"] for task in tasks for t in (task.get("tools") or [])}
     return StepStats(
         step=step,
@@ -138,7 +141,8 @@ def run_schedule(sampler: TaskSampler, source: RewardSource, *, steps: int, batc
             sampler.update(task, rewards, costs)
             all_rewards.append(rewards)
             all_costs.append(costs)
-        stats = batch_statistics(step, tasks, all_rewards, all_costs, sampler.metrics())
+        stats = batch_statistics(step, tasks, all_rewards, all_costs, sampler.metrics(),
+                                 tuple(getattr(sampler, "reward_range", (0.0, 1.0))))
         out.append(stats)
         if steps_file is not None and ckpt_file is not None:
             with steps_file.open("a", encoding="utf-8") as fh:

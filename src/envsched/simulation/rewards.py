@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from envsched.pool.pool import TaskPool
+from envsched.samplers.base import GroupResult
 from envsched.validation import check_number
 
 __all__ = ["RewardSource", "StochasticRewardSource"]
@@ -112,8 +113,9 @@ class StochasticRewardSource:
             for j in np.flatnonzero(self._rng.random(n) < self.unscored_rate):
                 rewards[int(j)] = None
         costs = [float(c) for c in self._rng.integers(50, 400, size=n)]
-        scored = np.array([r for r in rewards if r is not None])
-        if scored.size >= 2 and np.ptp(scored) > 0:
+        group = GroupResult(0, rewards, None)  # rewards in [0, 1]
+        if group.has_signal:  # a group GRPO learns from
+            scored = group.scored
             step = self.learning_rate * float(np.std(scored))
             self.env_skill[task["env"]] += step
             for name in self._tools[task["id"]]:
