@@ -8,7 +8,8 @@ Bernoulli rewards (a fixed ``p ~ Beta(0.6, 0.6)`` per task, 8 rollouts per group
 1. ``--warmup`` (100) steps of ``sample(64)`` followed by the 64 ``update`` calls of its groups (untimed);
 2. ``--draws`` (200) calls of ``sample(1)`` each followed by the ``update`` of its group: the **draw** figure is
    the median over these calls of the time of ``sample(1)`` plus its ``update`` (the rewards are drawn before
-   the clock starts);
+   the clock starts); the rows also give the mean, how many of the draws were coverage picks (the coverage debt's)
+   and the median CPU time of each phase's draws;
 3. ``--batches`` (30) calls of ``sample(64)`` (each followed by its 64 updates, untimed): the **batch** figure is
    the median time of ``sample(64)``;
 4. the state: ``len(json.dumps(sampler.state_dict()))``, the time of ``state_dict()`` + ``json.dumps`` and of
@@ -92,12 +93,13 @@ def run_one(n: int, warmup: int, draws: int, batches: int, seed: int) -> dict[st
             sampler.update(task, r)
     warm = time.perf_counter() - t0
     gc.collect()
-    draw_wall, draw_cpu, sample_wall, update_wall = [], [], [], []
+    draw_wall, draw_cpu, sample_wall, update_wall, phases = [], [], [], [], []
     for _ in range(draws):
         u = rng.random(GROUP)
         w0, c0 = time.perf_counter(), time.process_time()
         (task,) = sampler.sample(1)
         w1 = time.perf_counter()
+        phases.append(sampler.last_phases()[0])
         r = (u < p[sampler.position_of(task)]).astype(float).tolist()
         w2 = time.perf_counter()
         sampler.update(task, r)
@@ -117,6 +119,8 @@ def run_one(n: int, warmup: int, draws: int, batches: int, seed: int) -> dict[st
     gc.collect()
     state = _state_figures(sampler)
     observed = int(np.count_nonzero(sampler.history.task_observation_counts()))
+    by_phase = {ph: [c for c, q in zip(draw_cpu, phases, strict=True) if q == ph]
+                for ph in ("coverage", "exploitation")}
     return {
         "tasks": n, "environments": len(sampler.envs), "envsched": str(Path(envsched.__file__).parent),
         "warmup": warmup, "draws": draws, "batches": batches, "seed": seed,
@@ -124,6 +128,9 @@ def run_one(n: int, warmup: int, draws: int, batches: int, seed: int) -> dict[st
         "draw_ms": _median_ms(draw_wall), "draw_cpu_ms": _median_ms(draw_cpu),
         "draw_sample_ms": _median_ms(sample_wall), "draw_update_ms": _median_ms(update_wall),
         "draw_p90_ms": float(np.percentile(draw_wall, 90)) * 1e3,
+        # the one-task draws by phase (a coverage pick where the coverage debt gives the draw its slot)
+        "draw_cpu_mean_ms": statistics.fmean(draw_cpu) * 1e3, "draw_coverage": len(by_phase["coverage"]),
+        **{f"draw_cpu_{ph}_ms": _median_ms(xs) if xs else None for ph, xs in by_phase.items()},
         "batch_ms": _median_ms(batch_wall), "batch_cpu_ms": _median_ms(batch_cpu),
         "state_bytes": state["state_json_bytes"], "state_dump_s": state["state_dump_s"],
         "state_load_s": state["state_load_s"],
