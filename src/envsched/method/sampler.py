@@ -44,11 +44,13 @@ from envsched.method.scheduling.batch import (
 from envsched.method.scheduling.identifier_filter import IdentifierFilter, IdentifierVerdict, Trajectory
 from envsched.method.scheduling.incremental import IncrementalExploitation
 from envsched.method.scheduling.policy import (
+    DEBT_BOUND,
     TRACE_SUMMARY_KEYS,
     AdaptivePolicy,
     PolicyTrace,
     SchedulingPolicy,
     make_policy,
+    settle_coverage_debt,
 )
 from envsched.pool.pool import TaskPool
 from envsched.samplers.base import BaseSampler, GroupResult
@@ -156,6 +158,8 @@ class EnvSchedSampler(BaseSampler):
         #: the preset's scheduling policy (:mod:`envsched.method.scheduling.policy`)
         self.policy: SchedulingPolicy = make_policy(self.config, self.env_codes, len(self.envs))
         self._last_trace = PolicyTrace()  # of the last batch a policy ran for (metrics and state)
+        #: the coverage share owed by draws too small to hold a coverage slot (policy.settle_coverage_debt)
+        self._coverage_debt = 0.0
         # one-task draws from a maintained prediction (_select_one); the structures are built on the first one
         self._anchor: _Anchor | None = None
         self._incremental: tuple[IncrementalPrediction, IncrementalExploitation] | None = None
@@ -252,7 +256,8 @@ class EnvSchedSampler(BaseSampler):
             flagged[list(self._flags)] = True
         inputs, trace = None, None
         if prediction is not None:  # cold start (no scored history yet) has its own rules
-            inputs, trace = self.policy.inputs(n, self._history, prediction, tiebreak, self._rng)
+            inputs, trace = self.policy.inputs(n, self._history, prediction, tiebreak, self._rng,
+                                               coverage_debt=self._coverage_debt)
         ctx = SchedulingContext(graph=self.graph, history=self._history, prediction=prediction, config=self.config,
                                 env_codes=self.env_codes, num_envs=len(self.envs), tiebreak=tiebreak,
                                 env_tiebreak=env_tiebreak, identifier_flagged=flagged, centrality=self._centrality,
@@ -276,6 +281,8 @@ class EnvSchedSampler(BaseSampler):
         # explanation records are built on demand (explanations()) or every step with a run file
         if trace is not None:
             self._last_trace = trace
+            if trace.coverage_debt is not None:
+                self._coverage_debt = trace.coverage_debt
         self._pending_explain = _PendingExplanation(step, picks, prediction, filter_snapshot(self._history, positions),
                                                     dict(self._flags), trace)
         self._last_records = None
@@ -373,7 +380,9 @@ class EnvSchedSampler(BaseSampler):
         """``sample(1)`` from the maintained prediction: the pick, tiebreaks, trace and records the whole
         computation gives (exactly, on the prediction with the anchor's recency weights), in time that does
         not grow with the pool; ``None`` when this draw needs the whole computation (a new global reference, an
-        old anchor, no eligible task, no maintained prediction yet)."""
+        old anchor, no eligible task, no maintained prediction yet). The draw is coverage's when the coverage debt
+        gives it the slot (:func:`~envsched.method.scheduling.policy.settle_coverage_debt`; :meth:`_coverage_one`),
+        else exploitation's."""
         h = self._history
         if self._incremental is None:
             self._incremental = self._resume_incremental()
@@ -386,25 +395,46 @@ class EnvSchedSampler(BaseSampler):
         chooser.update(engine.sync(h), self._flags)
         clocked, info = engine.tick(h)
         state = self._rng.bit_generator.state
-        got = chooser.pick(h, clocked, info, lambda pos: self._tiebreak_of(state, pos))
+        c = self.config
+        policy = self.policy
+        assert isinstance(policy, AdaptivePolicy)  # (_incremental_supported)
+        adaptive: dict[str, float] = {}
+        share = c.coverage_share
+        if c.adaptive_share:
+            share, y_cov, y_exp = policy.share(h)
+            adaptive = {"share": share, "coverage_yield": y_cov, "exploitation_yield": y_exp}
+        # a batch of one has no rounded coverage slot (coverage_slots_for(1) = 0: a larger share is refused)
+        slots, debt = settle_coverage_debt(0, share, 1, self._coverage_debt)
+        env_counts = h.env_selection_counts()
+        if slots:
+            got = self._coverage_one(engine, clocked, info, state, env_counts)
+        else:
+            got = chooser.pick(h, clocked, info, lambda pos: self._tiebreak_of(state, pos))
         if got is None:
             self._drop_incremental(forget=True)
             return None
-        pos, base, exposure, discount = got
         self._rng.bit_generator.advance(len(self.tasks) + len(self.envs))  # the tiebreak draws, as if drawn
-        c = self.config
-        prediction = engine.prediction
-        trace = self._one_trace(pos, prediction, lambda: float(self._tiebreak_of(state, np.array([pos]))[0]))
+        if slots:
+            pick, coverage = got
+        else:
+            pos, base, exposure, discount = got
+            pick = Pick(pos=pos, phase="exploitation", rank=1, score=base * (1.0 - c.similarity_penalty * 0.0),
+                        base_score=base, max_similarity=0.0, exposure=exposure, exposure_discount=discount)
+
+            def coverage(at: int = pos) -> float:  # its tiebreak draw (for the coverage score its records show)
+                return float(self._tiebreak_of(state, np.array([at]))[0])
+        pos = pick.pos
         e = int(self.env_codes[pos])
-        pick = Pick(pos=pos, phase="exploitation", rank=1, score=base * (1.0 - c.similarity_penalty * 0.0),
-                    base_score=base, max_similarity=0.0, exposure=exposure, exposure_discount=discount,
-                    env_batch_count=1, env_coverage_count=0,
-                    env_selections_before=int(h.env_selection_counts()[e]),
-                    task_observations_before=h.task_observation_count(pos))
+        pick.env_batch_count, pick.env_coverage_count = 1, int(bool(slots))
+        pick.env_selections_before = int(env_counts[e])
+        pick.task_observations_before = h.task_observation_count(pos)
+        prediction = engine.prediction
+        trace = self._one_trace(pos, prediction, slots, debt, adaptive, coverage)
         tools = self._tool_codes[self._tool_indptr[pos]:self._tool_indptr[pos + 1]]
         n_tools = int(np.unique(tools).size)
-        step = h.record_batch([pos], ["exploitation"])
+        step = h.record_batch([pos], [pick.phase])
         self._drawn_one(pos)
+        self._coverage_debt = debt
         self._last_picks = [pick]
         self._last_prediction = prediction
         self._last_trace = trace
@@ -417,34 +447,86 @@ class EnvSchedSampler(BaseSampler):
         self._batch_totals["tools"] += n_tools
         return [pos]
 
-    def _one_trace(self, pos: int, prediction: Prediction, tiebreak: Any) -> PolicyTrace:
-        """What :class:`AdaptivePolicy` reports for a one-task batch (no coverage slot), its per-task values at the
-        pick only."""
+    def _coverage_one(self, engine: IncrementalPrediction, clocked: np.ndarray, info: np.ndarray,
+                      state: dict[str, Any], env_counts: np.ndarray) -> tuple[Pick, float] | None:
+        """The coverage pick of a one-task draw from the maintained prediction, by the rule of
+        :func:`~envsched.method.scheduling.batch.build_batch`'s coverage phase on an empty batch: of the environments
+        with a task the consecutive cap leaves eligible, those first in the policy's environment order (ties
+        included); in them the task with the highest coverage score (the fewest observed first, where the policy
+        says so; no similarity penalty with no batch member yet), exact ties to the higher tiebreak draw. Reads the
+        environments' order and the tasks of the first environments only. Returns the pick and its coverage score,
+        or ``None`` when no task is eligible. ``clocked``, ``info``: :meth:`IncrementalPrediction.tick`'s;
+        ``state``: the generator's state before the draw (the tiebreak draws)."""
         c, h = self.config, self._history
-        values: dict[str, Any] = {}
+        policy = self.policy
+        assert isinstance(policy, AdaptivePolicy)  # (_incremental_supported)
+        key = policy.env_order(h, env_counts) if c.adaptive_coverage else env_counts
+        live = np.ones(len(self.envs), dtype=bool)
+        while True:  # the first environments in the order; one whose every task is capped is skipped
+            if not live.any():
+                return None
+            first = live & (key == key[live].min())
+            envs = np.flatnonzero(first)
+            if envs.size * 8 < len(self.envs):
+                members = np.sort(self._similarity.members(envs))
+            else:  # (many environments tied, as those never selected are: a pass over the pool beats a sort)
+                members = np.flatnonzero(first[self.env_codes])
+            capped = ((h.last_selected[members] == h.step - 1)
+                      & (h.run_length[members] >= c.max_consecutive_selections) & engine.caps[members])
+            cands = members[~capped]
+            if cands.size:
+                break
+            live[envs] = False
+        engine.clean(cands)  # (the prior and informativeness of rows left for later made exact)
+        tiebreak: np.ndarray | None = None
+        if c.adaptive_coverage:
+            alpha, beta = signal.signal_posterior(h, engine.prediction.long.prior[cands, 0], c.signal_prior_ess,
+                                                  c.long_half_life, cands)
+            tiebreak = self._tiebreak_of(state, cands)
+            score = policy.coverage_score(alpha, beta, None, tiebreak)
+            best = np.arange(cands.size)
+        else:  # the informativeness, the fewest observed first
+            at = np.minimum(np.searchsorted(clocked, cands), max(clocked.size - 1, 0))
+            is_clocked = clocked[at] == cands if clocked.size else np.zeros(cands.size, dtype=bool)
+            score = np.where(is_clocked, info[at] if clocked.size else 0.0, engine.prediction.informativeness[cands])
+            obs = h.task_observation_counts()[cands]
+            best = np.flatnonzero(obs == obs.min())
+        best = best[score[best] == score[best].max()]
+        if best.size > 1:
+            draws = tiebreak[best] if tiebreak is not None else self._tiebreak_of(state, cands[best])
+            best = best[[int(np.argmax(draws))]]
+        i = int(best[0])
+        value = float(score[i])
+        pick = Pick(pos=int(cands[i]), phase="coverage", rank=1, score=value * (1.0 - c.similarity_penalty * 0.0),
+                    base_score=value, max_similarity=0.0,
+                    tied_envs=int(np.count_nonzero(np.bincount(self.env_codes[cands], minlength=len(self.envs)))))
+        return pick, value
+
+    def _one_trace(self, pos: int, prediction: Prediction, slots: int, debt: float, adaptive: dict[str, float],
+                   coverage: float | Any) -> PolicyTrace:
+        """What :class:`AdaptivePolicy` reports for a one-task batch of ``slots`` coverage slots, its per-task values
+        at the pick only. ``debt``: the coverage debt after it; ``adaptive``: the share and the phases' yields;
+        ``coverage``: the pick's coverage score, or a callable giving its tiebreak draw (the score is then computed
+        when explanation records read it)."""
+        c, h = self.config, self._history
+        values: dict[str, Any] = dict(adaptive)
         at = np.array([pos], dtype=np.int64)
         if c.adaptive_coverage:
-            s, f = signal.signal_counts(h, c.long_half_life, at)
-            mu = np.clip(prediction.long.prior[at, 0], 1e-6, 1.0 - 1e-6)
-            alpha, beta = c.signal_prior_ess * mu + s, c.signal_prior_ess * (1.0 - mu) + f
-            g = c.rollouts_per_task
+            alpha, beta = signal.signal_posterior(h, prediction.long.prior[at, 0], c.signal_prior_ess,
+                                                  c.long_half_life, at)
+            policy = self.policy
+            assert isinstance(policy, AdaptivePolicy)  # (_incremental_supported)
 
-            def coverage() -> float:  # (only explanation records read it: computed when they are built)
-                return float((signal.optimistic_signal(alpha, beta, g, c.ucb_quantile)
-                              + 1e-3 * signal.mixed_probability(alpha, beta, g) + 1e-12 * tiebreak())[0])
+            def coverage_score() -> float:  # (only explanation records read it: computed when they are built)
+                return float(policy.coverage_score(alpha, beta, None, np.array([coverage()]))[0])
 
             values.update(signal_alpha=_AtPositions({pos: float(alpha[0])}, float),
                           signal_beta=_AtPositions({pos: float(beta[0])}, float),
-                          coverage_score=_AtPositions({pos: coverage}, float))
+                          coverage_score=_AtPositions({pos: coverage_score if callable(coverage) else coverage},
+                                                      float))
         if c.caps_on_decline_only:
             values["caps_active"] = _AtPositions({pos: bool(self._incremental[0].caps[pos])}, bool)
-        if c.adaptive_share:
-            y = signal.phase_yields(h, c.yield_half_life)
-            y_cov = (1.0 + y["coverage"][0]) / (2.0 + y["coverage"][1])
-            y_exp = (1.0 + y["exploitation"][0]) / (2.0 + y["exploitation"][1])
-            share = min(max(y_cov / (y_cov + y_exp), c.coverage_share_floor), c.coverage_share)
-            values.update(share=share, coverage_yield=y_cov, exploitation_yield=y_exp)
-        return PolicyTrace(explained=True, coverage_slots=0, **values)
+        return PolicyTrace(explained=True, coverage_slots=slots, coverage_debt=debt, **values)
 
     def _run_header(self) -> dict[str, Any]:
         """The run file's header fields (built only when a header is written: a new or empty run file)."""
@@ -455,11 +537,11 @@ class EnvSchedSampler(BaseSampler):
         # the fields _select sets before the batch is recorded; all are replaced, not edited (the maintained
         # prediction is edited: a failed draw drops it, and the next one-task draw rebuilds it from its anchor)
         return (self._last_trace, self._last_picks, self._last_prediction, self._pending_explain, self._last_records,
-                self._last_tools, dict(self._batch_totals), self._anchor)
+                self._last_tools, dict(self._batch_totals), self._anchor, self._coverage_debt)
 
     def _select_rollback(self, checkpoint: Any) -> None:
         (self._last_trace, self._last_picks, self._last_prediction, self._pending_explain, self._last_records,
-         self._last_tools, self._batch_totals, self._anchor) = checkpoint
+         self._last_tools, self._batch_totals, self._anchor, self._coverage_debt) = checkpoint
         self._drop_incremental(forget=False)
 
     def _observe(self, group: GroupResult) -> None:
@@ -575,6 +657,7 @@ class EnvSchedSampler(BaseSampler):
             m[f"last_batch_{ph}"] = float(phases.count(ph))
         m["progress_filtered"] = float(h.progress_filtered().sum())
         m["identifier_flagged"] = float(len(self._flags))
+        m["coverage_debt"] = self._coverage_debt
         m.update(self._last_trace.metrics())
         ref = h.global_reference()
         for j, name in enumerate(("mean", "variance", "dispersion")):
@@ -591,6 +674,8 @@ class EnvSchedSampler(BaseSampler):
             "last_tools": self._last_tools,
             "last_phases": [p.phase for p in self._last_picks],
             "last_adaptive": self._last_trace.summary(),
+            # the coverage share owed by draws too small for a coverage slot (written only while there is one)
+            **({"coverage_debt": self._coverage_debt} if self._coverage_debt else {}),
             # one-task draws from a maintained prediction: what it was started from (it is rebuilt from these)
             **({"incremental": {"anchor": self._anchor.step, "reference": list(self._anchor.reference),
                                 "decayed_at": self._anchor.decayed_at}} if self._anchor is not None else {}),
@@ -641,6 +726,8 @@ class EnvSchedSampler(BaseSampler):
         last_adaptive = {k: (float(_check.whole(v, f"last_adaptive.{k}", high=n)) if k == "coverage_slots"
                              else _check.finite(v, f"last_adaptive.{k}", low=0.0, high=1.0))
                          for k, v in raw_adaptive.items()}
+        debt = _check.finite(extra.get("coverage_debt", 0.0), "coverage_debt", low=-DEBT_BOUND, high=DEBT_BOUND,
+                             high_open=True)
         anchor = None
         if "incremental" in extra:
             inc = _check.mapping(extra["incremental"], "incremental", keys=("anchor", "reference", "decayed_at"))
@@ -660,6 +747,7 @@ class EnvSchedSampler(BaseSampler):
         self._batch_totals = totals
         self._last_tools = last_tools
         self._last_trace = PolicyTrace.from_summary(last_adaptive)
+        self._coverage_debt = debt
         self._last_picks = [Pick(pos=-1, phase=p, rank=i + 1, score=math.nan, base_score=math.nan,
                                  max_similarity=math.nan) for i, p in enumerate(phases)]
         self._last_records = []

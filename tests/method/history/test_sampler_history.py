@@ -83,10 +83,11 @@ def test_reference_initialised_by_first_observed_batch_then_step_level():
     assert s.history.global_reference()[0] == pytest.approx((0.75 + 1.0) / 2)
 
 
-def test_a_step_of_exploitation_groups_only_has_no_reference_in_the_default():
-    # sample(1) of the default has no coverage slot: its one group is exploitation's. Made its step's reference, it
-    # would be centred on itself (its own history exactly the reference, whatever its rewards) and move the global
-    # reference with every group; in the default such a step has no reference, its group is not shifted
+def test_a_step_of_one_task_has_no_reference_in_the_default():
+    # sample(1)'s one group is exploitation's or, where the coverage debt gives the draw its slot, coverage's. Made its
+    # step's reference, it would be centred on itself (its own history exactly the reference, whatever its rewards) and
+    # move the global reference with every group; in the default such a step has no reference, its group is not
+    # shifted
     tasks, envs = _pool(2, 4)
     within = [[j for j in range(e * 4, e * 4 + 4) if j != i] for e in range(2) for i in range(e * 4, e * 4 + 4)]
     cross = [[(i + 4) % 8] for i in range(8)]
@@ -97,17 +98,20 @@ def test_a_step_of_exploitation_groups_only_has_no_reference_in_the_default():
             s.update(t, [0.0, 1.0, 1.0, 1.0])
         ref0 = s.history.global_reference().copy()
         assert ref0[0] == 0.75
-        (task,) = s.sample(1)
-        assert s.last_phases() == ["exploitation"]
-        s.update(task, [0.0, 0.0, 0.0, 0.0])  # an all-fail group of step 1
-        ref = s.history.global_reference()
-        own = s.history.task_history(config.long_half_life, ref).values[s.position_of(task)]
-        if degenerate:  # the paper preset keeps its rule: the group is step 1's reference, and centred onto it
-            assert ref.tolist() == [0.0, 0.0, 0.0]
-            assert own.tolist() == ref.tolist()
-        else:
-            assert ref.tolist() == ref0.tolist()  # the reference stays step 0's
-            assert own.tolist() == [0.0, 0.0, 0.0]  # the group as observed
+        phases = []
+        for _ in range(2):
+            (task,) = s.sample(1)
+            phases += s.last_phases()
+            s.update(task, [0.0, 0.0, 0.0, 0.0])  # an all-fail group of a step of one task
+            ref = s.history.global_reference()
+            own = s.history.task_history(config.long_half_life, ref).values[s.position_of(task)]
+            if degenerate:  # the paper preset keeps its rule: the group is its step's reference, and centred onto it
+                assert ref.tolist() == [0.0, 0.0, 0.0]
+                assert own.tolist() == ref.tolist()
+            else:
+                assert ref.tolist() == ref0.tolist()  # the reference stays step 0's
+                assert own.tolist() == [0.0, 0.0, 0.0]  # the group as observed
+        assert phases == ["coverage", "exploitation"]  # the coverage debt: share 0.5, then 0.4 or 0.5
 
 
 def test_centering_shifts_old_observations_to_the_current_level_and_clips():

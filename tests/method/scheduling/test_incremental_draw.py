@@ -129,6 +129,59 @@ def test_one_task_draws_equal_the_whole_computation(config):
     assert _drive(a, b, 20, rng, p, late) >= 15
 
 
+@pytest.mark.parametrize("config", [{}, {"adaptive_coverage": False}, {"adaptive_share": False, "coverage_share": 0.3},
+                                    {"caps_on_decline_only": False}])
+def test_coverage_draws_of_the_debt_equal_the_whole_computation(config):
+    # the draws the coverage debt gives a coverage slot are picked from the maintained prediction too (the
+    # environments first in the policy's order, then the task's coverage score; with adaptive_coverage off the
+    # fewest observed first, by informativeness): bit for bit the whole computation's, records and state included
+    a, b = _pair(**config)
+    rng = np.random.default_rng(13)
+    p = rng.beta(0.6, 0.6, size=len(a.tasks))
+    _warm(a, b, rng, p, steps=3)
+    phases = []
+    real = a._select_one
+
+    def select() -> list[int] | None:
+        out = real()
+        if out is not None:
+            phases.append(a.last_phases()[0])
+        return out
+
+    a._select_one = select
+    assert _drive(a, b, 90, rng, p, [], flag_every=7) >= 80
+    assert len(phases) >= 80 and 20 <= phases.count("coverage") <= 50  # (share 0.3-0.5 of the draws)
+
+
+def test_coverage_draws_among_environments_never_selected_equal_the_whole_computation():
+    # 40 environments, 16 tasks drawn before: the environments never selected tie first in the coverage order, and a
+    # coverage draw ranks every task of all of them (with their tiebreak draws, read from the generator)
+    a, b = _pair(n=600, envs=40)
+    rng = np.random.default_rng(14)
+    p = rng.beta(0.6, 0.6, size=len(a.tasks))
+    for _ in range(2):
+        batch = a.sample(8)
+        assert batch == b.sample(8)
+        for t in batch:
+            r = [float(rng.random() < p[a.position_of(t)]) for _ in range(8)]
+            a.update(t, r)
+            b.update(t, r)
+    never = int((a.history.env_selection_counts() == 0).sum())
+    assert never >= 20
+    tied = []
+    real = a._coverage_one
+
+    def coverage_one(*args):
+        out = real(*args)
+        if out is not None:
+            tied.append(out[0].tied_envs)
+        return out
+
+    a._coverage_one = coverage_one
+    assert _drive(a, b, 40, rng, p, []) >= 35
+    assert max(tied) >= never - 1 and min(tied) >= 1  # the never-selected ones, tied, then fewer of them
+
+
 def test_the_rows_left_for_later_never_change_a_draw():
     # without explanation records read, the unclocked rows an update reaches only through an environment estimate
     # wait, bounded, until they could be the pick: early in a run (few tasks observed) they often could

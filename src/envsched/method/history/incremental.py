@@ -27,8 +27,9 @@ test_incremental.py`` compares them after every draw). With the anchor at the la
 every other draw makes, bit for bit; with an earlier anchor it differs from it by rounding only.
 
 **What makes it start again** (:meth:`IncrementalPrediction.stale`): a new global reference (every task's centring
-and every substitute move with it; in the default a step of exploitation groups only has none, so a run of
-``sample(1)`` keeps the reference its last batch with a coverage group set), an anchor more than
+and every substitute move with it; in the default neither a step of exploitation groups only nor a step of one
+task has one, so a run of ``sample(1)``, coverage picks included, keeps the reference its last batch of several
+tasks with a coverage group set), an anchor more than
 :data:`ANCHOR_HALF_LIVES` of the shortest half-life old (a weight after the anchor grows as ``2 ** ((s - a) /
 h)``), and a rebase of the absorbed statistics (:class:`~envsched.method.history.statistics.DecayedStatistics`).
 The sampler then recomputes the whole prediction with the anchor at the latest step.

@@ -150,11 +150,12 @@ def signal_counts(history: History, half_life: float,
     return s, f
 
 
-def signal_posterior(history: History, prior_mean: np.ndarray, ess: float,
-                     half_life: float) -> tuple[np.ndarray, np.ndarray]:
-    """``(alpha, beta)`` of every task's Beta posterior on its mean reward in [0, 1]."""
+def signal_posterior(history: History, prior_mean: np.ndarray, ess: float, half_life: float,
+                     positions: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(alpha, beta)`` of every task's Beta posterior on its mean reward in [0, 1]; of the tasks ``positions`` only
+    (distinct, ascending; ``prior_mean`` then theirs) when given, the same values."""
     mu = np.clip(np.asarray(prior_mean, dtype=float), _EPS, 1.0 - _EPS)
-    s, f = signal_counts(history, half_life)
+    s, f = signal_counts(history, half_life, positions)
     return ess * mu + s, ess * (1.0 - mu) + f
 
 

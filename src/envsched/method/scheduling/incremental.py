@@ -1,10 +1,11 @@
 """Stage 3 of EnvSched, kept up to date: the pick of a one-task draw from the maintained prediction
 (:class:`~envsched.method.history.incremental.IncrementalPrediction`), without a pass over the pool.
 
-``sample(1)`` has no coverage slot (``round(coverage_share * 1) = 0``), so its one pick is exploitation's: the
-eligible task with the highest ``informativeness x exposure discount`` (the similarity penalty has no batch member
-to act on yet), exact ties to the higher of the batch's tiebreak draws: the rule of
-:func:`~envsched.method.scheduling.batch.build_batch`. The maintained prediction splits the tasks in two:
+A ``sample(1)`` that the coverage debt gives no coverage slot
+(:func:`~envsched.method.scheduling.policy.settle_coverage_debt`; the sampler picks the others from the coverage
+order) is exploitation's pick: the eligible task with the highest ``informativeness x exposure discount`` (the
+similarity penalty has no batch member to act on yet), exact ties to the higher of the batch's tiebreak draws: the
+rule of :func:`~envsched.method.scheduling.batch.build_batch`. The maintained prediction splits the tasks in two:
 
 * the *clocked* tasks, whose score moves with the clock (:meth:`IncrementalPrediction.tick
   <envsched.method.history.incremental.IncrementalPrediction.tick>`): scored every draw, with their exposure

@@ -7,14 +7,23 @@ the preset chose, and returns a :class:`PolicyTrace` of the values it computed (
 ``adaptive`` part and the ``adaptive_*`` metrics).
 
 - :class:`PaperPolicy` (``SchedulerConfig.paper()``): the paper's rules (2.4, C): ``round(coverage_share * n)``
-  coverage slots; coverage orders environments by fewer cumulative selections and tasks by fewest observations,
-  then informativeness; exploitation by informativeness; the caps apply to every task.
+  coverage slots (a batch too small for one carries a coverage debt, below); coverage orders environments by
+  fewer cumulative selections and tasks by fewest observations, then informativeness; exploitation by
+  informativeness; the caps apply to every task.
 - :class:`AdaptivePolicy` (``SchedulerConfig()``, ours): each of the default's rules replaces the paper's part
   it is switched on for (:mod:`envsched.method.history.signal`), the paper's part stays where it is off (the
   ablations of one rule): the online coverage share (``adaptive_share``), the UCB environment order and the
   optimistic task score of coverage (``adaptive_coverage``), the caps only on declining tasks
   (``caps_on_decline_only``); and, where ``exploitation_score="signal_probability"`` (off in the default, whose
   exploitation ranks by the paper's informativeness), the group-signal probability in exploitation instead.
+
+**Coverage debt.** A batch too small to hold a coverage slot -- ``round(share * n) = 0`` with a positive share, as
+every ``sample(1)`` of an asynchronous trainer drawing one group at a time is -- would never get a coverage pick.
+Both policies carry the unrounded share of such batches across draws as a debt (:func:`settle_coverage_debt`):
+the batch adds ``share * n`` to it, and once it reaches 0.5 (where ``round`` gives a slot) the batch gets one
+coverage slot and the debt drops by 1. A run of ``sample(1)`` then spends on coverage the share of its draws that
+a batch of 64 spends of its slots. A batch whose own rounded slots are one or more leaves the debt as it is, so
+batches of 64 draw what they drew without it. The sampler keeps the debt in its state (``extra.coverage_debt``).
 
 :func:`make_policy` chooses the policy of a configuration. A new rule is a new field of :class:`BatchInputs`
 (with the paper's value supplied by :class:`PaperPolicy`) or a new policy; the batch builder never asks which
@@ -36,7 +45,28 @@ from envsched.method.history.prediction import Prediction
 from envsched.method.history.statistics import History
 
 __all__ = ["AdaptivePolicy", "BatchInputs", "LazyScores", "PaperPolicy", "PolicyTrace", "SchedulingPolicy",
-           "make_policy"]
+           "make_policy", "settle_coverage_debt"]
+
+#: A coverage debt stays in ``[-DEBT_BOUND, DEBT_BOUND)`` (:func:`settle_coverage_debt`); a saved state's is checked
+#: against it.
+DEBT_BOUND = 0.5
+
+
+def settle_coverage_debt(slots: int, share: float, n: int, debt: float) -> tuple[int, float]:
+    """The coverage slots of a batch of ``n`` whose policy gave it ``slots`` at coverage share ``share``, and the
+    coverage debt after it, ``debt`` before.
+
+    A batch with ``slots >= 1``, or with no share, leaves the debt as it is. A batch with no slot adds its unrounded
+    share ``share * n`` to the debt; when the debt then reaches 0.5 (the point where ``round`` gives a slot), the
+    batch gets one coverage slot -- for ``n = 1`` its only task, though a batch of one leaves no exploitation slot --
+    and the debt drops by 1. The debt so stays in ``[-0.5, 0.5)``, and over a long run of such batches the coverage
+    picks come to ``share * n`` per batch, as in a batch large enough to round it."""
+    if slots > 0 or share <= 0.0:
+        return slots, debt
+    debt += share * n
+    if debt >= DEBT_BOUND:
+        return 1, debt - 1.0
+    return 0, debt
 
 
 class LazyScores:
@@ -152,6 +182,7 @@ class PolicyTrace:
         share, coverage_yield, exploitation_yield: the online coverage share and the two phases' signal
             yields it came from.
         coverage_slots: the coverage slots the policy chose.
+        coverage_debt: the coverage debt after this batch (:func:`settle_coverage_debt`; ``None``: no policy ran).
         signal_alpha, signal_beta: ``(N,)`` the per-task Beta posterior on the mean reward.
         exploitation_score, coverage_score: ``(N,)`` the default's exploitation and coverage scores.
         caps_active: ``(N,)`` bool, where the caps applied.
@@ -162,6 +193,7 @@ class PolicyTrace:
     coverage_yield: float | None = None
     exploitation_yield: float | None = None
     coverage_slots: int | None = None
+    coverage_debt: float | None = None
     signal_alpha: np.ndarray | None = None
     signal_beta: np.ndarray | None = None
     exploitation_score: np.ndarray | None = None
@@ -209,10 +241,11 @@ class SchedulingPolicy(Protocol):
     name: str
 
     def inputs(self, n: int, history: History, prediction: Prediction, tiebreak: np.ndarray,
-               rng: np.random.Generator) -> tuple[BatchInputs, PolicyTrace]:
+               rng: np.random.Generator, coverage_debt: float = 0.0) -> tuple[BatchInputs, PolicyTrace]:
         """The inputs of a batch of ``n`` and their trace. ``tiebreak``: the batch's ``(N,)`` uniform draws;
         ``rng``: the sampler's generator (a policy that draws from it must draw the same way for the same
-        state, so that batches are deterministic given the seed)."""
+        state, so that batches are deterministic given the seed); ``coverage_debt``: the debt before this batch
+        (:func:`settle_coverage_debt`), the trace's ``coverage_debt`` the debt after it."""
         ...
 
 
@@ -225,13 +258,16 @@ class PaperPolicy:
         self.config = config
 
     def inputs(self, n: int, history: History, prediction: Prediction, tiebreak: np.ndarray,
-               rng: np.random.Generator) -> tuple[BatchInputs, PolicyTrace]:
+               rng: np.random.Generator, coverage_debt: float = 0.0) -> tuple[BatchInputs, PolicyTrace]:
         info = prediction.informativeness
-        inputs = BatchInputs(coverage_slots=self.config.coverage_slots_for(n),
+        slots, debt = self.config.coverage_slots_for(n), coverage_debt
+        if self.config.mode == "full":
+            slots, debt = settle_coverage_debt(slots, self.config.coverage_share, n, debt)
+        inputs = BatchInputs(coverage_slots=slots,
                              env_order=history.env_selection_counts(), coverage_score=info,
                              coverage_fewest_observed_first=True, exploitation_score=info,
                              caps_active=np.ones(info.shape[0], dtype=bool))
-        return inputs, PolicyTrace()
+        return inputs, PolicyTrace(coverage_debt=debt)
 
 
 class AdaptivePolicy:
@@ -251,7 +287,7 @@ class AdaptivePolicy:
         self.env_size_weight = np.power(sizes / sizes.mean(), config.env_size_power)
 
     def inputs(self, n: int, history: History, prediction: Prediction, tiebreak: np.ndarray,
-               rng: np.random.Generator) -> tuple[BatchInputs, PolicyTrace]:
+               rng: np.random.Generator, coverage_debt: float = 0.0) -> tuple[BatchInputs, PolicyTrace]:
         c, h = self.config, history
         info = prediction.informativeness
         cap = c.coverage_slots_for(n)
@@ -276,40 +312,61 @@ class AdaptivePolicy:
             exploitation = trace["exploitation_score"] = score + 1e-12 * tiebreak
         coverage, env_order = info, env_counts
         if c.adaptive_coverage:
-            # optimistic signal probability; the predictive mean breaks the ties of wide posteriors. Elementwise,
-            # so in a large pool computed only for the tasks coverage ranks (LazyScores): coverage reads about one
-            # environment per slot, a small share of the pool where n environments are
-            def coverage_of(a: np.ndarray, b: np.ndarray, m: np.ndarray | None, tb: np.ndarray) -> np.ndarray:
-                m = signal.mixed_probability(a, b, g) if m is None else m
-                return signal.optimistic_signal(a, b, g, c.ucb_quantile) + 1e-3 * m + 1e-12 * tb
-
+            # elementwise, so in a large pool computed only for the tasks coverage ranks (LazyScores): coverage
+            # reads about one environment per slot, a small share of the pool where n environments are
             if n * LazyScores.eager_fraction <= self.env_size_weight.size:
-                coverage = LazyScores(info.shape[0], lambda p, a=alpha, b=beta, m=mixed: coverage_of(
+                coverage = LazyScores(info.shape[0], lambda p, a=alpha, b=beta, m=mixed: self.coverage_score(
                     a[p], b[p], None if m is None else m[p], tiebreak[p]))
             else:
-                coverage = coverage_of(alpha, beta, mixed, tiebreak)
+                coverage = self.coverage_score(alpha, beta, mixed, tiebreak)
             trace["coverage_score"] = coverage
-            s_e, k_e = signal.env_signal(h, c.long_half_life)
-            ucb = signal.beta_quantile(1.0 + s_e, 1.0 + k_e - s_e, c.ucb_quantile)
-            never = env_counts == 0
-            env_order = -np.where(never, np.inf, ucb * self.env_size_weight)  # the higher priority first
+            env_order = self.env_order(h, env_counts)
         caps_active = np.ones(info.shape[0], dtype=bool)
         if c.caps_on_decline_only:
             caps_active = trace["caps_active"] = signal.declining(h, c.long_half_life, c.short_half_life)
-        slots = cap
-        if c.adaptive_share and c.mode == "full":
-            y = signal.phase_yields(h, c.yield_half_life)
-            y_cov = (1.0 + y["coverage"][0]) / (2.0 + y["coverage"][1])
-            y_exp = (1.0 + y["exploitation"][0]) / (2.0 + y["exploitation"][1])
-            share = min(max(y_cov / (y_cov + y_exp), c.coverage_share_floor), c.coverage_share)  # cap wins
-            k = round(share * n)
-            never_selected = int((env_counts == 0).sum())
-            slots = min(cap, max(k, never_selected))
-            trace.update(share=share, coverage_yield=y_cov, exploitation_yield=y_exp)
+        slots, debt = cap, coverage_debt
+        if c.mode == "full":
+            share = c.coverage_share
+            if c.adaptive_share:
+                share, y_cov, y_exp = self.share(h)
+                k = round(share * n)
+                never_selected = int((env_counts == 0).sum())
+                slots = min(cap, max(k, never_selected))
+                trace.update(share=share, coverage_yield=y_cov, exploitation_yield=y_exp)
+            slots, debt = settle_coverage_debt(slots, share, n, debt)
         inputs = BatchInputs(coverage_slots=slots, env_order=env_order, coverage_score=coverage,
                              coverage_fewest_observed_first=not c.adaptive_coverage,
                              exploitation_score=exploitation, caps_active=caps_active)
-        return inputs, PolicyTrace(explained=True, coverage_slots=slots, **trace)
+        return inputs, PolicyTrace(explained=True, coverage_slots=slots, coverage_debt=debt, **trace)
+
+    def coverage_score(self, alpha: np.ndarray, beta: np.ndarray, mixed: np.ndarray | None,
+                       tiebreak: np.ndarray) -> np.ndarray:
+        """The coverage task score (``adaptive_coverage``) of tasks with posterior ``alpha``, ``beta``: the optimistic
+        signal probability, the predictive mean ``mixed`` (computed here when ``None``) breaking the ties of wide
+        posteriors, ``1e-12 * tiebreak`` the exact ones. Elementwise."""
+        c = self.config
+        g = c.rollouts_per_task
+        m = signal.mixed_probability(alpha, beta, g) if mixed is None else mixed
+        return signal.optimistic_signal(alpha, beta, g, c.ucb_quantile) + 1e-3 * m + 1e-12 * tiebreak
+
+    def env_order(self, history: History, env_counts: np.ndarray) -> np.ndarray:
+        """``(E,)`` coverage order of the environments (``adaptive_coverage``), the smaller first: environments
+        never selected (``env_counts == 0``), then the higher upper confidence bound of the signal rate times the
+        size weight."""
+        c = self.config
+        s_e, k_e = signal.env_signal(history, c.long_half_life)
+        ucb = signal.beta_quantile(1.0 + s_e, 1.0 + k_e - s_e, c.ucb_quantile)
+        return -np.where(env_counts == 0, np.inf, ucb * self.env_size_weight)  # the higher priority first
+
+    def share(self, history: History) -> tuple[float, float, float]:
+        """The online coverage share (``adaptive_share``) and the two phases' yields it comes from: ``(share,
+        coverage yield, exploitation yield)``."""
+        c = self.config
+        y = signal.phase_yields(history, c.yield_half_life)
+        y_cov = (1.0 + y["coverage"][0]) / (2.0 + y["coverage"][1])
+        y_exp = (1.0 + y["exploitation"][0]) / (2.0 + y["exploitation"][1])
+        share = min(max(y_cov / (y_cov + y_exp), c.coverage_share_floor), c.coverage_share)  # the cap wins
+        return share, y_cov, y_exp
 
 
 def make_policy(config: SchedulerConfig, env_codes: np.ndarray, num_envs: int) -> SchedulingPolicy:
