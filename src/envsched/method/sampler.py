@@ -34,6 +34,7 @@ from envsched.method.history import signal
 from envsched.method.history.incremental import IncrementalPrediction, RelationRows
 from envsched.method.history.prediction import Prediction, RelationOperator, predict, relation_operators
 from envsched.method.history.statistics import PHASES, History
+from envsched.method.migrations import read_config
 from envsched.method.scheduling.batch import (
     Pick,
     SchedulingContext,
@@ -684,7 +685,7 @@ class EnvSchedSampler(BaseSampler):
     def _load_extra_state(self, extra: dict[str, Any]) -> None:
         extra = _check.mapping(extra, "", keys=("config", "history", "batch_totals"))
         try:
-            cfg = SchedulerConfig.from_dict(dict(_check.mapping(extra["config"], "config")))
+            cfg = read_config(dict(_check.mapping(extra["config"], "config")))
         except (TypeError, ValueError) as exc:
             raise StateError("config", f"is not a SchedulerConfig: {str(exc)[:200]}") from None
         if cfg != self.config:
