@@ -294,8 +294,8 @@ class IncrementalPrediction:
                  (r[1] or self._step_refs.get(s, (None, False))[1])]
         self._step_refs = refs
         if moved:  # a step's reference changed (a late group): every observation of that step is centred anew
-            o = history.obs
-            changed.append(o.col("pos")[member(o.col("step"), np.array(sorted(moved), dtype=np.int64))])
+            g = history.logged_groups()
+            changed.append(g.task[member(g.step, np.array(sorted(moved), dtype=np.int64))])
         tasks = union(*changed) if changed else np.zeros(0, dtype=np.int64)
         cleaned = union(*self._cleaned) if self._cleaned else tasks[:0]
         self._cleaned.clear()

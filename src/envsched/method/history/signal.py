@@ -3,8 +3,9 @@
 A *signal group* is a group with at least two scored rewards that are not all equal: the only groups from which
 GRPO gets a gradient (defined once, :func:`envsched.samplers.base.is_signal_group`, for every sampler's
 ``signal_groups`` counter and for this module). Everything here is derived from
-:class:`~envsched.method.history.statistics.History`'s observation log (so it needs no state of its own, and
-``state_dict`` / ``load_state_dict`` restore it), with recency weights ``0.5 ** (age / half_life)``, ``age`` in
+:class:`~envsched.method.history.statistics.History`'s logged groups (:meth:`History.logged_groups
+<envsched.method.history.statistics.History.logged_groups>`, never the log's columns), so it needs no state of
+its own (``state_dict`` / ``load_state_dict`` restore it); with recency weights ``0.5 ** (age / half_life)``, ``age`` in
 scheduler steps; in the decayed form (the default preset) the log holds only the last steps, and the sums of the
 observations absorbed out of it are added from :meth:`History.decayed_signal
 <envsched.method.history.statistics.History.decayed_signal>` (exact: these sums are linear in the weights):
@@ -35,7 +36,6 @@ from scipy.special import betaln, ndtri
 
 from envsched.method.history.sets import member
 from envsched.method.history.statistics import PHASES, History
-from envsched.samplers.base import MIN_SIGNAL_ROLLOUTS, is_signal_group
 
 __all__ = ["beta_quantile", "declining", "env_signal", "group_signal", "mixed_probability", "optimistic_signal",
            "phase_yields", "signal_counts", "signal_posterior"]
@@ -44,24 +44,14 @@ _COVERAGE, _EXPLOITATION = PHASES.index("coverage"), PHASES.index("exploitation"
 _EPS = 1e-6
 
 
-def _scorable(history: History) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of the observation log that can show signal (>= 2 scored rewards), and which of them did (the signal
-    groups, :func:`~envsched.samplers.base.is_signal_group`)."""
-    o = history.obs
-    n_scored = o.col("n_scored")
-    return n_scored >= MIN_SIGNAL_ROLLOUTS, is_signal_group(n_scored, o.col("v"))
-
-
 def phase_yields(history: History, half_life: float) -> dict[str, tuple[float, float]]:
     """Recency-weighted ``(signal groups, scorable groups)`` of the coverage and the exploitation picks."""
-    o = history.obs
-    ok, sig = _scorable(history)
+    g = history.logged_groups()
     w = history.obs_weights(half_life)
-    phase = o.col("phase")
     out = {}
     for name, code in (("coverage", _COVERAGE), ("exploitation", _EXPLOITATION)):
-        sel = phase == code
-        out[name] = (float(w[sel & sig].sum()), float(w[sel & ok].sum()))
+        sel = g.phase == code
+        out[name] = (float(w[sel & g.signal].sum()), float(w[sel & g.scorable].sum()))
     old = history.decayed_signal_of(half_life, np.zeros(0, dtype=np.int64))  # (the phases' sums only)
     if old is not None:
         out = {name: (s + float(old.phase_signal[code]), k + float(old.phase_scorable[code]))
@@ -77,10 +67,10 @@ def _weighted_counts(index: np.ndarray, weights: np.ndarray, length: int) -> np.
 
 def env_signal(history: History, half_life: float) -> tuple[np.ndarray, np.ndarray]:
     """Recency-weighted ``(signal groups (E,), scorable groups (E,))`` per environment, all phases."""
-    o = history.obs
-    ok, sig = _scorable(history)
+    g = history.logged_groups()
+    ok, sig = g.scorable, g.signal
     w = history.obs_weights(half_life)
-    env = history.env_codes[o.col("pos")]
+    env = history.env_codes[g.task]
     e = history.num_envs
     s_e, k_e = _weighted_counts(env[sig], w[sig], e), _weighted_counts(env[ok], w[ok], e)
     old = history.decayed_signal(half_life)
@@ -92,10 +82,10 @@ def env_signal(history: History, half_life: float) -> tuple[np.ndarray, np.ndarr
 
 def _task_rate(history: History, half_life: float, anchor: int | None,
                only: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    o = history.obs
-    ok, sig = _scorable(history)
+    g = history.logged_groups()
+    ok, sig = g.scorable, g.signal
     w = history.obs_weights(half_life, anchor)
-    pos, n = o.col("pos"), history.n
+    pos, n = g.task, history.n
     if only is not None:  # the rows of those tasks, in log order
         rows = member(pos, only)
         ok, sig, w, n = ok & rows, sig & rows, w, only.size
@@ -130,16 +120,16 @@ def signal_counts(history: History, half_life: float,
     """Recency-weighted ``(reward sums, complement sums)`` of each task's scored rollouts (rewards mapped to
     [0, 1]; ``None`` rewards are not in the log's statistics); of the tasks ``positions`` only (distinct,
     ascending) when given, the same values."""
-    o = history.obs
-    n_sc = o.col("n_scored").astype(float)
-    ok = n_sc > 0
-    pos, n = o.col("pos"), history.n
+    g = history.logged_groups()
+    n_sc = g.scored.astype(float)
+    ok = g.scored > 0
+    pos, n = g.task, history.n
     if positions is not None:
         only = np.asarray(positions, dtype=np.int64)
         ok &= member(pos, only)
         pos, n = np.searchsorted(only, pos), only.size
     w = history.obs_weights(half_life)[ok]
-    succ = o.col("m")[ok] * n_sc[ok]
+    succ = g.successes[ok]
     pos = pos[ok]
     s = _weighted_counts(pos, w * succ, n)
     f = _weighted_counts(pos, w * (n_sc[ok] - succ), n)

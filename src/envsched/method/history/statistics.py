@@ -93,7 +93,7 @@ from envsched.method.config import SchedulerConfig
 from envsched.method.history.sets import member, union
 from envsched.samplers.base import MIN_SIGNAL_ROLLOUTS, group_mean_variance, is_signal_group
 
-__all__ = ["PHASES", "History", "observation_statistics"]
+__all__ = ["PHASES", "History", "LoggedGroups", "observation_statistics"]
 
 #: Phase codes stored in the dispatch log (index = code).
 PHASES: tuple[str, ...] = ("cold_start", "coverage", "exploitation", "fill", "external")
@@ -218,6 +218,21 @@ class DecayedSignal:
     failures: np.ndarray  # (N,): complements
     phase_signal: np.ndarray  # (len(PHASES),)
     phase_scorable: np.ndarray  # (len(PHASES),)
+
+
+@dataclass(frozen=True)
+class LoggedGroups:
+    """The observed groups still in the log, one row each in log order, as the signal rates read them
+    (:meth:`History.logged_groups`; the groups absorbed out of the log are in :meth:`History.decayed_signal`).
+    Read-only arrays."""
+
+    task: np.ndarray  # the task's position
+    phase: np.ndarray  # the phase code it was dispatched in (PHASES)
+    step: np.ndarray  # the step it was dispatched in
+    scored: np.ndarray  # its scored rollouts
+    successes: np.ndarray  # the reward sum of its scored rollouts (rewards mapped to [0, 1]; 0 when none is scored)
+    scorable: np.ndarray  # bool: at least MIN_SIGNAL_ROLLOUTS scored rewards (it can show signal)
+    signal: np.ndarray  # bool: a signal group (is_signal_group)
 
 
 #: ``|x - reference|`` of ``m``, ``v``, ``d`` is at most this (both in the statistic's range)
@@ -917,6 +932,23 @@ class History:
         c = self.config
         return (np.array([c.mean_clip[0], c.variance_clip[0], c.dispersion_clip[0]]),
                 np.array([c.mean_clip[1], c.variance_clip[1], c.dispersion_clip[1]]))
+
+    def logged_groups(self) -> LoggedGroups:
+        """The groups in the observation log (:class:`LoggedGroups`): what the signal rates read instead of the
+        log's columns. Cached until the history changes."""
+        if "groups" not in self._cache:
+            o = self.obs
+            n_scored = o.col("n_scored")
+            scored = n_scored > 0
+            successes = np.zeros(n_scored.size)
+            successes[scored] = o.col("m")[scored] * n_scored[scored]
+            groups = LoggedGroups(task=o.col("pos"), phase=o.col("phase"), step=o.col("step"), scored=n_scored,
+                                  successes=successes, scorable=n_scored >= MIN_SIGNAL_ROLLOUTS,
+                                  signal=is_signal_group(n_scored, o.col("v")))
+            for arr in (groups.successes, groups.scorable, groups.signal):
+                arr.setflags(write=False)
+            self._cache["groups"] = groups
+        return self._cache["groups"]
 
     def decayed_signal(self, half_life: float, anchor: int | None = None) -> DecayedSignal | None:
         """The absorbed observations' signal sums for ``half_life``, aged to now (valued at ``anchor`` when given);
