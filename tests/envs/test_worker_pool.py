@@ -124,3 +124,36 @@ def test_a_forked_child_starts_its_own_workers(tmp_path: Path) -> None:
     script.write_text(_FORKED_POOL)
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=True).stdout
     assert out.strip().splitlines()[-1] == "[1.0, 1.0, 1.0, 1.0] False", out
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="reads /proc")
+def test_a_worker_holds_no_socket_of_its_parent_but_its_pipe() -> None:
+    """A server's listening socket open when a scorer worker is forked is closed in the worker: once the server
+    closes it, the port is free again (an idle worker kept it bound, so a stopped OpenEnv server could not be
+    started again on its port, and clients connecting meanwhile were queued instead of refused)."""
+    import os
+    import socket
+
+    from envsched.envs.reasoning_gym import build_reasoning_gym_pool, regenerate_item, score_task_answer
+    from envsched.envs.safe_scoring import _ScorerWorker
+
+    _ScorerWorker.clear_idle()  # the next score forks a fresh worker, while the socket below is open
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    try:
+        task = next(iter(build_reasoning_gym_pool(["chain_sum"], tasks_per_dataset=2)))
+        assert score_task_answer(task, str(regenerate_item(task)["answer"])) == 1.0
+        (worker,) = _ScorerWorker.idle
+        sockets = [fd for fd in os.listdir(f"/proc/{worker.proc.pid}/fd")
+                   if os.readlink(f"/proc/{worker.proc.pid}/fd/{fd}").startswith("socket:")]
+        assert len(sockets) == 1  # its pipe
+    finally:
+        listener.close()
+    again = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        again.bind(("127.0.0.1", port))  # refused with EADDRINUSE while the worker held the listener
+    finally:
+        again.close()
+        _ScorerWorker.clear_idle()

@@ -18,7 +18,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
-__all__ = ["PooledWorker", "address_space", "limit_address_space", "process_context", "wait_for_request"]
+__all__ = ["PooledWorker", "address_space", "close_inherited_sockets", "limit_address_space", "process_context",
+           "wait_for_request"]
 
 W = TypeVar("W", bound="PooledWorker")
 
@@ -56,6 +57,34 @@ def wait_for_request(conn: Any, parent: int, poll_s: float = 1.0) -> None:
     while not conn.poll(poll_s):
         if os.getppid() != parent:
             raise EOFError("the process that started this worker is gone")
+
+
+def close_inherited_sockets(keep: int) -> None:
+    """Called first in a forked worker: close every socket it inherited from its parent but ``keep`` (its pipe).
+    A forked child holds a copy of each of the parent's descriptors; a server's listening socket among them
+    would stay bound for as long as the idle worker lives, so that server could not be started again on its
+    port after a stop, and a client connecting while it is down would be queued instead of refused. A worker
+    needs no socket but its pipe. (Linux: ``/proc/self/fd``; elsewhere nothing is done, and ``spawn`` passes no
+    descriptors anyway.)"""
+    import stat
+
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    for fd in fds:
+        if fd == keep or fd <= 2:
+            continue
+        try:
+            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                os.close(fd)
+        except OSError:  # (the listing's own descriptor, already closed)
+            continue
+
+
+def _worker_main(target: Callable[[Any, int], None], conn: Any, memory_bytes: int) -> None:
+    close_inherited_sockets(conn.fileno())
+    target(conn, memory_bytes)
 
 
 def address_space() -> int:
@@ -104,7 +133,7 @@ class PooledWorker:
         ctx = process_context()
         self.conn, child = ctx.Pipe()
         self.memory_bytes = memory_bytes
-        self.proc = ctx.Process(target=type(self).target, args=(child, memory_bytes), daemon=True,
+        self.proc = ctx.Process(target=_worker_main, args=(type(self).target, child, memory_bytes), daemon=True,
                                 name=self.process_name)
         with _children_allowed():
             self.proc.start()
