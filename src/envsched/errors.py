@@ -6,7 +6,8 @@ base it had before (``ValueError``, ``RuntimeError``, ...), so existing ``except
 unaffected.
 
 :class:`InvalidValueError` (a refused option or argument) and :class:`StateError` (a refused field of a saved
-state) are what the checks of :mod:`envsched.validation` raise.
+state) are what the checks of :mod:`envsched.validation` raise; :class:`UnreadKnobError`, an
+``InvalidValueError``, is a scheduler knob set where nothing reads it.
 
 :func:`redact_url` is the one place where a URL is made fit for a message: every message, page title or
 summary that shows a store URL shows it through this function (the password and credential-bearing query
@@ -24,6 +25,7 @@ __all__ = [
     "EnvSchedError",
     "InvalidValueError",
     "StateError",
+    "UnreadKnobError",
     "redact_secrets",
     "redact_url",
 ]
@@ -45,6 +47,21 @@ class InvalidValueError(EnvSchedError, ValueError, TypeError):
         super().__init__(message)
         self.name = name
         self.value = value
+
+
+class UnreadKnobError(InvalidValueError):
+    """A scheduler knob set to a value other than its default where the configuration's switches leave it unread:
+    it would change no batch (:class:`envsched.method.config.SchedulerConfig`).
+
+    Attributes:
+        name, value: the first such knob and its value.
+        unread: every such knob, with the mechanism that reads it and the switch that turns it on.
+    """
+
+    def __init__(self, message: str, *, name: str = "", value: Any = None,
+                 unread: dict[str, str] | None = None) -> None:
+        super().__init__(message, name=name, value=value)
+        self.unread = dict(unread or {})
 
 
 class StateError(EnvSchedError, ValueError):

@@ -8,7 +8,8 @@ The protocol (docs/benchmark-learner.md, section 5):
   outside the reported pool, so the tuning pool has none.
 * **Tuning seeds**: :data:`TUNING_SEEDS` (1000, 1001); reported runs use seeds 0-4.
 * **Budget**: ``trials`` configurations per sampler (trial 0 = the sampler's defaults, the others drawn at
-  random from :data:`TUNING_SPACES`), each run for ``steps`` steps on every tuning seed.
+  random from :func:`tuning_space`: :data:`TUNING_SPACES`, and for EnvSched's presets the tuning ranges declared
+  with their knobs), each run for ``steps`` steps on every tuning seed.
 * **Objective**: the Monte-Carlo held-out score at the last step (4 sampled rollouts per held-out task), the
   mean over tuning seeds; never an exact quantity of the learner (expected rewards or variances).
 
@@ -69,11 +70,10 @@ TUNING_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
 
 def tuning_space(sampler: str) -> dict[str, tuple[Any, ...]]:
     """The knobs tuned for ``sampler`` (empty: nothing to tune). EnvSched's two presets tune what their knobs'
-    declarations say (``envsched.method.config.tuning_space``: the paper's four open knobs, plus the default's
+    declarations say (``envsched.method.config.scheduler_tuning_space``: the paper's four open knobs, plus the default's
     own rules for ``envsched``, less those its switches leave unread)."""
     if sampler in ("envsched", "envsched-paper"):
-        from envsched.method.config import SchedulerConfig
-        from envsched.method.config import tuning_space as scheduler_tuning_space
+        from envsched.method.config import SchedulerConfig, scheduler_tuning_space
 
         return scheduler_tuning_space(SchedulerConfig.paper() if sampler == "envsched-paper" else SchedulerConfig())
     return dict(TUNING_SPACES.get(sampler, {}))

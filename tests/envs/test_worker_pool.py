@@ -157,3 +157,41 @@ def test_a_worker_holds_no_socket_of_its_parent_but_its_pipe() -> None:
     finally:
         again.close()
         _ScorerWorker.clear_idle()
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="reads /proc")
+def test_a_released_socket_number_is_not_reused_under_a_stale_socket_object() -> None:
+    """The inherited sockets are pointed at /dev/null, not closed: a socket object the child inherited (here one
+    kept alive by a reference cycle until a collection) closes its number when collected, and that number must
+    not be a file the worker opened since."""
+    import gc
+    import os
+    import socket
+
+    from envsched.envs._worker_pool import close_inherited_sockets
+
+    gc.disable()
+    try:
+        holder: list = []
+        holder.append(holder)
+        holder.append(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+        del holder
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: release, open a file, collect, read it
+            status = 1
+            try:
+                close_inherited_sockets(write)
+                with open("/proc/self/status", encoding="ascii") as fh:
+                    gc.collect()
+                    status = 0 if fh.read().startswith("Name:") else 2
+            finally:
+                os.write(write, bytes([status]))
+                os._exit(0)
+        os.close(write)
+        assert os.read(read, 1) == b"\x00"
+        os.close(read)
+        os.waitpid(pid, 0)
+    finally:
+        gc.enable()
+        gc.collect()

@@ -4,6 +4,7 @@ refusal of unread knobs, the tuning space and the docs' knob table are generated
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,14 @@ import pytest
 
 from envsched.errors import InvalidValueError
 from envsched.method import config as cfg
-from envsched.method.config import KNOB_READERS, KNOBS, SchedulerConfig, UnreadKnobError, knob_table, tuning_space
+from envsched.method.config import (
+    KNOB_READERS,
+    KNOBS,
+    SchedulerConfig,
+    UnreadKnobError,
+    knob_table,
+    scheduler_tuning_space,
+)
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "envsched-sampler.md"
 
@@ -61,6 +69,10 @@ def test_the_refusal_of_unread_knobs_is_typed_and_lists_every_knob():
     assert set(exc.value.unread) == {"yield_half_life", "coverage_share_floor"}
     assert exc.value.unread["yield_half_life"] == KNOB_READERS["yield_half_life"]
     assert isinstance(exc.value, ValueError)
+    # it crosses a process boundary whole (the lab runs configs in process pools)
+    back = pickle.loads(pickle.dumps(exc.value))
+    assert type(back) is UnreadKnobError and str(back) == str(exc.value)
+    assert (back.name, back.value, back.unread) == (exc.value.name, exc.value.value, exc.value.unread)
     # without_unread resets exactly those (and still refuses an invalid value, which is no UnreadKnobError)
     c = SchedulerConfig.without_unread({"adaptive_share": False, "yield_half_life": 4.0, "coverage_share_floor": 0.2,
                                         "decline_penalty": 0.3})
@@ -79,14 +91,14 @@ def test_the_tuning_spaces_are_the_ones_committed_tuning_runs_drew_from():
                "ucb_quantile": ("float", 0.6, 0.99, False), "env_size_power": ("float", 0.0, 1.0, False),
                "signal_prior_ess": ("float", 1.0, 16.0, True), "caps_on_decline_only": ("choice", [True, False]),
                "adaptive_share": ("choice", [True, False]), "adaptive_coverage": ("choice", [True, False])}
-    assert list(tuning_space(SchedulerConfig.paper()).items()) == list(paper.items())
-    assert list(tuning_space(SchedulerConfig()).items()) == list(default.items())
+    assert list(scheduler_tuning_space(SchedulerConfig.paper()).items()) == list(paper.items())
+    assert list(scheduler_tuning_space(SchedulerConfig()).items()) == list(default.items())
     # exploitation_rule is declared tunable, and enters where the switches read it
     signal = SchedulerConfig(exploitation_score="signal_probability")
-    assert tuning_space(signal)["exploitation_rule"] == ("choice", ["mean", "thompson", "upper_quantile"])
+    assert scheduler_tuning_space(signal)["exploitation_rule"] == ("choice", ["mean", "thompson", "upper_quantile"])
     # the returned specs are copies: changing one changes no declaration
-    tuning_space(SchedulerConfig())["adaptive_share"][1].append(None)
-    assert tuning_space(SchedulerConfig())["adaptive_share"] == ("choice", [True, False])
+    scheduler_tuning_space(SchedulerConfig())["adaptive_share"][1].append(None)
+    assert scheduler_tuning_space(SchedulerConfig())["adaptive_share"] == ("choice", [True, False])
     # every range holds admissible values of its knob
     for name, knob in KNOBS.items():
         if knob.tuning is not None:
@@ -103,3 +115,19 @@ def test_the_docs_knob_table_is_the_generated_one():
     assert text[start:end] == knob_table(), ("docs/envsched-sampler.md's knob table is stale: replace it with "
                                              "envsched.method.config.knob_table()")
     assert knob_table().count("\n| `") == len(KNOBS)
+
+
+def test_the_no_slot_rule_is_checked_beside_other_problems():
+    with pytest.raises(InvalidValueError) as exc:
+        SchedulerConfig(coverage_share=1.0, ucb_quantile=2.0)
+    assert "ucb_quantile must be a number in [0.5, 1.0)" in str(exc.value)
+    assert "leaves no exploitation slot" in str(exc.value)
+    with pytest.raises(InvalidValueError, match=r"ucb_quantile must be < 1 \(the 1-quantile"):
+        SchedulerConfig(ucb_quantile=1.0)
+
+
+def test_every_removed_field_is_removed_by_a_migration():
+    from envsched.method.config import FORMER_FIELDS
+    from envsched.method.migrations import CONFIG_MIGRATIONS
+
+    assert {f for m in CONFIG_MIGRATIONS for f in m.removes} == FORMER_FIELDS

@@ -60,26 +60,35 @@ def wait_for_request(conn: Any, parent: int, poll_s: float = 1.0) -> None:
 
 
 def close_inherited_sockets(keep: int) -> None:
-    """Called first in a forked worker: close every socket it inherited from its parent but ``keep`` (its pipe).
+    """Called first in a forked worker: release every socket it inherited from its parent but ``keep`` (its pipe).
     A forked child holds a copy of each of the parent's descriptors; a server's listening socket among them
     would stay bound for as long as the idle worker lives, so that server could not be started again on its
     port after a stop, and a client connecting while it is down would be queued instead of refused. A worker
-    needs no socket but its pipe. (Linux: ``/proc/self/fd``; elsewhere nothing is done, and ``spawn`` passes no
-    descriptors anyway.)"""
+    needs no socket but its pipe. Each such descriptor is pointed at ``/dev/null`` rather than closed: a Python
+    socket object inherited with it may still close it when collected, and must not close a descriptor the
+    worker opened later under the same number. (Where ``/proc/self/fd`` does not exist nothing is done; ``spawn``
+    passes no descriptors anyway.)"""
     import stat
 
     try:
         fds = [int(name) for name in os.listdir("/proc/self/fd")]
     except OSError:
         return
-    for fd in fds:
-        if fd == keep or fd <= 2:
-            continue
-        try:
-            if stat.S_ISSOCK(os.fstat(fd).st_mode):
-                os.close(fd)
-        except OSError:  # (the listing's own descriptor, already closed)
-            continue
+    null = -1
+    try:
+        for fd in fds:
+            if fd == keep or fd <= 2:
+                continue
+            try:
+                if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                    if null < 0:
+                        null = os.open(os.devnull, os.O_RDWR)
+                    os.dup2(null, fd)
+            except OSError:  # (the listing's own descriptor, already closed)
+                continue
+    finally:
+        if null >= 0:
+            os.close(null)
 
 
 def _worker_main(target: Callable[[Any, int], None], conn: Any, memory_bytes: int) -> None:

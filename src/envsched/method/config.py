@@ -136,7 +136,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from envsched.errors import InvalidValueError
+from envsched.errors import InvalidValueError, UnreadKnobError
 from envsched.validation import check_int, check_number, interval_text, is_int, is_number
 
 __all__ = [
@@ -146,6 +146,7 @@ __all__ = [
     "DEFAULT_VIEW_WEIGHTS",
     "EXPLOITATION_RULES",
     "EXPLOITATION_SCORES",
+    "FORMER_FIELDS",
     "FORMER_PIPELINE_DEFAULTS",
     "FULL_VIEWS",
     "INFORMATIVENESS_FIELDS",
@@ -160,8 +161,9 @@ __all__ = [
     "Knob",
     "SchedulerConfig",
     "UnreadKnobError",
+    "field_defaults",
     "knob_table",
-    "tuning_space",
+    "scheduler_tuning_space",
 ]
 
 #: The six concrete views of appendix D, in the paper's order.
@@ -226,10 +228,12 @@ class _Problems:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.messages: list[str] = []
+        self.names: list[str] = []
         self.first: str | None = None
 
     def add(self, name: str, message: str) -> None:
         self.messages.append(message)
+        self.names.append(name)
         if self.first is None:
             self.first = name
 
@@ -503,8 +507,8 @@ class _Number(_Check):
     def __call__(self, value: Any, name: str) -> None:
         if self.high_reason and is_number(value) and value == self.high:
             raise InvalidValueError(f"{name} must be < {self.high:g} ({self.high_reason})", name=name, value=value)
-        check_number(value, name, low=self.low, high=self.high, low_open=self.low_open,
-                     high_open=self.high_open and not self.high_reason, finite=False)
+        check_number(value, name, low=self.low, high=self.high, low_open=self.low_open, high_open=self.high_open,
+                     finite=False)
 
     def describe(self) -> str:
         return interval_text(self.low, self.high, self.low_open, self.high_open)
@@ -520,7 +524,7 @@ class _Choice(_Check):
                                     value=value)
 
     def describe(self) -> str:
-        return " / ".join(repr(v) if isinstance(v, str) else str(v) for v in self.values)
+        return ", ".join(repr(v) if isinstance(v, str) else str(v) for v in self.values)
 
 
 @dataclass(frozen=True)
@@ -530,7 +534,7 @@ class _Flag(_Check):
             raise InvalidValueError(f"{name} must be True or False, got {value!r}", name=name, value=value)
 
     def describe(self) -> str:
-        return "True / False"
+        return "True, False"
 
 
 @dataclass(frozen=True)
@@ -570,6 +574,7 @@ class Knob:
         tuned_in: the presets whose tuning searches it (``"paper"``, ``"default"``).
         tuning_order: its place in a tuning draw (draws take the knobs in this order, so that a committed
             tuning run draws the same trials).
+        note: a rule across fields that also bounds it (the docs' table shows it with the values).
     """
 
     check: _Check
@@ -578,6 +583,7 @@ class Knob:
     tuning: tuple[Any, ...] | None = None
     tuned_in: tuple[str, ...] = ()
     tuning_order: int = 0
+    note: str = ""
 
 
 def _knob(default: Any, check: _Check, **knob: Any) -> Any:
@@ -605,16 +611,6 @@ def _tuned(spec: tuple[Any, ...], order: int, presets: tuple[str, ...] = _DEFAUL
     return {"tuning": spec, "tuning_order": order, "tuned_in": presets}
 
 
-class UnreadKnobError(InvalidValueError):
-    """A :class:`SchedulerConfig` knob set to a value other than its default where the configuration's switches
-    leave it unread: it would change no batch. ``name`` and ``value`` are the first such knob's; ``unread`` maps
-    every such knob to the mechanism that reads it (:data:`KNOB_READERS`)."""
-
-    def __init__(self, message: str, *, name: str, value: Any, unread: dict[str, str]) -> None:
-        super().__init__(message, name=name, value=value)
-        self.unread = unread
-
-
 @dataclass(frozen=True)
 class SchedulerConfig:
     """Every hyperparameter of the EnvSched scheduler (sections 2.3, 2.4, B, B.1, C), with the paper's
@@ -633,8 +629,8 @@ class SchedulerConfig:
 
     Each field is declared once, with its :class:`Knob` in the field's metadata (:data:`KNOBS`): its admissible
     values, when it is read and its tuning range. Validation, the unread-knob refusal, the tuning space
-    (:func:`tuning_space`) and the knob table of the docs (:func:`knob_table`) are generated from them; the rule
-    that spans fields (the share against the batch) is checked after them.
+    (:func:`scheduler_tuning_space`) and the knob table of the docs (:func:`knob_table`) are generated from them;
+    the rule that spans fields (the share against the batch) is checked after them.
 
     No inert knob: a field that the configuration's switches leave unread (:meth:`unread_fields`,
     :data:`KNOB_READERS`) must keep its default; any other value is refused with a ``ValueError`` naming the
@@ -779,7 +775,8 @@ class SchedulerConfig:
 
     # in the order to_dict writes them; each field's metadata is its Knob (check, when it is read, tuning range)
     batch_size: int = _knob(64, _Int(1))
-    coverage_share: float = _knob(0.5, _UNIT, **_tuned(("float", 0.125, 0.5, False), 10))
+    coverage_share: float = _knob(0.5, _UNIT, note="in mode 'full', below 1 - 0.5 / batch_size",
+                                  **_tuned(("float", 0.125, 0.5, False), 10))
     rollouts_per_task: int = _knob(8, _Int(1))
     max_per_env_coverage: int = _knob(4, _Int(1))
     env_quota_per_batch: int = _knob(11, _Int(1))
@@ -853,13 +850,13 @@ class SchedulerConfig:
         ``overrides`` are other fields (``batch_size``, ``mode``, ablation switches...). A preset value that the
         overrides' switches leave unread is left out (``paper(use_within_edges=False, use_cross_edges=False)``
         reads no substitute of a neighbour without history); an unread value given in ``overrides`` is refused."""
-        return cls(**cls._paper_fields(overrides))
+        return cls(**cls.paper_fields(overrides))
 
     @classmethod
-    def _paper_fields(cls, overrides: dict[str, Any]) -> dict[str, Any]:
+    def paper_fields(cls, overrides: dict[str, Any]) -> dict[str, Any]:
         """:data:`PAPER_PRESET` with ``overrides``, less the preset's values that the result leaves unread."""
         d = {**PAPER_PRESET, **overrides}
-        unread = cls._unread_under(d)
+        unread = cls.unread_fields_of(d)
         return {k: v for k, v in d.items() if k in overrides or k not in unread}
 
     @property
@@ -879,7 +876,8 @@ class SchedulerConfig:
         problems = _Problems("SchedulerConfig")
         for name, knob in KNOBS.items():
             problems.check(self, name, knob.check)
-        if not problems and self.mode == "full" and round(self.coverage_share * self.batch_size) >= self.batch_size:
+        share_valid = not {"batch_size", "coverage_share", "mode"} & set(problems.names)
+        if share_valid and self.mode == "full" and round(self.coverage_share * self.batch_size) >= self.batch_size:
             k = round(self.coverage_share * self.batch_size)
             problems.add("coverage_share", f"coverage_share={self.coverage_share} leaves no exploitation slot in a "
                          f"batch of batch_size={self.batch_size} (round(share * B) = {k}); use a share below "
@@ -946,8 +944,9 @@ class SchedulerConfig:
         which gives its fields the meaning they had when it was written."""
         unknown = set(data) - set(_DEFAULTS)
         if unknown:
+            former = unknown & FORMER_FIELDS and "coverage_share" not in data
             hint = ("; a config stored by an earlier version is read with "
-                    "envsched.method.migrations.read_config") if unknown & _FORMER_FIELDS else ""
+                    "envsched.method.migrations.read_config") if former else ""
             raise ValueError(f"unknown SchedulerConfig field(s): {sorted(unknown)}{hint}")
         d = dict(data)
         for name in ("variance_clip", "mean_clip", "dispersion_clip"):
@@ -956,7 +955,7 @@ class SchedulerConfig:
         return cls(**d)
 
     @classmethod
-    def _unread_under(cls, d: dict[str, Any]) -> dict[str, str]:
+    def unread_fields_of(cls, d: dict[str, Any]) -> dict[str, str]:
         """:meth:`unread_fields` of the configuration ``d`` (missing fields: defaults), without validating it:
         which knobs are unread depends on the switches alone."""
         probe = object.__new__(cls)
@@ -976,7 +975,7 @@ class SchedulerConfig:
             return cls.from_dict(d)
         except UnreadKnobError:  # invalid values are refused before unread ones: only the latter are reset
             pass
-        return cls.from_dict({**d, **{k: _DEFAULTS[k] for k in cls._unread_under(d) if k in d}})
+        return cls.from_dict({**d, **{k: _DEFAULTS[k] for k in cls.unread_fields_of(d) if k in d}})
 
 
 #: Each :class:`SchedulerConfig` field's :class:`Knob`, in field order: the one declaration of its admissible
@@ -986,8 +985,14 @@ KNOBS: dict[str, Knob] = {f.name: f.metadata["knob"] for f in dataclasses.fields
 #: Field defaults of :class:`SchedulerConfig` (the default preset's values).
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(SchedulerConfig)}
 
-#: Fields that earlier versions stored and this one no longer has (:mod:`envsched.method.migrations`).
-_FORMER_FIELDS = frozenset({"coverage_slots"})
+
+def field_defaults() -> dict[str, Any]:
+    """Every :class:`SchedulerConfig` field's default (the default preset's values), a new dict."""
+    return dict(_DEFAULTS)
+
+#: Fields that earlier versions stored and this one no longer has: the migrations of
+#: :mod:`envsched.method.migrations` that remove them say so (``ConfigMigration.removes``; a test compares).
+FORMER_FIELDS = frozenset({"coverage_slots"})
 
 #: For each knob that some switch can make unread: the mechanism that reads it and how to turn it on
 #: (:meth:`SchedulerConfig.unread_fields`; from each knob's declaration). Every other field is read by both presets.
@@ -1000,7 +1005,7 @@ INFORMATIVENESS_FIELDS: tuple[str, ...] = tuple(name for name, k in KNOBS.items(
                                                 if k.read_when is _informativeness_read)
 
 
-def tuning_space(config: SchedulerConfig) -> dict[str, tuple[Any, ...]]:
+def scheduler_tuning_space(config: SchedulerConfig) -> dict[str, tuple[Any, ...]]:
     """The knobs the symmetric tuning protocol searches for ``config``'s preset, in draw order: each knob's
     ``("float", low, high, log)`` or ``("choice", [values])``. The paper preset (:attr:`SchedulerConfig.is_paper`)
     tunes the four knobs the paper leaves open; the default adds its own rules' knobs; a knob that ``config``'s
@@ -1039,7 +1044,7 @@ def knob_table() -> str:
     paper preset's value, admissible values, when it is read, and its tuning range per preset. The table in
     docs/envsched-sampler.md is this text (a test compares them)."""
     paper = SchedulerConfig.paper()
-    spaces = {"default": tuning_space(SchedulerConfig()), "paper": tuning_space(paper)}
+    spaces = {"default": scheduler_tuning_space(SchedulerConfig()), "paper": scheduler_tuning_space(paper)}
     rows = ["| knob | default | paper preset | values | read | tuned (default / paper preset) |",
             "|---|---|---|---|---|---|"]
     for name, k in KNOBS.items():
@@ -1049,10 +1054,11 @@ def knob_table() -> str:
             if spec is None:
                 tuned.append("-")
             elif spec[0] == "choice":
-                tuned.append(" / ".join(map(str, spec[1])))
+                tuned.append(", ".join(map(str, spec[1])))
             else:
                 tuned.append(f"{spec[1]:g}-{spec[2]:g}{' (log)' if spec[3] else ''}")
         read = "always" if k.read_when is None else f"by {k.reader}"
-        rows.append(f"| `{name}` | {_cell(_DEFAULTS[name])} | {_cell(getattr(paper, name))} | {k.check.describe()} "
+        values = k.check.describe() + (f"; {k.note}" if k.note else "")
+        rows.append(f"| `{name}` | {_cell(_DEFAULTS[name])} | {_cell(getattr(paper, name))} | {values} "
                     f"| {read} | {tuned[0]} / {tuned[1]} |")
     return "\n".join(rows) + "\n"

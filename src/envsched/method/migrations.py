@@ -17,16 +17,15 @@ need the history's own computations.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from envsched.method.config import FORMER_PIPELINE_DEFAULTS, SchedulerConfig
+from envsched.method.config import FORMER_PIPELINE_DEFAULTS, SchedulerConfig, field_defaults
 
 __all__ = ["CONFIG_MIGRATIONS", "ConfigMigration", "migrate_config", "read_config"]
 
-_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(SchedulerConfig)}
+_DEFAULTS: dict[str, Any] = field_defaults()
 
 
 @dataclass(frozen=True)
@@ -38,17 +37,20 @@ class ConfigMigration:
         change: what changed, in a sentence.
         applies: whether a stored config dict is of the format before the change.
         apply: the stored dict in the format after it (a new dict; the argument is never modified).
+        removes: the fields of the earlier format that the current one no longer has
+            (:data:`envsched.method.config.FORMER_FIELDS` lists them all).
     """
 
     version: int
     change: str
     applies: Callable[[dict[str, Any]], bool]
     apply: Callable[[dict[str, Any]], dict[str, Any]]
+    removes: tuple[str, ...] = ()
 
 
 def _coverage_share(d: dict[str, Any]) -> dict[str, Any]:
     try:
-        out = SchedulerConfig._paper_fields({k: v for k, v in d.items() if k != "coverage_slots"})
+        out = SchedulerConfig.paper_fields({k: v for k, v in d.items() if k != "coverage_slots"})
         out["coverage_share"] = int(d["coverage_slots"]) / int(d.get("batch_size", _DEFAULTS["batch_size"]))
     except (TypeError, ValueError, ZeroDivisionError) as exc:
         raise ValueError(f"coverage_slots of an old SchedulerConfig: {exc}") from None
@@ -61,7 +63,7 @@ def _unobserved_neighbours_read(d: dict[str, Any]) -> bool:
 
 def _former_defaults_reset(d: dict[str, Any]) -> dict[str, Any]:
     former = [k for k, v in FORMER_PIPELINE_DEFAULTS.items() if d.get(k) == v]
-    unread = SchedulerConfig._unread_under(d) if former else {}
+    unread = SchedulerConfig.unread_fields_of(d) if former else {}
     return {**d, **{k: _DEFAULTS[k] for k in former if k in unread}}
 
 
@@ -70,7 +72,7 @@ CONFIG_MIGRATIONS: tuple[ConfigMigration, ...] = (
     ConfigMigration(
         2, "the coverage phase's fixed slot count (coverage_slots) became a share of the batch (coverage_share); "
            "a config of the slot count ran the paper's rules, and its share is coverage_slots / batch_size",
-        lambda d: "coverage_slots" in d and "coverage_share" not in d, _coverage_share),
+        lambda d: "coverage_slots" in d and "coverage_share" not in d, _coverage_share, removes=("coverage_slots",)),
     ConfigMigration(
         3, "the calibration got a switch (use_calibration); every config stored before it ran the calibration",
         lambda d: "use_within_edges" in d and "use_calibration" not in d,

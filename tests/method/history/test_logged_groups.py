@@ -35,8 +35,9 @@ def test_logged_groups_describe_each_group_by_the_one_signal_rule():
     # reward sums of the scored rollouts on [0, 1]: 1e-7, 1 + 1 + 0, 1, 4 x 0.5
     assert lg.successes == pytest.approx([1e-7, 2.0, 1.0, 2.0])
     assert set(lg.phase.tolist()) <= set(range(len(PHASES))) and lg.step.tolist() == [0, 0, 0, 0]
-    with pytest.raises(ValueError):
-        lg.signal[0] = True  # read-only: a reader cannot change what the next reader sees
+    for name in ("task", "phase", "step", "scored", "successes", "scorable", "signal"):
+        with pytest.raises(ValueError):  # read-only: a reader cannot change the log or what the next reader sees
+            getattr(lg, name)[0] = 1
     assert s._history.logged_groups() is lg  # cached until the history changes
     s.update(s.sample(1)[0], [0.0, 2.0])
     assert s._history.logged_groups().task.size == 5

@@ -81,6 +81,7 @@ preset keeps the bounded form, so that its batches stay bit for bit the paper's 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -942,11 +943,13 @@ class History:
             scored = n_scored > 0
             successes = np.zeros(n_scored.size)
             successes[scored] = o.col("m")[scored] * n_scored[scored]
-            groups = LoggedGroups(task=o.col("pos"), phase=o.col("phase"), step=o.col("step"), scored=n_scored,
-                                  successes=successes, scorable=n_scored >= MIN_SIGNAL_ROLLOUTS,
+            # the log's own columns go out as read-only views: a reader cannot write into the history
+            groups = LoggedGroups(task=o.col("pos").view(), phase=o.col("phase").view(), step=o.col("step").view(),
+                                  scored=n_scored.view(), successes=successes,
+                                  scorable=n_scored >= MIN_SIGNAL_ROLLOUTS,
                                   signal=is_signal_group(n_scored, o.col("v")))
-            for arr in (groups.successes, groups.scorable, groups.signal):
-                arr.setflags(write=False)
+            for f in dataclasses.fields(groups):
+                getattr(groups, f.name).setflags(write=False)
             self._cache["groups"] = groups
         return self._cache["groups"]
 
