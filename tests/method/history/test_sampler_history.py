@@ -114,6 +114,39 @@ def test_a_step_of_one_task_has_no_reference_in_the_default():
         assert phases == ["coverage", "exploitation"]  # the coverage debt: share 0.5, then 0.4 or 0.5
 
 
+def test_a_step_whose_reference_would_rest_on_one_group_has_none_in_the_default():
+    # sample(2) at share 0.5: one coverage and one exploitation group. Exploitation groups never make the default's
+    # reference, so the coverage group alone would be its step's reference and centred onto it exactly
+    tasks, envs = _pool(2, 4)
+    within = [[j for j in range(e * 4, e * 4 + 4) if j != i] for e in range(2) for i in range(e * 4, e * 4 + 4)]
+    cross = [[(i + 4) % 8] for i in range(8)]
+    for config, degenerate in ((SchedulerConfig(adaptive_share=False), False), (SchedulerConfig.paper(), True)):
+        s = _sampler(tasks, envs, within, cross, config)
+        for t in s.sample(2):  # cold start: two groups, the reference of step 0
+            s.update(t, [0.0, 1.0, 1.0, 1.0])
+        ref0 = s.history.global_reference().copy()
+        batch = s.sample(2)
+        assert s.last_phases() == ["coverage", "exploitation"]
+        for t, phase in zip(batch, s.last_phases(), strict=True):
+            s.update(t, [0.0, 0.0, 0.0, 0.0] if phase == "coverage" else [1.0, 1.0, 1.0, 1.0])
+        ref = s.history.global_reference()
+        if degenerate:  # the paper preset's rule: the step's groups (here both: a paper step uses them all) decide
+            assert ref.tolist() != ref0.tolist()
+        else:
+            assert ref.tolist() == ref0.tolist()  # the coverage group alone makes no reference
+            cov = s.position_of(batch[0])
+            own = s.history.task_history(config.long_half_life, ref).values[cov]
+            assert own.tolist() == [0.0, 0.0, 0.0]  # the group as observed, not centred onto itself
+        # with two observed groups that can make it, a step of the default has its reference again: their mean
+        if not degenerate:
+            more = s.sample(4)
+            phases = s.last_phases()
+            for t, phase in zip(more, phases, strict=True):
+                s.update(t, [0.0, 0.0, 1.0, 1.0] if phase == "coverage" else [1.0, 1.0, 1.0, 1.0])
+            means = [0.5 if p == "coverage" else 1.0 for p in phases if p != "exploitation"]
+            assert len(means) >= 2 and s.history.global_reference()[0] == pytest.approx(np.mean(means))
+
+
 def test_centering_shifts_old_observations_to_the_current_level_and_clips():
     tasks, envs = _pool(1, 4)
     s = _sampler(tasks, envs, [[]] * 4, [[]] * 4, SchedulerConfig.paper(reference_min_fraction=1.0))

@@ -796,11 +796,12 @@ class History:
         track the policy's overall level: a step's reference uses its other groups (cold start, coverage,
         fill, external). In the exploitation-only ablation (``mode="exploitation_only"``), whose steps have no
         other groups, and in the paper preset, a step without other groups uses its exploitation groups. The
-        default's other steps without other groups, and its steps of one task (``sample(1)``, whose one slot is
-        exploitation's or, where the coverage debt gives it, coverage's), have no step-level reference: their
-        observations are not shifted. Their own groups as the reference would centre each of them on itself, every
-        observation of the step becoming the reference exactly (with one group per step, every draw of an
-        asynchronous trainer drawing one task at a time), and make every such group move the global reference.
+        default's other steps without other groups, and its steps whose reference would rest on one group
+        (``sample(1)``, whose one slot is exploitation's or, where the coverage debt gives it, coverage's; a
+        ``sample(2)`` of one coverage and one exploitation group), have no step-level reference: their observations
+        are not shifted. One group as the reference would centre itself onto the reference exactly (with one such
+        group per step, every draw of an asynchronous trainer drawing one task at a time), and make every such group
+        move the global reference.
         """
         if "refs" in self._cache:
             return self._cache["refs"]
@@ -831,7 +832,7 @@ class History:
         need = np.maximum(1.0, np.ceil(self.config.reference_min_fraction * dispatched))
         has = (cnt >= need) & (cnt > 0)
         if self.config.mode != "exploitation_only" and not self.config.is_paper:
-            has &= disp_all != 1  # a step of one task: its one group would be its own reference
+            has &= cnt >= 2  # one group alone would be its own reference
         self._cache["refs"] = (refs, has)
         return refs, has
 
