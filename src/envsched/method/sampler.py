@@ -419,8 +419,9 @@ class EnvSchedSampler(BaseSampler):
             pick, coverage = got
         else:
             pos, base, exposure, discount = got
-            pick = Pick(pos=pos, phase="exploitation", rank=1, score=base * (1.0 - c.similarity_penalty * 0.0),
-                        base_score=base, max_similarity=0.0, exposure=exposure, exposure_discount=discount)
+            # (no batch member yet: the similarity penalty multiplies by 1 - similarity_penalty * 0)
+            pick = Pick(pos=pos, phase="exploitation", rank=1, score=base, base_score=base, max_similarity=0.0,
+                        exposure=exposure, exposure_discount=discount)
 
             def coverage(at: int = pos) -> float:  # its tiebreak draw (for the coverage score its records show)
                 return float(self._tiebreak_of(state, np.array([at]))[0])
@@ -498,8 +499,7 @@ class EnvSchedSampler(BaseSampler):
             best = best[[int(np.argmax(draws))]]
         i = int(best[0])
         value = float(score[i])
-        pick = Pick(pos=int(cands[i]), phase="coverage", rank=1, score=value * (1.0 - c.similarity_penalty * 0.0),
-                    base_score=value, max_similarity=0.0,
+        pick = Pick(pos=int(cands[i]), phase="coverage", rank=1, score=value, base_score=value, max_similarity=0.0,
                     tied_envs=int(np.count_nonzero(np.bincount(self.env_codes[cands], minlength=len(self.envs)))))
         return pick, value
 

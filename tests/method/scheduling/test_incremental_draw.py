@@ -45,6 +45,18 @@ def _pair(n: int = 600, envs: int = 12, *, anchored: bool = True,
     return a, b
 
 
+def _spy(obj: object, method: str, after) -> None:
+    """Replace ``obj.method`` by a call of it that passes its result to ``after`` before returning it."""
+    real = getattr(obj, method)
+
+    def spied(*args, **kwargs):
+        out = real(*args, **kwargs)
+        after(out)
+        return out
+
+    setattr(obj, method, spied)
+
+
 def _state(s: EnvSchedSampler) -> dict:
     state = json.loads(json.dumps(s.state_dict()))
     state["extra"].pop("incremental", None)
@@ -140,15 +152,7 @@ def test_coverage_draws_of_the_debt_equal_the_whole_computation(config):
     p = rng.beta(0.6, 0.6, size=len(a.tasks))
     _warm(a, b, rng, p, steps=3)
     phases = []
-    real = a._select_one
-
-    def select() -> list[int] | None:
-        out = real()
-        if out is not None:
-            phases.append(a.last_phases()[0])
-        return out
-
-    a._select_one = select
+    _spy(a, "_select_one", lambda out: out is not None and phases.append(a.last_phases()[0]))
     assert _drive(a, b, 90, rng, p, [], flag_every=7) >= 80
     assert len(phases) >= 80 and 20 <= phases.count("coverage") <= 50  # (share 0.3-0.5 of the draws)
 
@@ -169,15 +173,7 @@ def test_coverage_draws_among_environments_never_selected_equal_the_whole_comput
     never = int((a.history.env_selection_counts() == 0).sum())
     assert never >= 20
     tied = []
-    real = a._coverage_one
-
-    def coverage_one(*args):
-        out = real(*args)
-        if out is not None:
-            tied.append(out[0].tied_envs)
-        return out
-
-    a._coverage_one = coverage_one
+    _spy(a, "_coverage_one", lambda out: out is not None and tied.append(out[0].tied_envs))
     assert _drive(a, b, 40, rng, p, []) >= 35
     assert max(tied) >= never - 1 and min(tied) >= 1  # the never-selected ones, tied, then fewer of them
 
@@ -190,15 +186,7 @@ def test_the_rows_left_for_later_never_change_a_draw():
     p = rng.beta(0.6, 0.6, size=len(a.tasks))
     _warm(a, b, rng, p, steps=2)
     waiting = []
-    real = a._select_one
-
-    def select() -> list[int] | None:
-        out = real()
-        if a._incremental is not None:
-            waiting.append(int(a._incremental[0].dirty.sum()))
-        return out
-
-    a._select_one = select
+    _spy(a, "_select_one", lambda _: a._incremental is not None and waiting.append(int(a._incremental[0].dirty.sum())))
     assert _drive(a, b, 120, rng, p, [], flag_every=17, explain_every=25) >= 110
     assert max(waiting) > 100  # rows did wait
 

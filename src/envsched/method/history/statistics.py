@@ -1002,11 +1002,11 @@ class History:
     def scorable_counts(self, positions: np.ndarray | None = None) -> np.ndarray:
         """Groups with at least two scored rewards per task (the groups that can show signal); of the tasks
         ``positions`` only (distinct, ascending) when given, in ``O(L + len(positions))``."""
-        ok = self.obs.col("n_scored") >= 2
+        g = self.logged_groups()
+        pos = g.task[g.scorable]
         if positions is None:
-            return np.bincount(self.obs.col("pos")[ok], minlength=self.n) + self._folded_scorable
+            return np.bincount(pos, minlength=self.n) + self._folded_scorable
         only = np.asarray(positions, dtype=np.int64)
-        pos = self.obs.col("pos")[ok]
         pos = pos[member(pos, only)]
         return np.bincount(np.searchsorted(only, pos), minlength=only.size) + self._folded_scorable[only]
 
