@@ -1,15 +1,16 @@
-"""Measure: how far the decayed history (the default preset's O(1) form) moves EnvSched's estimates and batches
-from the full history's, on the benchmark pool.
+"""Measure: how far the history's storage (a live log window and the decayed statistics of what it absorbed) moves
+EnvSched's estimates and batches from the full history's, on the benchmark pool.
 
-Teacher-forced: the full-history sampler (``SchedulerConfig(history_tolerance=0)``, the default's rules; before
-step 268 it is also exactly today's bounded default, which folds nothing before then) drives ``--steps`` steps
+Teacher-forced: the full-history sampler (the preset's rules with ``history_tolerance=0``) drives ``--steps`` steps
 of the benchmark's learner model (``envsched_lab.learner.LearnerModel``, sharing 0.5, the pool of
-``load_bench_pool("default")``, batches of 64 groups of 8). A decayed :class:`History` (the default
-configuration's) is fed the same dispatches and reports as the full one, folding as a decayed run folds. Before
-each draw, a default sampler loads the full sampler's state (the generator and everything else) and takes a copy
-of that decayed history; both predict and draw from the same generator state. Reported per step, from the first
-fold (the draw of step 20) on: the Spearman correlation and the largest absolute difference of the informativeness, the
-largest difference of the long-half-life task means, and the overlap of the two batches (shared tasks / 64).
+``load_bench_pool("default")``, batches of 64 groups of 8). A :class:`History` of the preset's configuration (its
+window: 16 steps in the default, the history horizon, 268 steps, in the paper preset) is fed the same dispatches
+and reports as the full one, folding as a run of the preset folds. Before each draw, a sampler of the preset loads
+the full sampler's state (the generator and everything else) and takes a copy of that history; both predict and
+draw from the same generator state. Reported per step, from the first fold that absorbs something (the draw of
+step 20 in the default, 335 in the paper preset) on: the Spearman correlation and the largest absolute difference
+of the informativeness, the largest difference of the long-half-life task means, and the overlap of the two
+batches (shared tasks / 64). ``--preset paper``: the paper preset (``envsched-paper``) instead of the default.
 
 ``--pool tau-bench``: the real-outcome check instead. The 50 tasks of the recorded GPT-4o tau-bench airline
 episodes (``benchmarks/variance_auc.py``'s data and task specs, one environment; ``--data`` or
@@ -19,6 +20,7 @@ history's form), the graph of ``build_graph``.
 
     python benchmarks/decayed_history_deviation.py --steps 200 --json out.json
     python benchmarks/decayed_history_deviation.py --pool tau-bench --steps 200 --json out-tau.json
+    python benchmarks/decayed_history_deviation.py --preset paper --steps 700 --json out-paper.json
 """
 
 from __future__ import annotations
@@ -50,11 +52,12 @@ def _mirrored(original, mirror):
     return call
 
 
-def _bench_setup(seed: int):
+def _bench_setup(seed: int, preset: str):
     pool, source = load_bench_pool("default")
     learner = LearnerModel(pool, {"sharing": 0.5}, seed=seed)
-    full = make_bench_sampler("envsched", pool, seed=seed, options={"history_tolerance": 0.0})
-    decayed = make_bench_sampler("envsched", pool, seed=seed)
+    name = "envsched-paper" if preset == "paper" else "envsched"
+    full = make_bench_sampler(name, pool, seed=seed, options={"history_tolerance": 0.0})
+    decayed = make_bench_sampler(name, pool, seed=seed)
 
     def rollout(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         r, c = learner.rollout(pos, GROUP)
@@ -64,7 +67,7 @@ def _bench_setup(seed: int):
     return source, full, decayed, rollout, BATCH
 
 
-def _tau_setup(seed: int, data: Path | None):
+def _tau_setup(seed: int, data: Path | None, preset: str):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import variance_auc
 
@@ -79,7 +82,8 @@ def _tau_setup(seed: int, data: Path | None):
     rng = np.random.default_rng(seed + 1)
 
     def make(**options):
-        config = SchedulerConfig(batch_size=TAU_BATCH, rollouts_per_task=TAU_GROUP, **options)
+        make_config = SchedulerConfig.paper if preset == "paper" else SchedulerConfig
+        config = make_config(batch_size=TAU_BATCH, rollouts_per_task=TAU_GROUP, **options)
         return EnvSchedSampler(pool, graph, config, seed=seed)
 
     def rollout(pos: np.ndarray) -> tuple[np.ndarray, None]:
@@ -96,11 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--pool", choices=["bench", "tau-bench"], default="bench")
     ap.add_argument("--data", type=Path, help="tau-bench episodes (with --pool tau-bench)")
+    ap.add_argument("--preset", choices=["default", "paper"], default="default")
     ap.add_argument("--json", dest="json_out")
     args = ap.parse_args(argv)
-    source, full, decayed, rollout, batch = (_tau_setup(args.seed, args.data) if args.pool == "tau-bench"
-                                             else _bench_setup(args.seed))
-    default_tolerance = SchedulerConfig().history_tolerance
+    source, full, decayed, rollout, batch = (_tau_setup(args.seed, args.data, args.preset)
+                                             if args.pool == "tau-bench" else _bench_setup(args.seed, args.preset))
+    default_tolerance = decayed.config.history_tolerance
     fh = full.history
     shadow = History(fh.n, fh.env_codes, fh.num_envs, decayed.config)
     for name in ("record_batch", "record_observation", "record_discard"):  # mirror every change of the history
@@ -130,7 +135,11 @@ def main(argv: list[str] | None = None) -> int:
             x = rows[-1]
             print(f"step {step + 1}: spearman {x['spearman']:.5f}, max |d info| {x['max_abs_informativeness']:.2e} "
                   f"(max info {x['max_informativeness']:.3f}), overlap {x['overlap']:.3f}", file=sys.stderr, flush=True)
-    summary = {"pool": source, "steps": args.steps, "seed": args.seed, "compared_steps": len(rows),
+    if not rows:
+        raise SystemExit(f"nothing absorbed in {args.steps} steps: no step to compare (the first fold of the "
+                         f"{args.preset} preset absorbs after {shadow.horizon + shadow.horizon // 4} steps)")
+    summary = {"pool": source, "preset": args.preset, "steps": args.steps, "seed": args.seed,
+               "compared_steps": len(rows),
                "spearman_min": min(x["spearman"] for x in rows),
                "spearman_median": statistics.median(x["spearman"] for x in rows),
                "max_abs_informativeness": max(x["max_abs_informativeness"] for x in rows),

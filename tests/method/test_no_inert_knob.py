@@ -34,7 +34,7 @@ from envsched_lab.pools import reasoning_gym_pool
 
 BATCH = 24
 #: On the pinned graph the slowest knob, the default's use_identifier_filter, first changes a batch at step 89
-#: (the next: the paper preset's history_tolerance at 50, use_progress_filter and min_scored_rollouts at 49)
+#: (the next: the paper preset's history_tolerance at 56, use_progress_filter and min_scored_rollouts at 49)
 MAX_STEPS = 120
 PINNED_GRAPH = Path(__file__).parent / "data" / "reasoning_gym_10_envs.graph.npz"
 

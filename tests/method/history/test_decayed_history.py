@@ -39,8 +39,9 @@ class _Feed:
     dated by its old step). ``p(pos, step)`` is the success rate of a task."""
 
     def __init__(self, histories: list[History], p, seed: int, late: float = 0.2, lost: float = 0.0,
-                 graded: bool = False) -> None:
+                 graded: bool = False, active=None) -> None:
         self.histories, self.p, self.graded = histories, p, graded
+        self.active = active  # the positions a step draws from (``active(step)``); None: all
         self.rng = np.random.default_rng(seed)
         self.late, self.lost = late, lost
         self.pending: deque[tuple[int, int, np.ndarray]] = deque()
@@ -48,7 +49,7 @@ class _Feed:
     def step(self) -> None:
         rng = self.rng
         step = self.histories[0].step
-        pos = rng.choice(N, size=BATCH, replace=False).tolist()
+        pos = rng.choice(N if self.active is None else self.active(step), size=BATCH, replace=False).tolist()
         phases = rng.choice(["coverage", "exploitation", "fill"], size=BATCH, p=[0.4, 0.5, 0.1]).tolist()
         for h in self.histories:
             h.record_batch(pos, phases)
@@ -133,11 +134,20 @@ def _compare_linear(dec: History, full: History) -> None:
                           signal.declining(full, HALF_LIVES[0], HALF_LIVES[1]))
 
 
-def test_decayed_form_is_the_default_and_not_the_paper_preset():
-    assert statistics.uses_decayed_form(SchedulerConfig())
-    assert not statistics.uses_decayed_form(SchedulerConfig.paper())
-    assert not statistics.uses_decayed_form(SchedulerConfig(history_tolerance=0.0))
-    assert History(N, ENV, E, DEFAULT).horizon == DECAYED_WINDOW
+def test_every_preset_keeps_the_one_form_and_only_the_window_differs():
+    paper = SchedulerConfig.paper(batch_size=BATCH)
+    assert statistics.history_window(DEFAULT) == DECAYED_WINDOW and statistics.task_horizon(DEFAULT) is None
+    assert statistics.history_window(paper) == statistics.task_horizon(paper) == paper.history_horizon == 268
+    assert statistics.history_window(FULL) is None and statistics.task_horizon(FULL) is None
+    assert statistics.history_window(SchedulerConfig.paper(history_tolerance=0.0)) is None
+    for config, window in ((DEFAULT, DECAYED_WINDOW), (paper, 268)):
+        h = History(N, ENV, E, config)
+        assert h.horizon == window and isinstance(h.decayed, statistics.DecayedStatistics)
+        assert h.decayed.half_lives == (2.0, 8.0)
+    full = History(N, ENV, E, FULL)
+    assert full.horizon is None and full.decayed is None
+    with pytest.raises(ValueError, match="absorbs nothing"):
+        full.fold(1)
 
 
 def test_decayed_statistics_equal_the_full_history_where_nothing_is_clipped():
@@ -191,6 +201,56 @@ def test_decayed_task_histories_stay_within_the_bound_where_the_clip_binds():
                 clipped += int((bound > 1e-9).sum())
                 worst_ratio = max(worst_ratio, float(dev.max()))
     assert clipped > 0 and worst_ratio > 1e-6  # the case does clip, and the bound is what keeps it in check
+
+
+def test_the_paper_preset_absorbs_only_what_weighs_below_the_tolerance_and_keeps_the_sums_exact():
+    # the paper preset's window is its history horizon H, and of the older steps each task keeps in the log (clipped
+    # one by one) its observations within H steps of its newest scored one; only the rest is absorbed. Half the
+    # tasks are drawn only early and again late (their early rows get absorbed), and left again (they keep theirs)
+    tol = 1e-2
+    paper = SchedulerConfig.paper(batch_size=BATCH, history_tolerance=tol)
+    H = paper.history_horizon
+    assert H == 82 and (paper.long_half_life, paper.short_half_life) == (8.0, 2.0)
+
+    def p(pos, step):  # extreme tasks and a swinging reference: the clip binds
+        return [0.0, 1.0, 0.5, 0.1][pos % 4] if pos % 3 else float(np.clip(0.5 + 0.45 * math.sin(step / 6), 0, 1))
+
+    def active(step):
+        return np.arange(N if step < 30 or 130 <= step < 140 else N // 2)
+
+    dec, full = History(N, ENV, E, paper), History(N, ENV, E, SchedulerConfig.paper(batch_size=BATCH,
+                                                                                     history_tolerance=0.0))
+    assert dec.horizon == dec.task_horizon == H and full.decayed is None
+    folds = _recording(dec)
+    feed = _Feed([dec, full], p, seed=7, active=active)
+    clipped = 0
+    for step in range(320):
+        feed.step()
+        if step % 40 == 39 and step > 100:
+            _compare_linear(dec, full)  # exact: every absorbed observation still counts with its weight
+            ref = full.global_reference()
+            assert np.array_equal(dec.global_reference(), ref)
+            for h in (paper.long_half_life, paper.short_half_life):
+                a, b = dec.task_history(h, ref), full.task_history(h, ref)
+                np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10, atol=0)
+                assert np.array_equal(a.groups, b.groups)
+                bound = _bound(folds, full, h, ref)
+                assert bound.max() <= tol  # what is absorbed weighs below the tolerance next to the task's newest
+                assert np.all(np.abs(a.values - b.values) <= bound + 1e-12)
+                clipped += int((bound > 1e-12).sum())
+    assert dec.live_start == dec.decayed_live_start(320) == 220 and dec.decayed.absorbed  # folds every H // 4 = 20
+    dec.fold(dec.step - H)  # what a fold keeps, checked right after one
+    o = dec.obs
+    st, pos, scored = o.col("step"), o.col("pos"), o.col("n_scored") > 0
+    newest = np.full(N, -1)
+    np.maximum.at(newest, pos[scored], st[scored])
+    old = st < dec.live_start
+    assert np.all(scored[old]) and np.all(st[old] >= newest[pos[old]] - H)  # only what a task's mean needs
+    # a task drawn early and not since keeps its rows, clipped one by one: its mean is theirs
+    dormant = old & (newest[pos] < 30)
+    assert dormant.any() and np.all(pos[dormant] >= N // 2)
+    assert sum(f[0].size for f in folds) > 0 and clipped > 0  # early rows were absorbed and the clip binds
+    assert len(o) < 0.6 * len(full.obs)
 
 
 def test_an_exact_log_state_converts_on_load_to_the_decayed_form():
@@ -308,7 +368,7 @@ def _refused_and_unchanged(s: EnvSchedSampler, good: dict, part: str, mutate, wo
     assert json.dumps(s.state_dict()) == before
 
 
-def test_a_decayed_state_is_refused_by_the_exact_form_and_malformed_ones_change_nothing():
+def test_a_decayed_state_is_refused_by_the_full_log_and_malformed_ones_change_nothing():
     s = EnvSchedSampler(TASKS, G, DEFAULT, seed=1)
     trainer = _Trainer(seed=2)
     for step in range(60):
@@ -316,8 +376,8 @@ def test_a_decayed_state_is_refused_by_the_exact_form_and_malformed_ones_change_
     good = json.loads(json.dumps(s.state_dict()))
     before = json.dumps(s.state_dict())
     assert "decayed" in good["extra"]["history"]
-    with pytest.raises(ValueError, match="decayed"):
-        History.from_state(good["extra"]["history"], 120, s.env_codes, len(s.envs), SchedulerConfig.paper())
+    with pytest.raises(ValueError, match=r"live_start.*history_tolerance=0"):
+        History.from_state(good["extra"]["history"], 120, s.env_codes, len(s.envs), FULL)
     for mutate, words in (
         (lambda d: d["half_lives"][0].update(half_life=3.0), "half_life"),
         (lambda d: d["half_lives"][1]["weight"].__setitem__(0, -1.0), "weight"),

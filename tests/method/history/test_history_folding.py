@@ -1,11 +1,15 @@
-"""Bounded history: folding old observations keeps every estimate within ``history_tolerance`` of the full
-history's, keeps the counters exact, bounds the logs, and survives a checkpoint round trip."""
+"""Folding in the paper preset: its window is the history horizon ``H``, and of the folded steps each task keeps in
+the log the observations within ``H`` steps of its newest scored one; the rest is absorbed into the decayed
+statistics. Every estimate stays within ``history_tolerance`` of the full history's, the counters exact, the logs
+bounded, and a checkpoint round trip continues the same draws. States written by the bounded form (the paper
+preset's earlier storage, which dropped what it folded) still load."""
 
 from __future__ import annotations
 
 import json
 import math
 from collections import deque
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +22,8 @@ G = synthetic_graph(120, 6, seed=11)
 TASKS = synthetic_tasks(G)
 P0 = np.random.default_rng(3).beta(0.6, 0.6, size=120)
 BATCH = 8
+#: A state the bounded form wrote (see test_a_paper_state_written_by_the_bounded_form_loads_with_its_estimates)
+BOUNDED_STATE = Path(__file__).parent / "data" / "paper_bounded_state.json"
 
 
 def _config(preset: str, **kw) -> SchedulerConfig:
@@ -149,7 +155,8 @@ def test_folding_keeps_only_what_the_tolerance_needs():
     keep = s.config.progress_min_transitions + 1  # the progress filter keeps the points it reads
     assert np.array_equal(h._progress_len, np.minimum(h._progress_points, keep))
     assert h.num_observations > len(o)
-    assert len(o) < 0.6 * h.num_observations  # most of the run's groups are counters now
+    assert len(o) < 0.6 * h.num_observations  # most of the run's groups are absorbed now
+    assert h.decayed.absorbed and len(s.state_dict()["extra"]["history"]["decayed"]["pos"]) <= len(TASKS)
     assert max(x[1] for x in sizes[300:]) <= BATCH * (H + H // 4 + 1) + h.outstanding_counts().sum()
 
 
@@ -298,3 +305,61 @@ def test_the_progress_points_load_by_the_fast_path_exactly_as_point_by_point(mon
     # equal (step, sequence) with different variances, out of order: sorted as tuples
     assert load({"pos": [1], "count": [3], "points": [[[5, 7, 0.2], [5, 7, 0.1], [4, 9, 0.0]]]}, True) == \
         ("ok", [[1], [3], [3], [4, 5, 5], [0.0, 0.1, 0.2]])
+
+
+def test_a_paper_state_written_by_the_bounded_form_loads_with_its_estimates():
+    """``data/paper_bounded_state.json`` was written by the bounded form, the paper preset's storage before it kept
+    the decayed statistics (envsched commit b4598b7, whose folds dropped what they removed from the logs into exact
+    counters): the ``state_dict`` of ``SchedulerConfig.paper(batch_size=4, history_tolerance=0.5)`` (``H = 37``) on
+    ``synthetic_graph(48, 4, seed=11)`` after 75 asynchronous steps (late groups, discards, unscored rewards, folds
+    at steps 46, 55, 64 and 73), the estimates that code computed from it (``expected_at_load``) and the groups
+    still in flight (``pending``: due step, task, rewards). It loads with those estimates, then folds as a paper
+    run does."""
+    saved = json.loads(BOUNDED_STATE.read_text())
+    graph = synthetic_graph(48, 4, seed=11)
+    config = SchedulerConfig.paper(**saved["config"])
+    hist = saved["state"]["extra"]["history"]
+    assert "decayed" not in hist and hist["live_start"] == 36 and len(hist["obs"]["pos"]) == 224
+    s = EnvSchedSampler(synthetic_tasks(graph), graph, config, seed=0)
+    s.load_state_dict(saved["state"])
+    h = s.history
+    assert h.horizon == h.task_horizon == 37 and h.live_start == 36 and h.decayed is not None
+    # of its folded observations, those within H of their task's newest scored one stay in the log (clipped one by
+    # one); the others (unscored, or outweighed by groups reported since its last fold) are absorbed at load
+    saved_obs = {k: np.array(hist["obs"][k]) for k in ("pos", "step", "n_scored")}
+    scored = saved_obs["n_scored"] > 0
+    newest = np.full(48, -1)
+    np.maximum.at(newest, saved_obs["pos"][scored], saved_obs["step"][scored])
+    stays = (saved_obs["step"] >= 36) | (scored & (saved_obs["step"] >= newest[saved_obs["pos"]] - 37))
+    assert len(h.obs) == int(stays.sum()) < 224 and int((h.obs.col("step") < 36).sum()) > 50
+    assert h.decayed.absorbed
+    want = saved["expected_at_load"]
+    ref = h.global_reference()
+    assert ref.tolist() == want["reference"]
+    for name in ("task_observation_counts", "scorable_counts", "env_selection_counts"):
+        assert getattr(h, name)().tolist() == want[name], name
+    np.testing.assert_allclose(h.exposure(config.long_half_life), want["exposure_long"], rtol=1e-12, atol=0)
+    for name, half_life in (("long", config.long_half_life), ("short", config.short_half_life)):
+        th = h.task_history(half_life, ref)
+        np.testing.assert_allclose(th.values, want[f"{name}_values"], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(th.weight, want[f"{name}_weight"], rtol=1e-12, atol=0)
+        assert th.groups.tolist() == want[f"{name}_groups"]
+    np.testing.assert_allclose(s.predict().informativeness, want["informativeness"], rtol=0, atol=1e-12)
+
+    # it goes on as a paper run: the groups in flight come back, later folds absorb, and its own state round-trips
+    rng = np.random.default_rng(0)
+    pending = [(due, t, r) for due, t, r in saved["pending"]]
+    for step in range(75, 160):
+        for t in s.sample(4):
+            pending.append((step + int(rng.integers(0, 3)), t["id"], (rng.random(8) < 0.5).astype(float).tolist()))
+        for _, t, r in [x for x in pending if x[0] <= step]:
+            s.update(t, r)
+        pending = [x for x in pending if x[0] > step]
+    assert h is s.history and h.live_start == h.decayed_live_start(160) == 117 and h.decayed.absorbed
+    assert h.num_observations == sum(h.task_observation_counts()) - int(h.outstanding_counts().sum())
+    state = json.loads(json.dumps(s.state_dict()))
+    assert "decayed" in state["extra"]["history"]
+    r = EnvSchedSampler(synthetic_tasks(graph), graph, config, seed=1)
+    r.load_state_dict(state)
+    assert np.array_equal(r.predict().informativeness, s.predict().informativeness)
+    assert [t["id"] for t in r.sample(4)] == [t["id"] for t in s.sample(4)]

@@ -27,56 +27,58 @@ from them, with ``numpy.bincount`` over the logs, everything the prediction need
 Asynchronous trainers: an update is matched to the oldest outstanding dispatch of its task (FIFO), so a
 late group is dated by the step it was drawn in, whatever order the updates arrive in.
 
-**Bounded history** (ours, not in the paper). Every recency weight is ``0.5 ** (age / h)``, so an
-observation ``H`` steps older than its task's newest one weighs less than ``2 ** (-H / h)`` of it. With
-``H = SchedulerConfig.history_horizon`` (from ``history_tolerance``, 1e-9 by default) the total weight of
-all such observations is below ``tolerance`` times the newest one's, for the longest half-life in use
-(``long_half_life``, ``short_half_life``, ``yield_half_life``; one observation per task and step). Every
-``H // 4`` steps the history is *folded*:
+**Storage: a live window and decayed statistics** (ours, not in the paper). Every preset stores the history in
+one form. The logs hold the observations of a live window of the last ``W`` to ``W + W // 4`` steps; every
+``W // 4`` steps the history is *folded*:
 
-* each step older than ``H`` has its step-level reference frozen into its observations (and into its
-  dispatches still outstanding), so centering no longer needs the step tables of old steps;
-* observations more than ``H`` steps older than their task's newest scored observation, and dispatches
-  older than ``H`` steps that are no longer outstanding, are dropped from the logs after being added to
-  per-task and per-environment counters (observations, scored and scorable groups, environment
-  selections, exploitation hits), which stay exact;
-* the progress filter keeps only the points it reads (the last ``progress_min_transitions + 1``) and a
-  count;
-* a task whose newest observation is so old that its recency weight underflows to 0.0 (about 1,075
-  half-lives: 8,600 steps at the default long half-life) has no history in the full log either: its
-  remaining observations go too.
+* each step older than the window has its step-level reference frozen into its observations (and into its
+  dispatches still outstanding), so centring no longer needs the step tables of old steps; a step's reference no
+  longer moves once it is folded (a group arriving later than that is centred with the frozen reference);
+* the observations of the folded steps that the preset does not keep in the log (below; late groups of earlier
+  folded steps included) and the resolved dispatches of those steps are *absorbed* into :class:`DecayedStatistics`
+  and exact counters, and leave the logs. Per task and
+  half-life (long, short, yield): the recency weight ``W`` of its scored observations, their weighted mean
+  relative to the reference and the share of ``W`` whose step had a reference, the signal sums
+  :mod:`~envsched.method.history.signal` reads (signal and scorable groups, reward sums and complements, per phase
+  for the yields) and the exposure -- O(1) per task and half-life, updated in place at each fold and aged lazily
+  by one factor ``0.5 ** (dt / h)`` on read. Per task and environment, exact counts: observations, scored and
+  scorable groups, environment selections, exploitation hits;
+* the progress filter keeps only the points it reads (the last ``progress_min_transitions + 1``) and a count.
 
-What changes: every recency-weighted sum loses at most ``tolerance`` (relative to the task's newest
-observation for the task histories' means, absolute for the weights ``W``, exposure, signal counts,
-yields), and a step's reference no longer moves once the step is ``H`` steps old (a group arriving later
-than that is centered with the frozen reference). Memory, checkpoints and the cost of a step then depend
-on ``N``, ``B`` and ``H``, not on the length of the run. ``history_tolerance=0`` keeps every observation
-(the exact, unbounded history).
+Everything linear in the weights (``W``, signal sums, yields, exposure, the counters) is exact up to rounding.
+Centring is exact by design: an observation of step ``s`` is stored as ``x - ref_s`` (its step's frozen
+reference), so at the reference ``r`` the absorbed block's centred mean is ``mean + F r`` exactly. The one
+estimator change is the clip: the log clips each centred observation, the absorbed block's mean is clipped as
+one. A task mean then differs from the full log's by at most ``sum_absorbed w dist(x - ref_s + r, [lo, hi]) / W``
+(the absorbed observations' weighted distance to the clip range, relative to the task's whole weight; clipping
+is 1-Lipschitz and the exact mean lies in the range), and not at all where no absorbed observation is clipped.
+(Clipping each observation when absorbed, on the latest or the window's mean reference, was measured too: a
+smaller worst task-mean change, but fewer identical batches; see ``docs/method.md``.)
 
-**Decayed form** (ours; the default preset, :func:`uses_decayed_form`: ``history_tolerance > 0`` and rules not
-the paper's). The bounded history still keeps up to ``H`` (268) steps of observations, so step time and
-checkpoints grow with the run up to that horizon. The decayed form keeps a live window of
-:data:`DECAYED_WINDOW` (16) to 20 steps in the logs, folding every 4 steps, and absorbs everything older into
-:class:`DecayedStatistics`: per task and half-life (long, short, yield) the recency weight ``W`` of its scored
-observations, their weighted mean relative to the reference and the share of ``W`` whose step had a reference,
-the signal sums :mod:`~envsched.method.history.signal` reads (signal and scorable groups, reward sums and
-complements, per phase for the yields) and the exposure -- O(1) per task and half-life, updated in place at
-each fold and aged lazily by one factor ``0.5 ** (dt / h)`` on read. Centring is exact by design: an
-observation of step ``s`` is stored as ``x - ref_s`` (its step's frozen reference), so at the reference ``r`` the
-absorbed block's centred mean is ``mean + F r`` exactly. The one estimator change is the clip: the log clips each
-centred observation, the decayed form clips the absorbed block's mean (the log's live window is still clipped
-observation by observation). A task mean then differs from the full history's by at most ``sum_absorbed w
-dist(x - ref_s + r, [lo, hi]) / W`` (the absorbed observations' weighted distance to the clip range, relative to
-the task's whole weight; clipping is 1-Lipschitz and the exact mean lies in the range), and not at all where no
-absorbed observation is clipped. Everything linear in the weights (``W``, signal sums, yields, exposure, the
-counters) is exact up to rounding. (Clipping each observation when absorbed, on the latest or the window's mean
-reference, was measured too: a smaller worst task-mean change, but fewer identical batches; see
-``docs/method.md``.) Measured on the benchmark pool (``benchmarks/decayed_history_deviation.py``, 200
-teacher-forced steps against the full history): see ``docs/method.md``. A state written by the logs alone (an
-older version, or before the first fold) converts on load: observations older than the window are absorbed,
-centred and clipped on the reference at load (then stored relative to it), which gives the full history's
-estimates exactly at that step; later they differ from the log's by at most ``|r - r_load|`` each. The paper
-preset keeps the bounded form, so that its batches stay bit for bit the paper's rules.
+What a preset chooses is how much stays in the log (:func:`history_window`, :func:`task_horizon`):
+
+* the default (every configuration whose rules are not the paper's): a window of :data:`DECAYED_WINDOW` (16)
+  steps, and every observation of a folded step is absorbed. Step time and checkpoints then depend on ``N`` and
+  ``B``, not on the length of the run.
+* the paper preset: a window of ``H = SchedulerConfig.history_horizon`` steps (from ``history_tolerance``, 1e-9
+  by default: 268 steps), and of the folded steps each task keeps in the log, centred and clipped one by one, its
+  observations within ``H`` steps of its newest scored one; only older ones are absorbed. With one observation
+  per task and step those weigh together less than ``tolerance`` times the task's newest (``H`` is the smallest
+  horizon whose tail ``sum_{k >= H} 0.5 ** (k / h)`` is below the tolerance for the longest half-life in use), so
+  the block clip moves a task mean by at most the tolerance times the clip distance, and the paper's estimates
+  stay within the tolerance of the full log's. The log then holds the last ``H`` steps plus, for a task no
+  longer drawn, its observations within ``H`` of its newest (at most ``H + 1``): bounded by the pool, not the
+  run. A task whose newest weight underflows to 0.0 (about 1,075 half-lives: 8,600 steps at the default long
+  half-life), which has no history in the full log either, has all its rows absorbed.
+* ``history_tolerance=0``: nothing is absorbed (the full log, in either preset).
+
+Measured against the full log on the benchmark pool (``benchmarks/decayed_history_deviation.py``, both presets):
+see ``docs/method.md``. A state of the logs alone (an older version, or before the first fold) converts on load:
+the observations the form would have absorbed by now are absorbed, centred and clipped on the reference at load
+(then stored relative to it), which gives the full log's estimates exactly at that step; later they differ from
+the log's by at most ``|r - r_load|`` each. A state of the paper preset's earlier form (the same window, its
+folds dropping into the counters what they removed from the log) converts the same way: the observations it
+kept stay in the log, so its estimates at load are its own.
 """
 
 from __future__ import annotations
@@ -188,22 +190,33 @@ _OBS_COLUMNS = {"pos": np.int64, "step": np.int64, "phase": np.int8, "n_scored":
                 **_REF_COLUMNS}
 _REF_DEFAULTS = {"ref_m": 0.0, "ref_v": 0.0, "ref_d": 0.0, "frozen": _LIVE}
 
-#: Live window of the decayed form, in steps: the observations of the last ``DECAYED_WINDOW`` to
-#: ``DECAYED_WINDOW + DECAYED_WINDOW // 4`` steps stay in the log (centred and clipped one by one, their steps'
-#: references still moving with late groups); older ones are absorbed into :class:`DecayedStatistics`.
+#: Live window of the default preset (every configuration whose rules are not the paper's), in steps: the
+#: observations of the last ``DECAYED_WINDOW`` to ``DECAYED_WINDOW + DECAYED_WINDOW // 4`` steps stay in the log
+#: (centred and clipped one by one, their steps' references still moving with late groups); older ones are absorbed
+#: into :class:`DecayedStatistics`.
 DECAYED_WINDOW = 16
 
 
-def uses_decayed_form(config: SchedulerConfig) -> bool:
-    """Whether a :class:`History` under ``config`` keeps O(1) decayed statistics per task (the default preset,
-    and every configuration whose rules are not the paper's, with ``history_tolerance > 0``) rather than the
-    exact bounded log (the paper preset, :attr:`SchedulerConfig.is_paper`) or the full log
-    (``history_tolerance=0``, any preset). See the module docstring."""
-    return config.history_tolerance > 0 and not config.is_paper
+def history_window(config: SchedulerConfig) -> int | None:
+    """The live window of a :class:`History` under ``config``, in steps: ``None`` with ``history_tolerance=0``
+    (nothing is absorbed: the full log); the paper preset's (:attr:`SchedulerConfig.is_paper`) the history horizon
+    :attr:`SchedulerConfig.history_horizon`; every other configuration's :data:`DECAYED_WINDOW`. The one thing
+    a preset changes in how the history is stored (see the module docstring)."""
+    if config.history_tolerance == 0:
+        return None
+    return config.history_horizon if config.is_paper else DECAYED_WINDOW
+
+
+def task_horizon(config: SchedulerConfig) -> int | None:
+    """How far a folded observation may be older than its task's newest scored one and still stay in the log
+    (centred and clipped one by one), in steps: the paper preset's history horizon (so its task means stay within
+    ``history_tolerance`` of the full log's), ``None`` for every other configuration (a fold absorbs every
+    observation of the folded steps) and with the full log."""
+    return config.history_horizon if config.is_paper and config.history_tolerance > 0 else None
 
 
 def decayed_half_lives(config: SchedulerConfig) -> tuple[float, ...]:
-    """The half-lives the decayed form keeps statistics for: every one the scheduler reads (long, short,
+    """The half-lives the decayed statistics are kept for: every one the scheduler reads (long, short,
     yield), each once, ascending."""
     return tuple(sorted({float(config.long_half_life), float(config.short_half_life),
                          float(config.yield_half_life)}))
@@ -486,10 +499,11 @@ class History:
         step: batches dispatched so far.
         live_start: the first step whose reference is still computed from its observations (steps before
             it are folded, see the module docstring); 0 until the first fold.
-        horizon: ``H`` in steps, or ``None`` when nothing is ever folded; in the decayed form the live window
-            :data:`DECAYED_WINDOW`.
-        decayed: the absorbed observations' :class:`DecayedStatistics` in the decayed form
-            (:func:`uses_decayed_form`), else ``None``.
+        horizon: the live window in steps (:func:`history_window`), or ``None`` when nothing is ever folded
+            (``history_tolerance=0``).
+        task_horizon: how far a folded observation may be older than its task's newest scored one and stay in the
+            log (:func:`task_horizon`: the paper preset's ``H``); ``None``: every folded observation is absorbed.
+        decayed: the absorbed observations' :class:`DecayedStatistics`; ``None`` with the full log.
     """
 
     def __init__(self, num_tasks: int, env_codes: np.ndarray, num_envs: int, config: SchedulerConfig) -> None:
@@ -497,9 +511,10 @@ class History:
         self.env_codes = np.asarray(env_codes, dtype=np.int64)
         self.num_envs = int(num_envs)
         self.config = config
+        self.horizon: int | None = history_window(config)
+        self.task_horizon: int | None = task_horizon(config)
         self.decayed: DecayedStatistics | None = (DecayedStatistics(self.n, decayed_half_lives(config))
-                                                   if uses_decayed_form(config) else None)
-        self.horizon: int | None = DECAYED_WINDOW if self.decayed is not None else config.history_horizon
+                                                   if self.horizon is not None else None)
         self.step = 0  # number of batches dispatched so far
         self.live_start = 0
         self.dispatch = _Log(_DISPATCH_COLUMNS)
@@ -643,11 +658,12 @@ class History:
 
     # ------------------------------------------------------------------ folding
     def fold(self, new_live_start: int, *, centre: np.ndarray | None = None) -> None:
-        """Freeze the references of the steps before ``new_live_start`` and drop what no estimate needs
-        beyond the tolerance (see the module docstring). Called by :meth:`record_batch`; idempotent.
-        ``centre``: the decayed form centres and clips the absorbed observations on this reference (a state
-        converted on load: today's); ``None`` (every fold of a run) absorbs them unclipped, relative to their
-        step's reference."""
+        """Freeze the references of the steps before ``new_live_start`` and absorb what the log no longer keeps
+        (see the module docstring). Called by :meth:`record_batch`; idempotent. ``centre``: centre and clip the
+        absorbed observations on this reference (a state converted on load: today's); ``None`` (every fold of a
+        run) absorbs them unclipped, relative to their step's reference. Refused with the full log."""
+        if self.decayed is None:
+            raise ValueError("the full history (history_tolerance=0) absorbs nothing: it has no fold")
         ls = self.live_start
         new_ls = min(int(new_live_start), self.step)
         if new_ls <= ls:
@@ -668,31 +684,7 @@ class History:
             for j, name in enumerate(("ref_m", "ref_v", "ref_d")):
                 log.col(name)[rows] = np.nan_to_num(refs[idx, j])
             log.col("frozen")[rows] = np.where(has[idx], _FROZEN, _FROZEN_NO_REFERENCE)
-        if self.decayed is not None:
-            self._absorb(new_ls, centre)
-            self._batch_sizes = self._batch_sizes[k:]
-            self.live_start = new_ls
-            self._cache.clear()
-            return
-        d = self.dispatch
-        status = d.col("status")
-        drop = (d.col("step") < new_ls) & (status != _OUTSTANDING)
-        sel = drop & (status == _OBSERVED)
-        self._folded_env_selections += np.bincount(self.env_codes[d.col("pos")[sel]], minlength=self.num_envs)
-        d.keep(~drop)
-        self._rebuild_fifo()
-        o = self.obs
-        st, pos, n_scored = o.col("step"), o.col("pos"), o.col("n_scored")
-        scored = n_scored > 0
-        newest = np.full(self.n, -1, dtype=np.int64)
-        np.maximum.at(newest, pos[scored], st[scored])
-        # a task whose newest weight has underflowed to 0.0 has no history at all (W = 0, the reference), in
-        # the full history too: all its rows go
-        age = np.maximum(0, (self.step - 1) - newest).astype(float)
-        gone = (newest >= 0) & (np.power(0.5, age / self.config.long_half_life) == 0.0) & \
-            (np.power(0.5, age / self.config.short_half_life) == 0.0)
-        drop = (st < new_ls) & (~scored | (st < newest[pos] - self._fold_horizon()) | gone[pos])
-        self._drop_observations(drop)
+        self._absorb(new_ls, centre)
         self._batch_sizes = self._batch_sizes[k:]
         self.live_start = new_ls
         self._cache.clear()
@@ -706,7 +698,7 @@ class History:
 
     def _drop_observations(self, drop: np.ndarray) -> None:
         """Count the observation rows ``drop`` into the exact per-task counters (observations, scored and
-        scorable groups, exploitation hits), then remove them from the log (both forms' folds)."""
+        scorable groups, exploitation hits), then remove them from the log (a fold's absorption)."""
         o = self.obs
         pos, n_scored = o.col("pos"), o.col("n_scored")
         scored = n_scored > 0
@@ -721,9 +713,10 @@ class History:
         o.keep(~drop)
 
     def _absorb(self, new_ls: int, centre: np.ndarray | None) -> None:
-        """The decayed form's fold: every observation of a step before ``new_ls`` (late groups of earlier folded
-        steps included) and every resolved dispatch of such a step goes into :attr:`decayed` and the exact
-        counters, and leaves the logs."""
+        """A fold's absorption: every observation of a step before ``new_ls`` (late groups of earlier folded steps
+        included) that the log does not keep -- with :attr:`task_horizon`, a scored one within that many steps of its
+        task's newest scored one stays -- and every resolved dispatch of such a step goes into :attr:`decayed` and
+        the exact counters, and leaves the logs."""
         d = self.dispatch
         status = d.col("status")
         drop_d = (d.col("step") < new_ls) & (status != _OUTSTANDING)
@@ -733,6 +726,16 @@ class History:
         st, n_scored = o.col("step"), o.col("n_scored")
         drop = st < new_ls
         scored = n_scored > 0
+        if self.task_horizon is not None:  # a folded row stays while its task's newer rows do not outweigh it
+            pos = o.col("pos")
+            newest = np.full(self.n, -1, dtype=np.int64)
+            np.maximum.at(newest, pos[scored], st[scored])
+            # a task whose newest weight has underflowed to 0.0 has no history at all (W = 0, the reference), in
+            # the full log too: all its rows go
+            age = np.maximum(0, (self.step - 1) - newest).astype(float)
+            gone = (newest >= 0) & (np.power(0.5, age / self.config.long_half_life) == 0.0) & \
+                (np.power(0.5, age / self.config.short_half_life) == 0.0)
+            drop &= ~scored | (st < newest[pos] - self.task_horizon) | gone[pos]
         if self._first_reference is None and self._folded_reference is None and (drop & scored).any():
             # the global reference's last fallback reads the log: keep what it would read
             rows = drop & scored & (st == st[drop & scored].min())
@@ -744,12 +747,12 @@ class History:
         self._rebuild_fifo()
 
     def decayed_live_start(self, step: int) -> int:
-        """The :attr:`live_start` the decayed form has after ``step`` batches (its folds run at fixed steps)."""
-        w, q = DECAYED_WINDOW, max(1, DECAYED_WINDOW // 4)
+        """The :attr:`live_start` a run has after ``step`` batches (its folds run at fixed steps: every
+        ``horizon // 4`` once ``horizon + horizon // 4`` steps are live); 0 with the full log."""
+        if self.horizon is None:
+            return 0
+        w, q = self.horizon, max(1, self.horizon // 4)
         return 0 if step < w + q else q * ((step - w) // q)
-
-    def _fold_horizon(self) -> int:
-        return self.horizon if self.horizon is not None else np.iinfo(np.int64).max // 4
 
     # ------------------------------------------------------------------ derived statistics
     def has_observations(self) -> bool:
@@ -766,17 +769,15 @@ class History:
         return self._cache["scored"]
 
     def obs_weights(self, half_life: float, anchor: int | None = None) -> np.ndarray:
-        """Recency weight ``0.5 ** (age / half_life)`` of every logged observation, 0 for the observations
-        of folded steps (kept only for their task's mean: their weights together are below the tolerance);
-        cached until the history changes. The absolute recency-weighted sums (signal counts, yields) use it.
-        ``anchor``: the ages are counted from that step instead of the latest (:meth:`task_history`)."""
+        """Recency weight ``0.5 ** (age / half_life)`` of every logged observation (late groups of folded steps and
+        observations the paper preset keeps of folded steps included: the absorbed ones are in
+        :meth:`decayed_signal`); cached until the history changes. The absolute recency-weighted sums (signal
+        counts, yields) use it. ``anchor``: the ages are counted from that step instead of the latest
+        (:meth:`task_history`)."""
         key = ("weights", float(half_life), anchor)
         if key not in self._cache:
             steps = self.obs.col("step")
-            # the decayed form weighs late groups of folded steps too (the next fold absorbs them with that weight)
-            live = steps >= (self.live_start if self.decayed is None else 0)
-            w = np.zeros(steps.size)
-            w[live] = np.power(0.5, self._ages(steps[live], anchor) / half_life)
+            w = np.power(0.5, self._ages(steps, anchor) / half_life)
             self._cache[key] = w
         return self._cache[key]
 
@@ -956,7 +957,7 @@ class History:
 
     def decayed_signal(self, half_life: float, anchor: int | None = None) -> DecayedSignal | None:
         """The absorbed observations' signal sums for ``half_life``, aged to now (valued at ``anchor`` when given);
-        ``None`` in the exact forms and before the first fold (everything is still in the log). Cached until the
+        ``None`` with the full log and before anything is absorbed (everything is still in the log). Cached until the
         history changes (a step reads it five times: the posterior, the declining tasks' two rates, the
         environments' and the phases' yields); its arrays are read-only."""
         if self.decayed is None or not self.decayed.absorbed:
@@ -1166,10 +1167,11 @@ class History:
         if progress is not None:
             progress = _load_progress(progress, n, last_step, observations, config.progress_min_transitions + 1)
         decayed = None
+        if history_window(config) is None and (live_start > 0 or "decayed" in st):
+            raise StateError("live_start" if live_start > 0 else "decayed",
+                             "is a folded history's, and this configuration keeps every observation "
+                             "(history_tolerance=0)")
         if "decayed" in st:
-            if not uses_decayed_form(config):
-                raise StateError("decayed", "is the decayed form's state, and this configuration keeps the "
-                                                   "exact history (the paper preset or history_tolerance=0)")
             f_scored, f_scorable = np.zeros(n), np.zeros(n)
             if folded is not None:
                 f_scored[folded["pos"]], f_scorable[folded["pos"]] = folded["scored"], folded["scorable"]
@@ -1206,13 +1208,13 @@ class History:
         if decayed is not None:
             h.decayed = decayed
         elif h.decayed is not None:
-            # a state of the exact logs (written before the decayed form, or by the bounded history): absorb what
-            # the decayed form would have absorbed by now; the logs' observations of earlier steps all go in
-            # the absorbed observations are centred on today's reference: the full history's estimates, exactly, now
+            # a state of the logs alone (written before the decayed statistics, or by the paper preset's earlier form,
+            # which dropped what it folded): absorb what this form would have absorbed by now, centred and clipped
+            # on today's reference (the full log's estimates, exactly, now)
             target, ref = h.decayed_live_start(step), h.global_reference()
             if target > h.live_start:
                 h.fold(target, centre=ref)
-            else:  # a bounded history already folded further (a horizon below the window): its old rows
+            else:  # already folded as far (the paper preset's earlier form) or further (a window below this one)
                 h._absorb(h.live_start, ref)
                 h._cache.clear()
         return h
