@@ -36,6 +36,7 @@ from envsched.method.history.prediction import Prediction, RelationOperator, pre
 from envsched.method.history.statistics import PHASES, History
 from envsched.method.migrations import read_config
 from envsched.method.scheduling.batch import (
+    BatchSimilarity,
     Pick,
     SchedulingContext,
     SimilarityIndex,
@@ -161,7 +162,7 @@ class EnvSchedSampler(BaseSampler):
         self._last_trace = PolicyTrace()  # of the last batch a policy ran for (metrics and state)
         #: the coverage share owed by draws too small to hold a coverage slot (policy.settle_coverage_debt)
         self._coverage_debt = 0.0
-        # one-task draws from a maintained prediction (_select_one); the structures are built on the first one
+        # small draws from a maintained prediction (_select_few); the structures are built on the first one
         self._anchor: _Anchor | None = None
         self._incremental: tuple[IncrementalPrediction, IncrementalExploitation] | None = None
         self._relation_rows: tuple[RelationRows, RelationRows] | None = None
@@ -242,9 +243,9 @@ class EnvSchedSampler(BaseSampler):
 
     def _select(self, n: int) -> list[int]:
         self.config.coverage_slots_for(n)  # refuses an n that leaves no exploitation slot (no state changed)
-        one = n == 1 and self._incremental_supported()
+        one = self._few_supported(n)
         if one:
-            positions = self._select_one()
+            positions = self._select_few(n)
             if positions is not None:
                 return positions
         else:
@@ -276,7 +277,7 @@ class EnvSchedSampler(BaseSampler):
         # a valid state ran above (BaseSampler.sample restores the generator and _select_checkpoint's fields)
         step = self._history.record_batch(positions, [p.phase for p in picks])
         if one and self._incremental is not None:
-            self._drawn_one(positions[0])
+            self._drawn(positions)
         self._last_picks = picks
         self._last_prediction = prediction
         # explanation records are built on demand (explanations()) or every step with a run file
@@ -307,6 +308,21 @@ class EnvSchedSampler(BaseSampler):
         return (self.run_file is None and isinstance(self.policy, AdaptivePolicy)
                 and IncrementalPrediction.supports(self.config))
 
+    #: ``sample(n)`` with ``n > 1`` is drawn from the maintained prediction on pools of at least this many tasks (a
+    #: draw then brings the neighbourhoods of its updates up to date, about ``tasks per environment x cross
+    #: neighbours`` rows each, instead of a pass over the pool: on the benchmark pools ``sample(2)`` costs about the
+    #: same either way at 2,550 tasks, a third less at 10,000 and a third at 100,000)
+    few_draws_min_tasks: int = 5_000
+
+    def _few_supported(self, n: int) -> bool:
+        """Whether ``sample(n)`` is drawn from a maintained prediction: :meth:`_incremental_supported`, and one task,
+        or a batch small enough that the caps put each of its tasks in another environment (``caps_for(n) == (1,
+        1)``: ``n <= 8`` at the default caps, so that every penalty is a similarity across environments) from a pool
+        of at least :attr:`few_draws_min_tasks` tasks."""
+        if not self._incremental_supported():
+            return False
+        return n == 1 or (len(self.tasks) >= self.few_draws_min_tasks and self.config.caps_for(n) == (1, 1))
+
     def _drop_incremental(self, *, forget: bool) -> None:
         """Drop the maintained prediction (``forget``: and its anchor, so that the next one-task draw starts
         anew from a whole computation)."""
@@ -335,10 +351,11 @@ class EnvSchedSampler(BaseSampler):
                                        idx.order, idx.starts, caps)
         return engine, IncrementalExploitation(engine, self.config, self._flags)
 
-    def _drawn_one(self, pos: int) -> None:
+    def _drawn(self, positions: list[int]) -> None:
         engine, chooser = self._incremental
-        engine.drawn(self._history, pos)
-        chooser.update(np.array([pos], dtype=np.int64), self._flags)
+        for pos in positions:
+            engine.drawn(self._history, pos)
+        chooser.update(np.array(sorted(positions), dtype=np.int64), self._flags)
 
     def _resume_incremental(self) -> tuple[IncrementalPrediction, IncrementalExploitation] | None:
         """The maintained prediction of :attr:`_anchor`, recomputed from the history (after ``load_state_dict`` or
@@ -377,13 +394,16 @@ class EnvSchedSampler(BaseSampler):
             at = p + 1
         return out
 
-    def _select_one(self) -> list[int] | None:
-        """``sample(1)`` from the maintained prediction: the pick, tiebreaks, trace and records the whole
-        computation gives (exactly, on the prediction with the anchor's recency weights), in time that does
-        not grow with the pool; ``None`` when this draw needs the whole computation (a new global reference, an
-        old anchor, no eligible task, no maintained prediction yet). The draw is coverage's when the coverage debt
-        gives it the slot (:func:`~envsched.method.scheduling.policy.settle_coverage_debt`; :meth:`_coverage_one`),
-        else exploitation's."""
+    def _select_few(self, n: int) -> list[int] | None:
+        """``sample(n)`` from the maintained prediction, for a batch whose every task comes from another environment
+        (:meth:`_few_supported`: ``sample(1)``, and the ``sample(2)`` of TRL's trainer): the picks, tiebreaks, trace
+        and records the whole computation gives (exactly, on the prediction with the anchor's recency weights), in
+        time that does not grow with the pool; ``None`` when this draw needs the whole computation (a new global
+        reference, an old anchor, no eligible task, no maintained prediction yet). The coverage slots are the
+        policy's (with the coverage debt, :func:`~envsched.method.scheduling.policy.settle_coverage_debt`) and come
+        first (:meth:`_coverage_pick`), then exploitation's, each pick penalised by its similarity to the picks
+        before it (:class:`~envsched.method.scheduling.batch.BatchSimilarity`), as in
+        :func:`~envsched.method.scheduling.batch.build_batch`."""
         h = self._history
         if self._incremental is None:
             self._incremental = self._resume_incremental()
@@ -401,69 +421,94 @@ class EnvSchedSampler(BaseSampler):
         assert isinstance(policy, AdaptivePolicy)  # (_incremental_supported)
         adaptive: dict[str, float] = {}
         share = c.coverage_share
+        env_counts = h.env_selection_counts()
+        slots = c.coverage_slots_for(n)
         if c.adaptive_share:
             share, y_cov, y_exp = policy.share(h)
             adaptive = {"share": share, "coverage_yield": y_cov, "exploitation_yield": y_exp}
-        # a batch of one has no rounded coverage slot (coverage_slots_for(1) = 0: a larger share is refused)
-        slots, debt = settle_coverage_debt(0, share, 1, self._coverage_debt)
-        env_counts = h.env_selection_counts()
-        if slots:
-            got = self._coverage_one(engine, clocked, info, state, env_counts)
-        else:
-            got = chooser.pick(h, clocked, info, lambda pos: self._tiebreak_of(state, pos))
-        if got is None:
-            self._drop_incremental(forget=True)
-            return None
-        self._rng.bit_generator.advance(len(self.tasks) + len(self.envs))  # the tiebreak draws, as if drawn
-        if slots:
-            pick, coverage = got
-        else:
-            pos, base, exposure, discount = got
-            # (no batch member yet: the similarity penalty multiplies by 1 - similarity_penalty * 0)
-            pick = Pick(pos=pos, phase="exploitation", rank=1, score=base, base_score=base, max_similarity=0.0,
-                        exposure=exposure, exposure_discount=discount)
+            slots = min(slots, max(round(share * n), int(np.count_nonzero(env_counts == 0))))
+        slots, debt = settle_coverage_debt(slots, share, n, self._coverage_debt)
+        in_batch_env = np.zeros(len(self.envs), dtype=bool)
+        similarity = BatchSimilarity(self._similarity)
+        picks: list[Pick] = []
+        coverage: dict[int, float | Any] = {}  # each pick's coverage score, or a callable giving its tiebreak draw
 
-            def coverage(at: int = pos) -> float:  # its tiebreak draw (for the coverage score its records show)
-                return float(self._tiebreak_of(state, np.array([at]))[0])
-        pos = pick.pos
-        e = int(self.env_codes[pos])
-        pick.env_batch_count, pick.env_coverage_count = 1, int(bool(slots))
-        pick.env_selections_before = int(env_counts[e])
-        pick.task_observations_before = h.task_observation_count(pos)
+        def tiebreak_of(pos: np.ndarray) -> np.ndarray:
+            return self._tiebreak_of(state, pos)
+
+        for k in range(n):
+            if k < slots:
+                got = self._coverage_pick(engine, clocked, info, state, env_counts, in_batch_env,
+                                          similarity if picks else None)
+                if got is not None:
+                    pick, coverage[got[0].pos] = got
+            elif not picks:
+                got = chooser.pick(h, clocked, info, tiebreak_of)
+                if got is not None:
+                    pos, base, exposure, discount = got
+                    # (no batch member yet: the penalty is none, and the score is the base score)
+                    pick = Pick(pos=pos, phase="exploitation", rank=1, score=base, base_score=base,
+                                max_similarity=0.0, exposure=exposure, exposure_discount=discount)
+            else:
+                got = chooser.pick_penalised(h, clocked, info, tiebreak_of, in_batch_env, similarity.max_sim)
+                if got is not None:
+                    pos, score, base, ms, exposure, discount = got
+                    pick = Pick(pos=pos, phase="exploitation", rank=k + 1, score=score, base_score=base,
+                                max_similarity=ms, exposure=exposure, exposure_discount=discount)
+            if got is None:  # (the whole computation goes on to its other phases)
+                self._drop_incremental(forget=True)
+                return None
+            pos = pick.pos
+            if pos not in coverage:
+                coverage[pos] = lambda at=pos: float(self._tiebreak_of(state, np.array([at]))[0])
+            e = int(self.env_codes[pos])
+            pick.rank = k + 1
+            pick.env_batch_count, pick.env_coverage_count = 1, int(pick.phase == "coverage")
+            pick.env_selections_before = int(env_counts[e])
+            pick.task_observations_before = h.task_observation_count(pos)
+            picks.append(pick)
+            in_batch_env[e] = True
+            if k + 1 < n:  # the last pick penalises nobody
+                similarity.add(pos)
+        self._rng.bit_generator.advance(len(self.tasks) + len(self.envs))  # the tiebreak draws, as if drawn
+        positions = [p.pos for p in picks]
         prediction = engine.prediction
-        trace = self._one_trace(pos, prediction, slots, debt, adaptive, coverage)
-        tools = self._tool_codes[self._tool_indptr[pos]:self._tool_indptr[pos + 1]]
+        trace = self._few_trace(positions, prediction, slots, debt, adaptive, coverage)
+        tools = np.concatenate([self._tool_codes[self._tool_indptr[p]:self._tool_indptr[p + 1]] for p in positions])
         n_tools = int(np.unique(tools).size)
-        step = h.record_batch([pos], [pick.phase])
-        self._drawn_one(pos)
+        step = h.record_batch(positions, [p.phase for p in picks])
+        self._drawn(positions)
         self._coverage_debt = debt
-        self._last_picks = [pick]
+        self._last_picks = picks
         self._last_prediction = prediction
         self._last_trace = trace
-        self._pending_explain = _PendingExplanation(step, [pick], prediction, filter_snapshot(h, [pos]),
+        self._pending_explain = _PendingExplanation(step, picks, prediction, filter_snapshot(h, positions),
                                                     dict(self._flags), trace, engine.materialize)
         self._last_records = None
         self._last_tools = n_tools
         self._batch_totals["batches"] += 1
-        self._batch_totals["envs"] += 1
+        self._batch_totals["envs"] += n
         self._batch_totals["tools"] += n_tools
-        return [pos]
+        return positions
 
-    def _coverage_one(self, engine: IncrementalPrediction, clocked: np.ndarray, info: np.ndarray,
-                      state: dict[str, Any], env_counts: np.ndarray) -> tuple[Pick, float] | None:
-        """The coverage pick of a one-task draw from the maintained prediction, by the rule of
-        :func:`~envsched.method.scheduling.batch.build_batch`'s coverage phase on an empty batch: of the environments
-        with a task the consecutive cap leaves eligible, those first in the policy's environment order (ties
-        included); in them the task with the highest coverage score (the fewest observed first, where the policy
-        says so; no similarity penalty with no batch member yet), exact ties to the higher tiebreak draw. Reads the
-        environments' order and the tasks of the first environments only. Returns the pick and its coverage score,
-        or ``None`` when no task is eligible. ``clocked``, ``info``: :meth:`IncrementalPrediction.tick`'s;
-        ``state``: the generator's state before the draw (the tiebreak draws)."""
+    def _coverage_pick(self, engine: IncrementalPrediction, clocked: np.ndarray, info: np.ndarray,
+                       state: dict[str, Any], env_counts: np.ndarray, in_batch_env: np.ndarray,
+                       similarity: BatchSimilarity | None) -> tuple[Pick, float] | None:
+        """A coverage pick of a draw from the maintained prediction whose picks so far (if any) are each of another
+        environment, by the rule of :func:`~envsched.method.scheduling.batch.build_batch`'s coverage phase: of the
+        environments not in the batch (``in_batch_env``) with a task the consecutive cap leaves eligible, those first
+        in the policy's environment order (ties included); in them the task with the highest coverage score (the
+        fewest observed first, where the policy says so) times ``1 - similarity_penalty x`` its largest similarity
+        to the picks so far (``similarity``; ``None``: no pick yet, no penalty), exact ties to the higher tiebreak
+        draw. Reads the environments' order and the tasks of the first environments only. Returns the pick and its
+        coverage score, or ``None`` when no task is eligible. ``clocked``, ``info``:
+        :meth:`IncrementalPrediction.tick`'s; ``state``: the generator's state before the draw (the tiebreak
+        draws)."""
         c, h = self.config, self._history
         policy = self.policy
         assert isinstance(policy, AdaptivePolicy)  # (_incremental_supported)
         key = policy.env_order(h, env_counts) if c.adaptive_coverage else env_counts
-        live = np.ones(len(self.envs), dtype=bool)
+        live = ~in_batch_env
         while True:  # the first environments in the order; one whose every task is capped is skipped
             if not live.any():
                 return None
@@ -479,7 +524,9 @@ class EnvSchedSampler(BaseSampler):
             if cands.size:
                 break
             live[envs] = False
-        engine.clean(cands)  # (the prior and informativeness of rows left for later made exact)
+        cleaned = engine.clean(cands)  # (the prior and informativeness of rows left for later made exact)
+        if cleaned.size:  # (a later exploitation pick of this draw reads them)
+            self._incremental[1].update(cleaned, self._flags)
         tiebreak: np.ndarray | None = None
         if c.adaptive_coverage:
             alpha, beta = signal.signal_posterior(h, engine.prediction.long.prior[cands, 0], c.signal_prior_ess,
@@ -493,40 +540,51 @@ class EnvSchedSampler(BaseSampler):
             score = np.where(is_clocked, info[at] if clocked.size else 0.0, engine.prediction.informativeness[cands])
             obs = h.task_observation_counts()[cands]
             best = np.flatnonzero(obs == obs.min())
-        best = best[score[best] == score[best].max()]
+        ms = None
+        penalised = score
+        if similarity is not None:  # base x (1 - lambda x max_sim), for the candidates that can be chosen
+            ms = np.zeros(cands.size)
+            ms[best] = similarity.max_sim(cands[best])
+            penalised = score * (1.0 - c.similarity_penalty * ms)
+        best = best[penalised[best] == penalised[best].max()]
         if best.size > 1:
             draws = tiebreak[best] if tiebreak is not None else self._tiebreak_of(state, cands[best])
             best = best[[int(np.argmax(draws))]]
         i = int(best[0])
         value = float(score[i])
-        pick = Pick(pos=int(cands[i]), phase="coverage", rank=1, score=value, base_score=value, max_similarity=0.0,
+        pick = Pick(pos=int(cands[i]), phase="coverage", rank=1, score=float(penalised[i]), base_score=value,
+                    max_similarity=0.0 if ms is None else float(ms[i]),
                     tied_envs=int(np.count_nonzero(np.bincount(self.env_codes[cands], minlength=len(self.envs)))))
         return pick, value
 
-    def _one_trace(self, pos: int, prediction: Prediction, slots: int, debt: float, adaptive: dict[str, float],
-                   coverage: float | Any) -> PolicyTrace:
-        """What :class:`AdaptivePolicy` reports for a one-task batch of ``slots`` coverage slots, its per-task values
-        at the pick only. ``debt``: the coverage debt after it; ``adaptive``: the share and the phases' yields;
-        ``coverage``: the pick's coverage score, or a callable giving its tiebreak draw (the score is then computed
-        when explanation records read it)."""
+    def _few_trace(self, positions: list[int], prediction: Prediction, slots: int, debt: float,
+                   adaptive: dict[str, float], coverage: dict[int, float | Any]) -> PolicyTrace:
+        """What :class:`AdaptivePolicy` reports for a batch of ``positions`` with ``slots`` coverage slots, its per-task
+        values at the picks only. ``debt``: the coverage debt after it; ``adaptive``: the share and the phases'
+        yields; ``coverage``: each pick's coverage score, or a callable giving its tiebreak draw (the score is then
+        computed when explanation records read it)."""
         c, h = self.config, self._history
         values: dict[str, Any] = dict(adaptive)
-        at = np.array([pos], dtype=np.int64)
+        at = np.array(sorted(positions), dtype=np.int64)
         if c.adaptive_coverage:
             alpha, beta = signal.signal_posterior(h, prediction.long.prior[at, 0], c.signal_prior_ess,
                                                   c.long_half_life, at)
             policy = self.policy
             assert isinstance(policy, AdaptivePolicy)  # (_incremental_supported)
 
-            def coverage_score() -> float:  # (only explanation records read it: computed when they are built)
-                return float(policy.coverage_score(alpha, beta, None, np.array([coverage()]))[0])
+            def coverage_score(i: int, tiebreak: Any) -> Any:  # (read by explanation records only: on demand)
+                return lambda: float(policy.coverage_score(alpha[i:i + 1], beta[i:i + 1], None,
+                                                           np.array([tiebreak()]))[0])
 
-            values.update(signal_alpha=_AtPositions({pos: float(alpha[0])}, float),
-                          signal_beta=_AtPositions({pos: float(beta[0])}, float),
-                          coverage_score=_AtPositions({pos: coverage_score if callable(coverage) else coverage},
-                                                      float))
+            values.update(
+                signal_alpha=_AtPositions({int(p): float(alpha[i]) for i, p in enumerate(at)}, float),
+                signal_beta=_AtPositions({int(p): float(beta[i]) for i, p in enumerate(at)}, float),
+                coverage_score=_AtPositions({int(p): coverage_score(i, coverage[int(p)])
+                                             if callable(coverage[int(p)]) else coverage[int(p)]
+                                             for i, p in enumerate(at)}, float))
         if c.caps_on_decline_only:
-            values["caps_active"] = _AtPositions({pos: bool(self._incremental[0].caps[pos])}, bool)
+            caps = self._incremental[0].caps
+            values["caps_active"] = _AtPositions({int(p): bool(caps[p]) for p in at}, bool)
         return PolicyTrace(explained=True, coverage_slots=slots, coverage_debt=debt, **values)
 
     def _run_header(self) -> dict[str, Any]:

@@ -17,12 +17,13 @@ from envsched.method.graph.synthetic import synthetic_graph, synthetic_tasks
 from envsched.method.sampler import EnvSchedSampler
 
 
-def _pair(n: int = 600, envs: int = 12, *, anchored: bool = True,
+def _pair(n: int = 600, envs: int = 12, *, anchored: bool = True, patterns: int = 200,
           **config) -> tuple[EnvSchedSampler, EnvSchedSampler]:
     """Two samplers of one pool: the first draws one task from the maintained prediction, the second recomputes
     the whole prediction every draw, with the first one's anchor (``anchored``: the same bits) or as every other
-    draw does (the weights valued at the latest step: the same up to rounding)."""
-    g = synthetic_graph(n, envs, seed=2)
+    draw does (the weights valued at the latest step: the same up to rounding). ``patterns``: the synthetic graph's
+    abstract tokens (fewer: tasks of different environments more alike)."""
+    g = synthetic_graph(n, envs, seed=2, patterns=patterns)
     tasks = synthetic_tasks(g)
     a = EnvSchedSampler(tasks, g, SchedulerConfig(**config), seed=4)
     b = EnvSchedSampler(tasks, g, SchedulerConfig(**config), seed=4)
@@ -31,7 +32,7 @@ def _pair(n: int = 600, envs: int = 12, *, anchored: bool = True,
         whole = b._select
 
         def select(n: int) -> list[int]:
-            if n != 1 or a._anchor is None or a.history.step - 1 == a._anchor.step:
+            if not a._few_supported(n) or a._anchor is None or a.history.step - 1 == a._anchor.step:
                 return whole(n)
             real = sampler_module.predict
             sampler_module.predict = functools.partial(real, anchor=a._anchor.step,
@@ -76,28 +77,30 @@ def _close(x, y) -> bool:
 
 
 def _drive(a: EnvSchedSampler, b: EnvSchedSampler, draws: int, rng: np.random.Generator, p: np.ndarray,
-           late: list, *, flag_every: int = 0, exact: bool = True, explain_every: int = 1) -> int:
-    """One-task draws of both, compared (the records every ``explain_every`` draws; ``exact``: bit for bit, else
-    within rounding); rewards (some unscored), late and dropped groups, flags. Returns how many draws came from
-    the maintained prediction."""
+           late: list, *, flag_every: int = 0, exact: bool = True, explain_every: int = 1,
+           sizes: tuple[int, ...] = (1,)) -> int:
+    """Draws of both (``sample(sizes[k % len(sizes)])`` for draw ``k``: one task by default), compared (the records
+    every ``explain_every`` draws; ``exact``: bit for bit, else within rounding); rewards (some unscored), late and
+    dropped groups, flags. Returns how many draws came from the maintained prediction."""
     incremental = 0
     for k in range(draws):
         incremental += a._incremental is not None
-        ta, tb = a.sample(1), b.sample(1)
+        n = sizes[k % len(sizes)]
+        ta, tb = a.sample(n), b.sample(n)
         assert ta == tb, f"draw {k}: {ta} != {tb}"
         if k % explain_every == 0:
             ea, eb = a.explanations(), b.explanations()
             assert ea == eb if exact else _close(ea, eb), f"draw {k}: the records differ"
-        (t,) = ta
-        if k % 9 == 4:
-            for s in (a, b):
-                s.discard(t)
-        elif k % 4 == 1:
-            late.append(t)
-        else:
-            r = [None if rng.random() < 0.05 else float(rng.random() < p[a.position_of(t)]) for _ in range(8)]
-            for s in (a, b):
-                s.update(t, r)
+        for j, t in enumerate(ta):
+            if (k + j) % 9 == 4:
+                for s in (a, b):
+                    s.discard(t)
+            elif (k + j) % 4 == 1:
+                late.append(t)
+            else:
+                r = [None if rng.random() < 0.05 else float(rng.random() < p[a.position_of(t)]) for _ in range(8)]
+                for s in (a, b):
+                    s.update(t, r)
         if k % 4 == 3:
             for t in late:
                 r = [float(rng.random() < p[a.position_of(t)]) for _ in range(8)]
@@ -152,9 +155,41 @@ def test_coverage_draws_of_the_debt_equal_the_whole_computation(config):
     p = rng.beta(0.6, 0.6, size=len(a.tasks))
     _warm(a, b, rng, p, steps=3)
     phases = []
-    _spy(a, "_select_one", lambda out: out is not None and phases.append(a.last_phases()[0]))
+    _spy(a, "_select_few", lambda out: out is not None and phases.append(a.last_phases()[0]))
     assert _drive(a, b, 90, rng, p, [], flag_every=7) >= 80
     assert len(phases) >= 80 and 20 <= phases.count("coverage") <= 50  # (share 0.3-0.5 of the draws)
+
+
+@pytest.mark.parametrize("config", [{}, {"adaptive_coverage": False}, {"caps_on_decline_only": False},
+                                    {"adaptive_share": False, "coverage_share": 0.4}])
+def test_small_batches_equal_the_whole_computation(config):
+    # sample(2) (TRL's trainer), sample(3), sample(5) and sample(8) are drawn from the maintained prediction too,
+    # their coverage slots first, every pick after the first penalised by its similarity to the picks before it:
+    # bit for bit the whole computation's, records, metrics and state included, between one-task draws, late
+    # updates and flags; a batch of 64 in between drops the maintained prediction, and the next small draw starts it
+    a, b = _pair(patterns=30, **config)  # (tasks of different environments alike: the penalty acts)
+    assert a._few_supported(1) and not a._few_supported(2)  # (a pool of 600 tasks: the whole computation)
+    a.few_draws_min_tasks = 0
+    rng = np.random.default_rng(21)
+    p = rng.beta(0.6, 0.6, size=len(a.tasks))
+    _warm(a, b, rng, p, steps=3)
+    few, similar = [], []
+
+    def seen(out):
+        if out is not None:
+            few.append(len(out))
+            similar.extend(p.max_similarity for p in a._last_picks[1:])
+
+    _spy(a, "_select_few", seen)
+    sizes = (2, 1, 3, 2, 5, 2, 8, 1)
+    assert _drive(a, b, 64, rng, p, [], flag_every=9, sizes=sizes) >= 56
+    _warm(a, b, rng, p, steps=1)  # (batches of 24: the whole computation)
+    assert a._incremental is None
+    assert _drive(a, b, 24, rng, p, [], sizes=sizes) >= 20
+    # (a batch of 5 or 8 has two coverage groups or more: a new global reference once they are in, so the draw
+    # after it is a whole computation)
+    assert {2, 3, 5, 8} <= set(few) and len(few) >= 50
+    assert max(similar) > 0.1 and sum(x > 0 for x in similar) >= 20  # the penalty acted
 
 
 def test_coverage_draws_among_environments_never_selected_equal_the_whole_computation():
@@ -173,7 +208,7 @@ def test_coverage_draws_among_environments_never_selected_equal_the_whole_comput
     never = int((a.history.env_selection_counts() == 0).sum())
     assert never >= 20
     tied = []
-    _spy(a, "_coverage_one", lambda out: out is not None and tied.append(out[0].tied_envs))
+    _spy(a, "_coverage_pick", lambda out: out is not None and tied.append(out[0].tied_envs))
     assert _drive(a, b, 40, rng, p, []) >= 35
     assert max(tied) >= never - 1 and min(tied) >= 1  # the never-selected ones, tied, then fewer of them
 
@@ -186,7 +221,7 @@ def test_the_rows_left_for_later_never_change_a_draw():
     p = rng.beta(0.6, 0.6, size=len(a.tasks))
     _warm(a, b, rng, p, steps=2)
     waiting = []
-    _spy(a, "_select_one", lambda _: a._incremental is not None and waiting.append(int(a._incremental[0].dirty.sum())))
+    _spy(a, "_select_few", lambda _: a._incremental is not None and waiting.append(int(a._incremental[0].dirty.sum())))
     assert _drive(a, b, 120, rng, p, [], flag_every=17, explain_every=25) >= 110
     assert max(waiting) > 100  # rows did wait
 

@@ -323,7 +323,7 @@ class IncrementalPrediction:
         moved = 0.0
         if self.environment is not None:
             envs = distinct(self.env_codes[tasks])
-            members = self._members(envs)
+            members = self.members(envs)
             moved = self._environment_rows(envs, members)
             within.append(members)
         within = union(*within)
@@ -388,7 +388,8 @@ class IncrementalPrediction:
         it exact)."""
         return np.where(self.dirty[rows], self.upper[rows], self.prediction.informativeness[rows])
 
-    def _members(self, envs: np.ndarray) -> np.ndarray:
+    def members(self, envs: np.ndarray) -> np.ndarray:
+        """Every task of the environments ``envs``, environment by environment (ascending positions in each)."""
         return self.env_order[_ranges(self.env_starts[envs], self.env_starts[envs + 1])]
 
     def _x(self, tasks: np.ndarray) -> np.ndarray:

@@ -83,8 +83,21 @@ class RelationOperator:
         return cls(matrix=op, row_total=np.asarray(op.sum(axis=1)).ravel())
 
     def aggregate(self, seen: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """``(N, C)``: each task's neighbour-weighted sum of ``x`` (the rows of the observed tasks ``seen``)."""
+        """``(N, C)``: each task's neighbour-weighted sum of ``x`` (the rows of the observed tasks ``seen``,
+        ascending). Where they are a large share of the pool, the product with ``x`` spread to all N rows (zeros
+        elsewhere) instead of the matrix's columns ``seen`` copied out: the same sums bit for bit (a column-major
+        product adds each column's entries column after column; an unobserved column adds ``+-0.0``, which
+        changes no sum, and a sum from ``0.0`` is never ``-0.0``)."""
+        n = self.matrix.shape[1]
+        if seen.size * self.spread_fraction >= n:
+            full = np.zeros((n, x.shape[1]))
+            full[seen] = x
+            return np.asarray(self.matrix @ full)
         return np.asarray(self.matrix[:, seen] @ x)
+
+    #: :meth:`aggregate` spreads ``x`` over the pool when the observed tasks are at least ``1 / spread_fraction``
+    #: of it
+    spread_fraction = 8
 
 
 @dataclass(frozen=True)
@@ -193,15 +206,27 @@ def _propagate_substituted(seen: np.ndarray, x: np.ndarray, rel: RelationOperato
         y = x.copy()
         y[:, 1:] -= substitute[seen]
         agg = rel.aggregate(seen, y)
-        num = agg[:, 1:] + np.asarray(rel.matrix @ substitute)
+        spread = np.asarray(rel.matrix @ substitute)
     else:
         agg = rel.aggregate(seen, x)
         missing = np.maximum(rel.row_total - agg[:, 0], 0.0)
-        num = agg[:, 1:] + missing[:, None] * substitute
     has = agg[:, 0] > 0
     total = rel.row_total
-    est = np.where((total > 0)[:, None], num / np.where(total > 0, total, 1.0)[:, None], substitute)
-    return np.asfortranarray(est), has
+    with_neighbours = total > 0
+    denom = np.where(with_neighbours, total, 1.0)
+    alone = ~with_neighbours
+    # (agg + spread) / total, or (agg + missing * substitute) / total, where a task has neighbours, else its
+    # substitute: column by column into a (C, N) buffer returned transposed (Fortran order, as _propagate_seen)
+    est = np.empty((substitute.shape[1], substitute.shape[0]))
+    for j, col in enumerate(est):
+        if per_neighbour:
+            np.add(agg[:, 1 + j], spread[:, j], out=col)
+        else:
+            np.multiply(missing, substitute[:, j], out=col)
+            col += agg[:, 1 + j]
+        col /= denom
+        np.copyto(col, substitute[:, j], where=alone)
+    return est.T, has
 
 
 def _argsort(x: np.ndarray) -> np.ndarray:

@@ -109,6 +109,10 @@ class SimilarityIndex:
         self._blocks: dict[int, np.ndarray] = {}
         self._cached = 0
         self._requests: dict[int, int] = {}  # rows asked of an environment with no block yet
+        # the feature rows of those environments (_environment_rows), kept for their next rows up to
+        # pending_rows_entries stored entries in all
+        self._pending_rows: dict[int, tuple[sp.csr_matrix, sp.csr_matrix]] = {}
+        self._pending_entries = 0
 
     @staticmethod
     def _dense_row(m: sp.csr_matrix, i: int) -> np.ndarray:
@@ -122,6 +126,9 @@ class SimilarityIndex:
     #: An environment's first rows are computed one at a time (a sparse row times its transposed rows); its whole
     #: block, which costs about as much as that many rows of a large environment, from the request after these.
     rows_before_block: int = 8
+    #: The feature rows of environments with rows asked but no block yet are kept (for their next rows) up to this
+    #: many stored entries in all (about 48 MiB).
+    pending_rows_entries: int = 4_000_000
     #: Pools up to this size keep ``S_abs`` as a dense float32 matrix (at most 36 MB).
     dense_abstract_max_nodes: int = 3_000
 
@@ -140,8 +147,14 @@ class SimilarityIndex:
         block = self._blocks.get(e)
         if block is None and (hi - lo) ** 2 + self._cached <= self.block_cache_entries:
             self._requests[e] = self._requests.get(e, 0) + 1
-            rows, transposed = self._environment_rows(lo, hi)
+            pair = self._pending_rows.pop(e, None)
+            if pair is not None:
+                self._pending_entries -= 2 * pair[0].nnz
+            rows, transposed = pair if pair is not None else self._environment_rows(lo, hi)
             if self._requests[e] <= self.rows_before_block:
+                if self._pending_entries + 2 * rows.nnz <= self.pending_rows_entries:  # kept for its next rows
+                    self._pending_rows[e] = (rows, transposed)
+                    self._pending_entries += 2 * rows.nnz
                 return self.order[lo:hi], (rows[int(self._slot[s])] @ transposed).toarray().ravel()
             block = (rows @ transposed).toarray()
             self._blocks[e] = block
@@ -163,7 +176,14 @@ class SimilarityIndex:
         features no row uses, whose column indices alone the renumbering drops (and with them an index array
         as long as the vocabulary)."""
         a, z = self._fe_indptr[lo], self._fe_indptr[hi]
-        used, columns = np.unique(self._fe_indices[a:z], return_inverse=True)
+        features = self._fe_indices[a:z]
+        vocabulary = self.full.shape[1]
+        if features.size * 8 >= vocabulary:  # many entries: a lookup table over the vocabulary beats sorting them
+            present = np.bincount(features, minlength=vocabulary) > 0
+            used = np.flatnonzero(present)
+            columns = (np.cumsum(present) - 1)[features]
+        else:
+            used, columns = np.unique(features, return_inverse=True)
         rows = sp.csr_matrix((self._fe_data[a:z], columns.astype(np.int32), self._fe_indptr[lo:hi + 1] - a),
                              shape=(hi - lo, used.size))
         return rows, rows.T.tocsr()

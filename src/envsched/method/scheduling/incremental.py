@@ -103,13 +103,11 @@ class IncrementalExploitation:
         if rows.size:
             self._refresh_blocks(rows)
 
-    def pick(self, history: History, clocked: np.ndarray, info: np.ndarray,
-             tiebreak_of: Callable[[np.ndarray], np.ndarray]) -> tuple[int, float, float, float] | None:
-        """``(position, base score, exposure, discount)`` of the exploitation pick, or ``None`` when no task is
-        eligible (the whole computation then goes on to coverage and fill). ``clocked``, ``info``:
-        :meth:`IncrementalPrediction.tick`'s."""
+    def _clocked_scores(self, history: History, rows: np.ndarray,
+                        info: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(base, discount, eligible)`` of the clocked ``rows``: the informativeness times the exposure discount
+        where the caps apply, and whether the filters and the consecutive cap leave the task a candidate."""
         cfg, e = self.config, self.engine
-        rows = clocked
         caps = e.caps[rows]
         discount = np.ones(rows.size)
         capped = rows[caps]
@@ -121,6 +119,26 @@ class IncrementalExploitation:
             ok &= ~history.progress_filtered(rows)
         ok &= ~((history.last_selected[rows] == history.step - 1)
                 & (history.run_length[rows] >= cfg.max_consecutive_selections) & caps)
+        return base, discount, ok
+
+    def _result(self, history: History, rows: np.ndarray, base: np.ndarray, discount: np.ndarray,
+                pos: int) -> tuple[float, float, float]:
+        """``(base score, exposure, discount)`` of the pick ``pos``."""
+        at = int(np.searchsorted(rows, pos))
+        if at < rows.size and rows[at] == pos:
+            b, d = float(base[at]), float(discount[at])
+        else:
+            b, d = float(self.engine.prediction.informativeness[pos]), 1.0
+        exposure = float(history.exposure(self.config.long_half_life, np.array([pos]))[0])
+        return b, exposure, d
+
+    def pick(self, history: History, clocked: np.ndarray, info: np.ndarray,
+             tiebreak_of: Callable[[np.ndarray], np.ndarray]) -> tuple[int, float, float, float] | None:
+        """``(position, base score, exposure, discount)`` of the exploitation pick, or ``None`` when no task is
+        eligible (the whole computation then goes on to coverage and fill). ``clocked``, ``info``:
+        :meth:`IncrementalPrediction.tick`'s."""
+        rows = clocked
+        base, discount, ok = self._clocked_scores(history, rows, info)
         best_clocked = base[ok].max() if ok.any() else -np.inf
         best_static = self._best_static(best_clocked)
         top = max(best_clocked, best_static)
@@ -132,10 +150,65 @@ class IncrementalExploitation:
             tied.append(cand[self.static[cand] == top])
         tied_all = np.sort(np.concatenate(tied))
         pos = int(tied_all[0]) if tied_all.size == 1 else int(tied_all[int(np.argmax(tiebreak_of(tied_all)))])
-        at = int(np.searchsorted(rows, pos))
-        if at < rows.size and rows[at] == pos:
-            b, d = float(base[at]), float(discount[at])
-        else:
-            b, d = float(e.prediction.informativeness[pos]), 1.0
-        exposure = float(history.exposure(cfg.long_half_life, np.array([pos]))[0])
-        return pos, b, exposure, d
+        return (pos, *self._result(history, rows, base, discount, pos))
+
+    def _static_at_least(self, floor: float) -> np.ndarray:
+        """The unclocked rows whose score is at least ``floor`` (``> -inf``), ascending, each exact (the dirty rows
+        that could reach it recomputed)."""
+        e = self.engine
+        while True:
+            rows = self._rows_of(np.flatnonzero(self.block_max >= floor))
+            dirty = rows[e.dirty[rows] & (self.static[rows] >= floor)]
+            if not dirty.size:
+                return rows[self.static[rows] >= floor]
+            self._refresh_blocks(e.clean(dirty))
+
+    def pick_penalised(self, history: History, clocked: np.ndarray, info: np.ndarray,
+                       tiebreak_of: Callable[[np.ndarray], np.ndarray], excluded_envs: np.ndarray,
+                       max_similarity: Callable[[np.ndarray], np.ndarray],
+                       ) -> tuple[int, float, float, float, float, float] | None:
+        """The exploitation pick of a batch that already has members, each of another environment than every
+        candidate: the eligible task outside ``excluded_envs`` (``(E,)`` bool: the members' environments) with the
+        highest ``base x (1 - similarity_penalty x max_similarity)``, exact ties to the higher tiebreak draw, as
+        :func:`~envsched.method.scheduling.batch.build_batch`'s exploitation phase. ``max_similarity(cands)``: each
+        candidate's largest similarity to the members (the batch builder's :class:`~envsched.method.scheduling.
+        batch.BatchSimilarity`). The penalty only lowers a score, so the candidates are those whose base reaches a
+        threshold: the best base first, then the best penalised score among them (at most two rounds). Returns
+        ``(position, score, base score, max_similarity, exposure, discount)``, or ``None`` when no task is
+        eligible."""
+        e = self.engine
+        lam = self.config.similarity_penalty
+        rows = clocked
+        base, discount, ok = self._clocked_scores(history, rows, info)
+        ok &= ~excluded_envs[e.env_codes[rows]]
+        hidden = np.sort(e.members(np.flatnonzero(excluded_envs)))
+        self.static[hidden] = -np.inf  # (restored below)
+        blocks = distinct(hidden // self.block)
+        self.block_max[blocks] = self.static.reshape(-1, self.block)[blocks].max(axis=1)
+        try:
+            floor = max(base[ok].max() if ok.any() else -np.inf, self._best_static(-np.inf))
+            if floor == -np.inf:
+                return None
+            while True:
+                chosen = np.flatnonzero(ok & (base >= floor))
+                static = self._static_at_least(floor)
+                cands = np.concatenate([rows[chosen], static])
+                cand_base = np.concatenate([base[chosen], self.static[static]])
+                ms = max_similarity(cands)
+                score = cand_base * (1.0 - lam * ms)
+                top = score.max()
+                if top >= floor:  # no candidate below the floor can reach it
+                    break
+                floor = top
+            tied = np.flatnonzero(score == top)
+            if tied.size > 1:
+                order = np.argsort(cands[tied])
+                tied = tied[order]
+                tied = tied[[int(np.argmax(tiebreak_of(cands[tied])))]]
+            i = int(tied[0])
+            pos = int(cands[i])
+        finally:
+            if hidden.size:
+                self._refresh_blocks(hidden)
+        b, exposure, d = self._result(history, rows, base, discount, pos)
+        return pos, float(score[i]), b, float(ms[i]), exposure, d
