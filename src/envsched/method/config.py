@@ -119,7 +119,8 @@ rule                                   parameter                                
 =====================================  =======================================  ==========================
 bounded history: observations whose    ``history_tolerance``; the horizon is    1e-9 (268 steps at the
 weight is below this share of their    ``SchedulerConfig.history_horizon``      default half-lives)
-task's newest are folded into counters
+task's newest leave the log for the
+decayed statistics (paper preset)
 =====================================  =======================================  ==========================
 
 The paper gives the view weights and the two neighbour counts; it does not publish the bandwidth rule.
@@ -766,11 +767,13 @@ class SchedulerConfig:
             task whose groups keep being mixed may be re-picked every batch. The paper applies both always.
 
     Long runs (ours; both presets):
-        history_tolerance: how much of a recency-weighted estimate the history may drop to stay bounded
-            (1e-9). Observations more than :attr:`history_horizon` steps older than their task's newest one
-            together weigh less than this share of it, so they are folded into exact counters (see
-            :mod:`envsched.method.history.statistics`); 0 keeps every observation (memory and step time
-            then grow with the run).
+        history_tolerance: how far the paper preset's estimates may move to keep the history bounded (1e-9).
+            Observations more than :attr:`history_horizon` steps older than their task's newest one together
+            weigh less than this share of it; they leave the log for per-task decayed statistics, where they
+            are clipped as one block. The default keeps a live window of 16-20 steps in the log and absorbs
+            everything older, whatever the tolerance above 0 (see :mod:`envsched.method.history.statistics`).
+            0 keeps every observation in the log, in either preset (memory and step time then grow with the
+            run).
     """
 
     # in the order to_dict writes them; each field's metadata is its Knob (check, when it is read, tuning range)
