@@ -12,11 +12,27 @@ from scipy import stats
 from envsched_lab.stats import compare, holm, minimum_detectable_effect, paired, tost
 
 
-@pytest.mark.slow
 def test_holm_matches_the_step_down_by_hand() -> None:
     # sorted 0.01, 0.03, 0.04 -> x3, x2, x1 = 0.03, 0.06, 0.04 -> monotone 0.03, 0.06, 0.06
     adjusted = holm({"a": 0.01, "b": 0.04, "c": 0.03})
     assert adjusted == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})
+
+
+@pytest.mark.slow  # statsmodels' multipletests runs gc.collect() on every call
+def test_holm_equals_statsmodels_on_random_families_with_ties() -> None:
+    from statsmodels.stats.multitest import multipletests
+
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        m = int(rng.integers(1, 12))
+        p = rng.uniform(0, 0.2 if trial % 2 else 1.0, size=m)
+        if m > 2:
+            p[1] = p[0]  # a tie
+            p[2] = 1.0 if trial % 3 == 0 else p[2]
+        names = [f"t{i}" for i in range(m)]
+        ours = holm(dict(zip(names, p, strict=True)))
+        theirs = multipletests(p, method="holm")[1]
+        assert [ours[k] for k in names] == pytest.approx(theirs.tolist(), abs=1e-15)
 
 
 def test_holm_leaves_nan_out_of_the_family() -> None:
