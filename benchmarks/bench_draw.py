@@ -12,7 +12,9 @@ Bernoulli rewards (a fixed ``p ~ Beta(0.6, 0.6)`` per task, 8 rollouts per group
    and the median CPU time of each phase's draws;
 3. ``--batches`` (30) calls of ``sample(64)`` (each followed by its 64 updates, untimed): the **batch** figure is
    the median time of ``sample(64)``;
-4. the state: ``len(json.dumps(sampler.state_dict()))``, the time of ``state_dict()`` + ``json.dumps`` and of
+4. ``--pairs`` (100) calls of ``sample(2)`` (what TRL's trainer draws at two tasks a step) each followed by the
+   ``update`` of its two groups: the **pair** figure is the median time of ``sample(2)`` plus its updates;
+5. the state: ``len(json.dumps(sampler.state_dict()))``, the time of ``state_dict()`` + ``json.dumps`` and of
    ``json.loads`` + ``load_state_dict``, and the process's resident memory.
 
 Wall time (``time.perf_counter``) and process CPU time (``time.process_time``) are both reported; on a shared
@@ -64,7 +66,7 @@ def _median_ms(xs: list[float]) -> float:
     return statistics.median(xs) * 1e3
 
 
-def run_one(n: int, warmup: int, draws: int, batches: int, seed: int) -> dict[str, Any]:
+def run_one(n: int, warmup: int, draws: int, batches: int, seed: int, pairs: int = 100) -> dict[str, Any]:
     """One run at ``n`` tasks with the code importable as ``envsched`` (see the module docstring)."""
     import envsched
     from envsched.method.config import SchedulerConfig
@@ -116,6 +118,16 @@ def run_one(n: int, warmup: int, draws: int, batches: int, seed: int) -> dict[st
         batch_cpu.append(time.process_time() - c0)
         for task, r in zip(batch, rewards_of(batch), strict=True):
             sampler.update(task, r)
+    pair_wall, pair_cpu = [], []
+    for _ in range(pairs):
+        u = rng.random((2, GROUP))
+        w0, c0 = time.perf_counter(), time.process_time()
+        batch = sampler.sample(2)
+        for task, r in zip(batch, (u < p[[sampler.position_of(t) for t in batch], None]).astype(float).tolist(),
+                           strict=True):
+            sampler.update(task, r)
+        pair_wall.append(time.perf_counter() - w0)
+        pair_cpu.append(time.process_time() - c0)
     gc.collect()
     state = _state_figures(sampler)
     observed = int(np.count_nonzero(sampler.history.task_observation_counts()))
@@ -132,6 +144,8 @@ def run_one(n: int, warmup: int, draws: int, batches: int, seed: int) -> dict[st
         "draw_cpu_mean_ms": statistics.fmean(draw_cpu) * 1e3, "draw_coverage": len(by_phase["coverage"]),
         **{f"draw_cpu_{ph}_ms": _median_ms(xs) if xs else None for ph, xs in by_phase.items()},
         "batch_ms": _median_ms(batch_wall), "batch_cpu_ms": _median_ms(batch_cpu),
+        "pairs": pairs, "pair_ms": _median_ms(pair_wall) if pairs else None,
+        "pair_cpu_ms": _median_ms(pair_cpu) if pairs else None,
         "state_bytes": state["state_json_bytes"], "state_dump_s": state["state_dump_s"],
         "state_load_s": state["state_load_s"],
         "tasks_observed": observed, "rss_mib": _rss_mib(),
@@ -145,7 +159,7 @@ def _subprocess(src: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     cmd = [sys.executable, __file__, "--one", str(n), "--warmup", str(args.warmup), "--draws", str(args.draws),
-           "--batches", str(args.batches), "--seed", str(args.seed)]
+           "--batches", str(args.batches), "--pairs", str(args.pairs), "--seed", str(args.seed)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"run at {n:,} tasks with {src} failed:\n{out.stderr[-4000:]}")
@@ -160,9 +174,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     """One line per size and version (medians over its repetitions), and the ratio to the first version."""
     versions = list(dict.fromkeys(r["version"] for r in rows))
     sizes = sorted({r["tasks"] for r in rows})
-    lines = ["| tasks | version | `sample(1)` + `update` (CPU) | `sample(64)` (CPU) | state | dump / load | RSS "
-             "| load average |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| tasks | version | `sample(1)` + `update` (CPU) | `sample(64)` (CPU) | `sample(2)` + 2 `update` (CPU) "
+             "| state | dump / load | RSS | load average |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     base: dict[int, dict[str, float]] = {}
     for n in sizes:
         for v in versions:
@@ -175,6 +189,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
             fig = {k: med(k) for k in ("draw_ms", "draw_cpu_ms", "batch_ms", "batch_cpu_ms", "state_bytes",
                                        "state_dump_s", "state_load_s")}
+            paired = all(r.get("pair_cpu_ms") is not None for r in rs)  # (rows of earlier runs have none)
+            if paired:
+                fig.update(pair_ms=med("pair_ms"), pair_cpu_ms=med("pair_cpu_ms"))
             ratio = ""
             if v != versions[0] and n in base:
                 ratio = (f" (x{fig['draw_cpu_ms'] / base[n]['draw_cpu_ms']:.2f}, "
@@ -184,9 +201,14 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             loads = [x for r in rs for x in (r["load_start"], r["load_end"])]
             rss = [r["rss_mib"] for r in rs if r["rss_mib"] is not None]
             rss_text = f"{statistics.median(rss):.0f} MiB" if rss else "-"
+            pair_text = "-"
+            if paired:
+                pair_text = f"{_fmt_ms(fig['pair_ms'])} ({_fmt_ms(fig['pair_cpu_ms'])})"
+                if v != versions[0] and base[n].get("pair_cpu_ms"):
+                    pair_text += f" (x{fig['pair_cpu_ms'] / base[n]['pair_cpu_ms']:.2f})"
             lines.append(
                 f"| {n:,} | {v} | {_fmt_ms(fig['draw_ms'])} ({_fmt_ms(fig['draw_cpu_ms'])}) | "
-                f"{_fmt_ms(fig['batch_ms'])} ({_fmt_ms(fig['batch_cpu_ms'])}){ratio} | "
+                f"{_fmt_ms(fig['batch_ms'])} ({_fmt_ms(fig['batch_cpu_ms'])}){ratio} | {pair_text} | "
                 f"{fig['state_bytes'] / 2**20:.2f} MiB | {fig['state_dump_s'] * 1e3:.0f} / "
                 f"{fig['state_load_s'] * 1e3:.0f} ms | {rss_text} | {min(loads):.1f}-{max(loads):.1f} |")
     return "\n".join(lines)
@@ -198,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=100, help="steps of sample(64) + updates before timing")
     ap.add_argument("--draws", type=int, default=200, help="timed calls of sample(1) + update")
     ap.add_argument("--batches", type=int, default=30, help="timed calls of sample(64)")
+    ap.add_argument("--pairs", type=int, default=100, help="timed calls of sample(2) + its two updates")
     ap.add_argument("--repeat", type=int, default=1, help="runs per version and size")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--version", action="append", default=[], metavar="NAME=SRC_DIR",
@@ -207,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a subprocess's single run
     args = ap.parse_args(argv)
     if args.one is not None:
-        print(json.dumps(run_one(args.one, args.warmup, args.draws, args.batches, args.seed)))
+        print(json.dumps(run_one(args.one, args.warmup, args.draws, args.batches, args.seed, args.pairs)))
         return 0
     if args.markdown:
         rows = [r for path in args.markdown for r in json.loads(Path(path).read_text())["rows"]]
@@ -225,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name:>10} {n:>9,} tasks: sample(1)+update {row['draw_ms']:.3f} ms "
                       f"(CPU {row['draw_cpu_ms']:.3f}; sample {row['draw_sample_ms']:.3f}, update "
                       f"{row['draw_update_ms']:.3f}), sample(64) {row['batch_ms']:.2f} ms "
-                      f"(CPU {row['batch_cpu_ms']:.2f}), "
+                      f"(CPU {row['batch_cpu_ms']:.2f}), sample(2)+updates {row['pair_ms'] or 0:.2f} ms "
+                      f"(CPU {row['pair_cpu_ms'] or 0:.2f}), "
                       f"state {row['state_bytes'] / 2**20:.2f} MiB, dump/load {row['state_dump_s'] * 1e3:.0f}/"
                       f"{row['state_load_s'] * 1e3:.0f} ms, RSS {row['rss_mib']:.0f} MiB, "
                       f"load {row['load_start']:.1f}-{row['load_end']:.1f}", file=sys.stderr, flush=True)

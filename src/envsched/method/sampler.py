@@ -429,7 +429,7 @@ class EnvSchedSampler(BaseSampler):
             slots = min(slots, max(round(share * n), int(np.count_nonzero(env_counts == 0))))
         slots, debt = settle_coverage_debt(slots, share, n, self._coverage_debt)
         in_batch_env = np.zeros(len(self.envs), dtype=bool)
-        similarity = BatchSimilarity(self._similarity)
+        similarity = BatchSimilarity(self._similarity) if n > 1 else None  # (the last pick penalises nobody)
         picks: list[Pick] = []
         coverage: dict[int, float | Any] = {}  # each pick's coverage score, or a callable giving its tiebreak draw
 

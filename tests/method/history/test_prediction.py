@@ -375,3 +375,21 @@ def test_sampler_choices_equal_those_of_the_plain_prediction(preset, monkeypatch
     if preset == "default":  # the substitute was read: some task's environment estimate is not the reference
         assert last.long.relations.environment is not None
         assert np.abs(last.long.relations.environment - last.reference).max() > 1e-3
+
+
+@pytest.mark.parametrize("share", [0.02, 0.5, 1.0])
+def test_an_aggregate_over_many_observed_tasks_has_the_bits_of_the_columns_copied_out(share):
+    # RelationOperator.aggregate multiplies the whole matrix by x spread over the pool (zeros elsewhere) once the
+    # observed tasks are 1 / spread_fraction of it, instead of copying their columns out: the same sums, bit for bit
+    # (values of both signs, exact zeros and -0.0 among them)
+    rng = np.random.default_rng(3)
+    n = 2000
+    m = sp.random(n, n, density=0.006, random_state=4, format="csc")
+    op = RelationOperator.of(m)
+    seen = np.flatnonzero(rng.random(n) < share)
+    x = rng.normal(size=(seen.size, 7))
+    x[::5, 2] = 0.0
+    x[1::7, 3] = -0.0
+    spread = seen.size * op.spread_fraction >= n
+    assert spread == (share > 0.1)
+    assert op.aggregate(seen, x).tobytes() == np.asarray(m[:, seen] @ x).tobytes()

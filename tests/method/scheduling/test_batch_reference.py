@@ -395,6 +395,7 @@ def test_an_environment_row_computed_alone_equals_its_row_of_the_block_bit_for_b
     g = dataclasses.replace(g, full_features=g.full_features.astype(dtype))
     alone, block = SimilarityIndex(g), SimilarityIndex(g)
     alone.rows_before_block, block.rows_before_block = 10**9, 0
+    alone._every_block_fits = False  # (a pool this small has every block at the first request: see below)
     for s in range(900):
         rows_a, sims_a = alone.within(s)
         rows_b, sims_b = block.within(s)
@@ -402,11 +403,37 @@ def test_an_environment_row_computed_alone_equals_its_row_of_the_block_bit_for_b
         sub = g.full_features.tocsr()[rows_a]  # the plain product over the whole vocabulary
         assert (sub @ sub.T).toarray()[int(np.flatnonzero(rows_a == s)[0])].tobytes() == sims_a.tobytes()
     assert not alone._blocks and len(block._blocks) == 12
-    index = SimilarityIndex(g)  # the default: rows first, then the block from the request after
+    index = SimilarityIndex(g)  # where not every block fits in the cache: rows first, then the block from the
+    index._every_block_fits = False  # request after
     e = int(g.env_codes[0])
     members = np.flatnonzero(g.env_codes == e)
     for k in range(index.rows_before_block + 1):
         _rows, sims = index.within(int(members[k % members.size]))
         assert (e in index._blocks) == (k == index.rows_before_block)  # built by the request after the first 8
+        assert (e in index._pending_rows) == (k < index.rows_before_block)  # its feature rows kept until then
         assert sims.tobytes() == block.within(int(members[k % members.size]))[1].tobytes()
-    assert e in index._blocks and e not in index._requests
+    assert e in index._blocks and e not in index._requests and index._pending_entries == 0
+    small = SimilarityIndex(g)  # every block fits (12 of 75 x 75): each is computed on its first request
+    assert small._every_block_fits
+    small.within(int(members[0]))
+    assert e in small._blocks
+
+
+@pytest.mark.parametrize("envs", [12, 90])
+def test_an_environment_feature_rows_are_renumbered_in_order_either_way(envs):
+    # an environment's features are renumbered through a lookup table over the vocabulary where it has many entries
+    # (12 environments of 75 tasks: 450 entries, 480 features) and by sorting them where it has few (90 of 10: 60
+    # entries, 3,600 features); either way the features it uses, ascending, and each entry's rank among them
+    g = synthetic_graph(900, envs, seed=5)
+    index = SimilarityIndex(g)
+    vocabulary = index.full.shape[1]
+    many = 0
+    for e in range(envs):
+        lo, hi = int(index.starts[e]), int(index.starts[e + 1])
+        rows, transposed = index._environment_rows(lo, hi)
+        features = index._fe_indices[index._fe_indptr[lo]:index._fe_indptr[hi]]
+        used, columns = np.unique(features, return_inverse=True)
+        many += features.size * 8 >= vocabulary
+        assert rows.shape == (hi - lo, used.size) and np.array_equal(rows.indices, columns)
+        assert np.array_equal(transposed.toarray(), rows.toarray().T)
+    assert many == (envs if envs == 12 else 0)

@@ -399,7 +399,8 @@ class Prediction:
     short: HalfLifePrediction
     decline: np.ndarray
     informativeness: np.ndarray
-    shared: np.ndarray | None = field(default=None, repr=False)  # tasks that share the reference prediction
+    #: computes the tasks that share the reference prediction (:attr:`shared`)
+    shared_mask: Callable[[], np.ndarray] | None = field(default=None, repr=False)
     #: both half-lives' estimates of each relation computed so far, ``{relation: ((N, 6) long then short m, v, d,
     #: has an observed neighbour (N,))}`` (the arrays the half-lives' relation estimates are views of), and the
     #: environment estimates ``((N, 6), has (N,))`` (``None``: the global reference is the substitute)
@@ -407,6 +408,12 @@ class Prediction:
     environment: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     #: the step the recency weights are valued at (:meth:`History.task_history`); ``None``: the latest
     anchor: int | None = None
+
+    @cached_property
+    def shared(self) -> np.ndarray | None:
+        """``(N,)`` bool: the tasks that share the reference prediction (their values are one block for the sorts;
+        computed on first read, as only sorts read it)."""
+        return None if self.shared_mask is None else self.shared_mask()
 
     @cached_property
     def q(self) -> np.ndarray:
@@ -430,9 +437,9 @@ class Prediction:
 
 
 def _one_half_life(hist: TaskHistory, relations: RelationEstimates, reference: np.ndarray, config: SchedulerConfig,
-                   shared: np.ndarray) -> HalfLifePrediction:
-    """``shared``: tasks without own history and without an observed neighbour in a relation in use, whose
-    predictions are all the same (sorted as one block, see :func:`sort_order`)."""
+                   shared: Callable[[], np.ndarray]) -> HalfLifePrediction:
+    """``shared()``: tasks without own history and without an observed neighbour in a relation in use, whose
+    predictions are all the same (sorted as one block, see :func:`sort_order`); read only where a sort is."""
     if config.use_within_edges and config.use_cross_edges:
         w = config.within_fusion_weight
         prior = w * relations.get(0)[0] + (1.0 - w) * relations.get(1)[0]
@@ -451,13 +458,14 @@ def _one_half_life(hist: TaskHistory, relations: RelationEstimates, reference: n
     v_rec = d * m * (1.0 - m)
     a = config.reconstruction_weight
     if config.use_calibration:
-        order = sort_order(v, shared)
+        block = shared()
+        order = sort_order(v, block)
         v_sorted = v[order]  # one gather shared by the ranks and the quantile mapping
-        q = (1.0 - a) * _ranks_of_sorted(v_sorted, order) + a * percentile_ranks(v_rec, sort_order(v_rec, shared))
+        q = (1.0 - a) * _ranks_of_sorted(v_sorted, order) + a * percentile_ranks(v_rec, sort_order(v_rec, block))
         score = _quantiles_of_sorted(v_sorted, q)
     else:  # without calibration: the blend of the two estimates on their own scales (ranks only for explanations)
         score = (1.0 - a) * v + a * v_rec
-        q = lambda: percentile_ranks(score, sort_order(score, shared))  # noqa: E731
+        q = lambda: percentile_ranks(score, sort_order(score, shared()))  # noqa: E731
     return HalfLifePrediction(history=hist, relations=relations, prior=prior, posterior=posterior, v_direct=v,
                               v_reconstructed=v_rec, ranks=q, score=score)
 
@@ -530,24 +538,31 @@ def predict(history: History, graph: DualRelationGraph, config: SchedulerConfig,
     short_rel = RelationEstimates(lambda i: (propagated(i)[0][:, 3:], propagated(i)[1]))
     if environment is not None:
         long_rel.environment, short_rel.environment = environment[0][:, :3], environment[0][:, 3:]
-    shared = ~h_long.observed
-    if config.use_within_edges:
-        shared &= ~long_rel.get(0)[1]
-    if config.use_cross_edges:
-        shared &= ~long_rel.get(1)[1]
-    if environment is not None:
-        # the substitute differs from the reference where the task's environment has an observed task (within)
-        # or one of its cross neighbours' environments has (cross)
-        touched = np.zeros(graph.num_nodes, dtype=bool)
-        if config.use_within_edges:
-            touched |= environment[1]
-        if config.use_cross_edges:
-            touched |= np.asarray(ops[1].matrix @ environment[1].astype(float)) > 0
-        shared &= ~touched
+    known: list[np.ndarray] = []
+
+    def shared() -> np.ndarray:  # (computed once, where a sort reads it: the calibration or explanations)
+        if not known:
+            mask = ~h_long.observed
+            if config.use_within_edges:
+                mask &= ~long_rel.get(0)[1]
+            if config.use_cross_edges:
+                mask &= ~long_rel.get(1)[1]
+            if environment is not None:
+                # the substitute differs from the reference where the task's environment has an observed task
+                # (within) or one of its cross neighbours' environments has (cross)
+                touched = np.zeros(graph.num_nodes, dtype=bool)
+                if config.use_within_edges:
+                    touched |= environment[1]
+                if config.use_cross_edges:
+                    touched |= np.asarray(ops[1].matrix @ environment[1].astype(float)) > 0
+                mask &= ~touched
+            known.append(mask)
+        return known[0]
+
     long = _one_half_life(h_long, long_rel, reference, config, shared)
     short = _one_half_life(h_short, short_rel, reference, config, shared)
     decline = np.maximum(0.0, long.score - short.score)
     info = 0.5 * (long.score + short.score) - config.decline_penalty * decline
     info = np.maximum(info, 0.0)
     return Prediction(reference=reference, long=long, short=short, decline=decline, informativeness=info,
-                      shared=shared, propagated=both, environment=environment, anchor=anchor)
+                      shared_mask=shared, propagated=both, environment=environment, anchor=anchor)

@@ -109,6 +109,10 @@ class SimilarityIndex:
         self._blocks: dict[int, np.ndarray] = {}
         self._cached = 0
         self._requests: dict[int, int] = {}  # rows asked of an environment with no block yet
+        # when every environment's block fits in the cache together, a block is computed on its environment's first
+        # request (the rows it replaces are its rows bit for bit, and no environment is ever left without one)
+        sizes = np.diff(self.starts)
+        self._every_block_fits = int((sizes * sizes).sum()) <= self.block_cache_entries
         # the feature rows of those environments (_environment_rows), kept for their next rows up to
         # pending_rows_entries stored entries in all
         self._pending_rows: dict[int, tuple[sp.csr_matrix, sp.csr_matrix]] = {}
@@ -151,7 +155,7 @@ class SimilarityIndex:
             if pair is not None:
                 self._pending_entries -= 2 * pair[0].nnz
             rows, transposed = pair if pair is not None else self._environment_rows(lo, hi)
-            if self._requests[e] <= self.rows_before_block:
+            if self._requests[e] <= self.rows_before_block and not self._every_block_fits:
                 if self._pending_entries + 2 * rows.nnz <= self.pending_rows_entries:  # kept for its next rows
                     self._pending_rows[e] = (rows, transposed)
                     self._pending_entries += 2 * rows.nnz
@@ -319,7 +323,8 @@ class BatchSimilarity:
         stale = upto < nb
         if stale.any():
             todo, since = cands[stale], upto[stale]
-            if todo.size * self.eager_fraction >= self.index.n:  # most of the pool: whole rows are cheaper
+            if (todo.size * self.eager_fraction >= self.index.n  # most of the pool: whole rows are cheaper
+                    or (nb - self._all) * self.index.n <= self.whole_rows_entries):  # or a small pool
                 self.apply_whole_rows()
             else:
                 members, order = np.asarray(self.members, dtype=np.int64), np.asarray(self._order, dtype=bool)
@@ -332,6 +337,10 @@ class BatchSimilarity:
 
     #: Candidates to bring up to date beyond ``N / eager_fraction`` get every pending member's whole row.
     eager_fraction: int = 256
+    #: Pending members' whole rows are applied at once, whatever the candidates, while they are at most this many
+    #: entries (members times N): a row over a pool of up to about 100,000 tasks costs less than the per-call
+    #: work of the candidates' pairs.
+    whole_rows_entries: int = 262_144
 
 
 @dataclass
