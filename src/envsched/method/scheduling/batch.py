@@ -574,8 +574,11 @@ class _Ranked:
             cut = i + (can.size if can.all() else int(np.argmin(can)))
             if cut > i:
                 t = t[:cut - i]
-                now, _ = bound(run[i:cut])  # tighter than the build-time bound: skip hopeless candidates
-                hit = np.flatnonzero((now > top) | ((now == top) & (t > top_tb)))
+                if top == -np.inf:  # (nothing found yet: every bound beats it, so every candidate is scored)
+                    hit = np.arange(cut - i)
+                else:
+                    now, _ = bound(run[i:cut])  # tighter than the build-time bound: skip hopeless candidates
+                    hit = np.flatnonzero((now > top) | ((now == top) & (t > top_tb)))
                 if hit.size:
                     vals, ms = exact(run[i + hit])
                     v = vals.max()
