@@ -439,7 +439,7 @@ class EnvSchedSampler(BaseSampler):
         for k in range(n):
             if k < slots:
                 got = self._coverage_pick(engine, clocked, info, state, env_counts, in_batch_env,
-                                          similarity if picks else None)
+                                          similarity if picks else None, k + 1 < n)
                 if got is not None:
                     pick, coverage[got[0].pos] = got
             elif not picks:
@@ -493,17 +493,17 @@ class EnvSchedSampler(BaseSampler):
 
     def _coverage_pick(self, engine: IncrementalPrediction, clocked: np.ndarray, info: np.ndarray,
                        state: dict[str, Any], env_counts: np.ndarray, in_batch_env: np.ndarray,
-                       similarity: BatchSimilarity | None) -> tuple[Pick, float] | None:
+                       similarity: BatchSimilarity | None, more: bool) -> tuple[Pick, float] | None:
         """A coverage pick of a draw from the maintained prediction whose picks so far (if any) are each of another
         environment, by the rule of :func:`~envsched.method.scheduling.batch.build_batch`'s coverage phase: of the
         environments not in the batch (``in_batch_env``) with a task the consecutive cap leaves eligible, those first
         in the policy's environment order (ties included); in them the task with the highest coverage score (the
         fewest observed first, where the policy says so) times ``1 - similarity_penalty x`` its largest similarity
         to the picks so far (``similarity``; ``None``: no pick yet, no penalty), exact ties to the higher tiebreak
-        draw. Reads the environments' order and the tasks of the first environments only. Returns the pick and its
-        coverage score, or ``None`` when no task is eligible. ``clocked``, ``info``:
-        :meth:`IncrementalPrediction.tick`'s; ``state``: the generator's state before the draw (the tiebreak
-        draws)."""
+        draw; ``more``: whether picks of the draw come after this one. Reads the environments' order and the tasks of
+        the first environments only. Returns the pick and its coverage score, or ``None`` when no task is eligible.
+        ``clocked``, ``info``: :meth:`IncrementalPrediction.tick`'s; ``state``: the generator's state before the draw
+        (the tiebreak draws)."""
         c, h = self.config, self._history
         policy = self.policy
         assert isinstance(policy, AdaptivePolicy)  # (_incremental_supported)
@@ -525,7 +525,7 @@ class EnvSchedSampler(BaseSampler):
                 break
             live[envs] = False
         cleaned = engine.clean(cands)  # (the prior and informativeness of rows left for later made exact)
-        if cleaned.size:  # (a later exploitation pick of this draw reads them)
+        if more and cleaned.size:  # (a later exploitation pick of this draw reads them; else the next sync)
             self._incremental[1].update(cleaned, self._flags)
         tiebreak: np.ndarray | None = None
         if c.adaptive_coverage:
