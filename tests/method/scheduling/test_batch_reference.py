@@ -413,10 +413,14 @@ def test_an_environment_row_computed_alone_equals_its_row_of_the_block_bit_for_b
         assert (e in index._pending_rows) == (k < index.rows_before_block)  # its feature rows kept until then
         assert sims.tobytes() == block.within(int(members[k % members.size]))[1].tobytes()
     assert e in index._blocks and e not in index._requests and index._pending_entries == 0
-    small = SimilarityIndex(g)  # every block fits (12 of 75 x 75): each is computed on its first request
+    small = SimilarityIndex(g)  # every block fits (12 of 75 x 75), few entries each: computed on the first request
     assert small._every_block_fits
     small.within(int(members[0]))
     assert e in small._blocks
+    rich = SimilarityIndex(g)  # an environment with many feature entries: rows first even so (a block costs rows)
+    rich.early_block_entries = 0
+    rich.within(int(members[0]))
+    assert e not in rich._blocks and e in rich._pending_rows
 
 
 @pytest.mark.parametrize("envs", [12, 90])

@@ -109,8 +109,9 @@ class SimilarityIndex:
         self._blocks: dict[int, np.ndarray] = {}
         self._cached = 0
         self._requests: dict[int, int] = {}  # rows asked of an environment with no block yet
-        # when every environment's block fits in the cache together, a block is computed on its environment's first
-        # request (the rows it replaces are its rows bit for bit, and no environment is ever left without one)
+        # when every environment's block fits in the cache together, the block of an environment with few feature
+        # entries (early_block_entries) is computed on its first request: it costs about what one row does (the
+        # rows it replaces are its rows bit for bit, and no environment is ever left without one)
         sizes = np.diff(self.starts)
         self._every_block_fits = int((sizes * sizes).sum()) <= self.block_cache_entries
         # the feature rows of those environments (_environment_rows), kept for their next rows up to
@@ -133,6 +134,9 @@ class SimilarityIndex:
     #: The feature rows of environments with rows asked but no block yet are kept (for their next rows) up to this
     #: many stored entries in all (about 48 MiB).
     pending_rows_entries: int = 4_000_000
+    #: An environment whose feature rows hold at most this many entries has its block computed on its first request
+    #: (where every block fits in the cache).
+    early_block_entries: int = 4_096
     #: Pools up to this size keep ``S_abs`` as a dense float32 matrix (at most 36 MB).
     dense_abstract_max_nodes: int = 3_000
 
@@ -155,7 +159,8 @@ class SimilarityIndex:
             if pair is not None:
                 self._pending_entries -= 2 * pair[0].nnz
             rows, transposed = pair if pair is not None else self._environment_rows(lo, hi)
-            if self._requests[e] <= self.rows_before_block and not self._every_block_fits:
+            early = self._every_block_fits and rows.nnz <= self.early_block_entries
+            if self._requests[e] <= self.rows_before_block and not early:
                 if self._pending_entries + 2 * rows.nnz <= self.pending_rows_entries:  # kept for its next rows
                     self._pending_rows[e] = (rows, transposed)
                     self._pending_entries += 2 * rows.nnz
