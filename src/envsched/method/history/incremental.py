@@ -1,6 +1,6 @@
 """Stage 2 of EnvSched, kept up to date: the prediction of :mod:`~envsched.method.history.prediction` maintained
-task by task as groups arrive, so that a draw of one task costs what changed since the last draw, not a pass over
-the pool (an asynchronous trainer draws one group at a time).
+task by task as groups arrive, so that a draw of one task, or of a few (``sample(2)`` of TRL's trainer), costs what
+changed since the last draw, not a pass over the pool (an asynchronous trainer draws one group at a time).
 
 **What is maintained.** :func:`~envsched.method.history.prediction.predict` with the recency weights valued at a
 fixed step, the *anchor* ``a`` (``predict(..., anchor=a)``, :meth:`History.task_history

@@ -16,8 +16,11 @@ rule of :func:`~envsched.method.scheduling.batch.build_batch`. The maintained pr
   blocks it touched.
 
 Only the tasks tied at the best score need their tiebreak draws, which the sampler reads from its generator without
-drawing the whole array. The pick is the one the whole computation makes on the same prediction
-(``tests/method/scheduling/test_incremental_draw.py``).
+drawing the whole array. The exploitation picks of a small batch (``sample(n)``, each task of another environment)
+after its first pick are penalised by their similarity to the picks before them
+(:meth:`IncrementalExploitation.pick_penalised`): a penalty only lowers a score, so only the candidates whose score
+reaches the best penalised one are scored. The picks are the ones the whole computation makes on the same
+prediction (``tests/method/scheduling/test_incremental_draw.py``).
 """
 
 from __future__ import annotations
