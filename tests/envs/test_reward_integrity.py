@@ -76,18 +76,22 @@ def test_wrong_values_keep_the_type_and_change_the_value() -> None:
 
 @pytest.fixture(scope="module")
 def schedulable() -> dict[str, list[dict]]:
-    """Two tier-0 items of every dataset that can be built, by name."""
+    """Two tier-0 items of every dataset that can be built, by name.
+
+    Seed 4: reasoning-gym's sokoban generator searches for a solvable board, and its time depends on the seed
+    (two tier-0 items: 1.2 s at seed 4, 6-25 s at seeds 0-3 and 5-7); every other dataset builds in 0.3 s or
+    less at any seed. Which two items are swept is otherwise arbitrary."""
     out, failed = {}, set()
     for name in list_scorable_datasets():
         try:
-            out[name] = build_reasoning_gym_pool([name], tasks_per_dataset=2, num_tiers=1, seed=5)
+            out[name] = build_reasoning_gym_pool([name], tasks_per_dataset=2, num_tiers=1, seed=4)
         except (ValueError, TypeError):  # reasoning-gym fails to generate (or tier) the dataset
             failed.add(name)
     assert failed == NOT_SCHEDULABLE  # a change in what can be scheduled is noticed here
     return out
 
 
-@pytest.mark.slow  # about 20 s: 99 datasets x 2 items x about 70 answers, some of them at the scorer's deadline
+@pytest.mark.slow  # about 8 s: 99 datasets x 2 items x about 70 answers, some of them at the scorer's deadline
 def test_no_degenerate_or_wrong_answer_earns_credit(schedulable: dict[str, list[dict]],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(safe_scoring.SCORER_TIMEOUT_ENV, "3")  # a long answer at the deadline costs 3 s, not 10
