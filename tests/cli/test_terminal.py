@@ -81,7 +81,7 @@ class Pane:
                 if m:
                     lines = screen.splitlines()
                     return int(m.group(1)), lines[: next(i for i, x in enumerate(lines) if "__exit=" in x)]
-                time.sleep(0.5)
+                time.sleep(0.1)  # a capture costs about 3 ms; a 0.5 s poll waited 0.25 s per run on average
             raise AssertionError(f"envsched {' '.join(args)} did not finish in {timeout_s} s")
         finally:
             self.tmux("kill-session", "-t", name)
