@@ -180,12 +180,18 @@ def writer(store: str, prefix: str, ack_path: str, worker: int, rounds: int, wri
     sampler.close()
 
 
-def opener(store: str, start: float, prefixes: list[str]) -> None:
+def opener(store: str, prefixes: list[str]) -> None:
     """Round ``r`` opens a sampler on the (not yet created) store ``prefixes[r]`` at ``start + r * 0.5`` s,
-    the instant every other opener does, and prints the id of the store it joined."""
+    the instant every other opener does, and prints the id of the store it joined. ``start`` is read from
+    stdin after this process has printed ``ready`` (imports done, the first round's handle made): the parent
+    sends it once every opener is ready."""
+    start = 0.0
     for r, prefix in enumerate(prefixes):
         target = store.replace("{prefix}", prefix)
         handle = HistoryStore(target, table_prefix=prefix)
+        if r == 0:
+            print("ready", flush=True)
+            start = float(sys.stdin.readline())
         while time.time() < start + 0.5 * r:
             time.sleep(0.0005)
         sampler = DurableSampler(make_sampler(), handle, snapshot_every=SNAPSHOT_EVERY)
@@ -200,6 +206,6 @@ if __name__ == "__main__":
     elif mode == "writer":
         writer(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]))
     elif mode == "opener":
-        opener(sys.argv[2], float(sys.argv[3]), sys.argv[4:])
+        opener(sys.argv[2], sys.argv[3:])
     else:
         raise SystemExit(f"unknown mode {mode}")

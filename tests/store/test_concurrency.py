@@ -114,10 +114,16 @@ OPEN_ROUNDS = 8
 
 def _open_at_once(store: str, prefixes: list[str]) -> dict[str, list[str]]:
     """Eight processes create each store at the same instant; returns the store ids each round saw."""
-    start = time.time() + 8.0  # after every process has imported envsched
-    procs = [subprocess.Popen([sys.executable, str(HERE / "_store_workers.py"), "opener", store, str(start),
-                               *prefixes], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [subprocess.Popen([sys.executable, str(HERE / "_store_workers.py"), "opener", store, *prefixes],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(WRITERS)]
+    for p in procs:  # each has imported envsched and made its first handle
+        ready = p.stdout.readline()
+        assert ready == "ready\n", f"{ready!r} {p.communicate(timeout=60)[1][-3000:]}"
+    start = time.time() + 0.5  # every opener has its start before it comes
+    for p in procs:
+        p.stdin.write(f"{start!r}\n")
+        p.stdin.flush()
     seen: dict[str, list[str]] = {p: [] for p in prefixes}
     for p in procs:
         out, err = p.communicate(timeout=180)
