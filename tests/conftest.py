@@ -81,20 +81,22 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
             item.add_marker(group)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection(session: Any) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: Any) -> Any:
     # collection imports torch, transformers, TRL, verl and the rest (about a million objects): the cyclic
-    # collector's full passes over that growing heap cost 7 s of a 25 s collection and free almost nothing
-    gc.disable()
-
-
-def pytest_collection_finish(session: Any) -> None:
-    # what collection left alive (modules, classes, test items) lives until the session ends: after one pass
+    # collector's full passes over that growing heap cost 7 s of a 25 s collection and free almost nothing.
+    # What collection leaves alive (modules, classes, test items) lives until the session ends: after one pass
     # that frees import-time cycles it is frozen, so that the full collections during the tests (automatic
-    # ones, and the gc.collect() that HF's Trainer runs on every train()) scan only what the tests create
-    gc.enable()
-    gc.collect()
-    gc.freeze()
+    # ones, and the gc.collect() that HF's Trainer runs on every train()) scan only what the tests create.
+    # A wrapper, so that gc is enabled again however collection ends (an error, or pytest-xdist's controller,
+    # which collects nothing)
+    gc.disable()
+    try:
+        return (yield)
+    finally:
+        gc.enable()
+        gc.collect()
+        gc.freeze()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
