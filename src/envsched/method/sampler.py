@@ -52,7 +52,6 @@ from envsched.method.scheduling.policy import (
     PolicyTrace,
     SchedulingPolicy,
     make_policy,
-    settle_coverage_debt,
 )
 from envsched.pool.pool import TaskPool
 from envsched.samplers.base import BaseSampler, GroupResult
@@ -416,18 +415,10 @@ class EnvSchedSampler(BaseSampler):
         chooser.update(engine.sync(h), self._flags)
         clocked, info = engine.tick(h)
         state = self._rng.bit_generator.state
-        c = self.config
         policy = self.policy
         assert isinstance(policy, AdaptivePolicy)  # (_incremental_supported)
-        adaptive: dict[str, float] = {}
-        share = c.coverage_share
         env_counts = h.env_selection_counts()
-        slots = c.coverage_slots_for(n)
-        if c.adaptive_share:
-            share, y_cov, y_exp = policy.share(h)
-            adaptive = {"share": share, "coverage_yield": y_cov, "exploitation_yield": y_exp}
-            slots = min(slots, max(round(share * n), int(np.count_nonzero(env_counts == 0))))
-        slots, debt = settle_coverage_debt(slots, share, n, self._coverage_debt)
+        slots, debt, adaptive = policy.coverage_slots(n, h, env_counts, self._coverage_debt)
         in_batch_env = np.zeros(len(self.envs), dtype=bool)
         similarity = BatchSimilarity(self._similarity) if n > 1 else None  # (the last pick penalises nobody)
         picks: list[Pick] = []

@@ -290,7 +290,6 @@ class AdaptivePolicy:
                rng: np.random.Generator, coverage_debt: float = 0.0) -> tuple[BatchInputs, PolicyTrace]:
         c, h = self.config, history
         info = prediction.informativeness
-        cap = c.coverage_slots_for(n)
         trace: dict[str, Any] = {}
         env_counts = h.env_selection_counts()
         need_posterior = c.exploitation_score == "signal_probability" or c.adaptive_coverage
@@ -324,16 +323,8 @@ class AdaptivePolicy:
         caps_active = np.ones(info.shape[0], dtype=bool)
         if c.caps_on_decline_only:
             caps_active = trace["caps_active"] = signal.declining(h, c.long_half_life, c.short_half_life)
-        slots, debt = cap, coverage_debt
-        if c.mode == "full":
-            share = c.coverage_share
-            if c.adaptive_share:
-                share, y_cov, y_exp = self.share(h)
-                k = round(share * n)
-                never_selected = int((env_counts == 0).sum())
-                slots = min(cap, max(k, never_selected))
-                trace.update(share=share, coverage_yield=y_cov, exploitation_yield=y_exp)
-            slots, debt = settle_coverage_debt(slots, share, n, debt)
+        slots, debt, adaptive = self.coverage_slots(n, h, env_counts, coverage_debt)
+        trace.update(adaptive)
         inputs = BatchInputs(coverage_slots=slots, env_order=env_order, coverage_score=coverage,
                              coverage_fewest_observed_first=not c.adaptive_coverage,
                              exploitation_score=exploitation, caps_active=caps_active)
@@ -357,6 +348,26 @@ class AdaptivePolicy:
         s_e, k_e = signal.env_signal(history, c.long_half_life)
         ucb = signal.beta_quantile(1.0 + s_e, 1.0 + k_e - s_e, c.ucb_quantile)
         return -np.where(env_counts == 0, np.inf, ucb * self.env_size_weight)  # the higher priority first
+
+    def coverage_slots(self, n: int, history: History, env_counts: np.ndarray,
+                       coverage_debt: float) -> tuple[int, float, dict[str, float]]:
+        """The coverage slots of a batch of ``n``, the coverage debt after it (``coverage_debt`` before) and, with
+        ``adaptive_share``, the trace's ``share``, ``coverage_yield`` and ``exploitation_yield``. The slots are
+        ``coverage_slots_for(n)``, with the online share at most that and at least one per environment never
+        selected (``env_counts == 0``), then settled with the debt (:func:`settle_coverage_debt`); outside
+        ``mode="full"`` the configuration's slots as they are."""
+        c = self.config
+        slots = c.coverage_slots_for(n)
+        if c.mode != "full":
+            return slots, coverage_debt, {}
+        share, adaptive = c.coverage_share, {}
+        if c.adaptive_share:
+            share, y_cov, y_exp = self.share(history)
+            never_selected = int(np.count_nonzero(env_counts == 0))
+            slots = min(slots, max(round(share * n), never_selected))
+            adaptive = {"share": share, "coverage_yield": y_cov, "exploitation_yield": y_exp}
+        slots, debt = settle_coverage_debt(slots, share, n, coverage_debt)
+        return slots, debt, adaptive
 
     def share(self, history: History) -> tuple[float, float, float]:
         """The online coverage share (``adaptive_share``) and the two phases' yields it comes from: ``(share,
