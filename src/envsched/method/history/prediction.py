@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -538,26 +538,23 @@ def predict(history: History, graph: DualRelationGraph, config: SchedulerConfig,
     short_rel = RelationEstimates(lambda i: (propagated(i)[0][:, 3:], propagated(i)[1]))
     if environment is not None:
         long_rel.environment, short_rel.environment = environment[0][:, :3], environment[0][:, 3:]
-    known: list[np.ndarray] = []
-
+    @cache
     def shared() -> np.ndarray:  # (computed once, where a sort reads it: the calibration or explanations)
-        if not known:
-            mask = ~h_long.observed
+        mask = ~h_long.observed
+        if config.use_within_edges:
+            mask &= ~long_rel.get(0)[1]
+        if config.use_cross_edges:
+            mask &= ~long_rel.get(1)[1]
+        if environment is not None:
+            # the substitute differs from the reference where the task's environment has an observed task
+            # (within) or one of its cross neighbours' environments has (cross)
+            touched = np.zeros(graph.num_nodes, dtype=bool)
             if config.use_within_edges:
-                mask &= ~long_rel.get(0)[1]
+                touched |= environment[1]
             if config.use_cross_edges:
-                mask &= ~long_rel.get(1)[1]
-            if environment is not None:
-                # the substitute differs from the reference where the task's environment has an observed task
-                # (within) or one of its cross neighbours' environments has (cross)
-                touched = np.zeros(graph.num_nodes, dtype=bool)
-                if config.use_within_edges:
-                    touched |= environment[1]
-                if config.use_cross_edges:
-                    touched |= np.asarray(ops[1].matrix @ environment[1].astype(float)) > 0
-                mask &= ~touched
-            known.append(mask)
-        return known[0]
+                touched |= np.asarray(ops[1].matrix @ environment[1].astype(float)) > 0
+            mask &= ~touched
+        return mask
 
     long = _one_half_life(h_long, long_rel, reference, config, shared)
     short = _one_half_life(h_short, short_rel, reference, config, shared)
