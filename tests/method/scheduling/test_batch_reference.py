@@ -290,8 +290,9 @@ def _tune(monkeypatch, sparse: bool = False, blocks: bool = True, lazy: bool = F
         monkeypatch.setattr(SimilarityIndex, "dense_abstract_max_nodes", 0)
     if not blocks:
         monkeypatch.setattr(SimilarityIndex, "block_cache_entries", 0)
-    if lazy:
+    if lazy:  # (whole rows otherwise apply to pools this small: the picks in plain floats, _Ranked._pick_eager)
         monkeypatch.setattr(BatchSimilarity, "eager_fraction", 1)
+        monkeypatch.setattr(BatchSimilarity, "whole_rows_entries", 0)
     if short:
         monkeypatch.setattr(batch_module, "SHORTLIST_FACTOR", 0)
         monkeypatch.setattr(batch_module, "SHORTLIST_EXTRA", 3)
@@ -305,6 +306,8 @@ def _tune(monkeypatch, sparse: bool = False, blocks: bool = True, lazy: bool = F
     (500, 10, 64, 5, {"sparse": True}),                       # ... and whole rows
     (800, 200, 64, 40, {"sparse": True, "lazy": True, "short": True}),  # many small environments, tiny lists
     (300, 3, 64, 200, {"lazy": True, "short": True}),         # few large environments, coverage beyond level 0
+    (800, 200, 64, 40, {"sparse": True, "short": True}),      # the same with whole rows: picks in plain floats
+    (300, 3, 64, 200, {"short": True}),
     (20, 4, 16, 200, {"sparse": True, "lazy": True}),         # tiny pool: fill
 ])
 def test_batches_equal_the_plain_rules(monkeypatch, preset, size, envs, n, patterns, tuning):

@@ -38,7 +38,10 @@ similarity (``S_full``) is updated per pick over the pick's environment; cross-e
 needs more than ``N / BatchSimilarity.eager_fraction`` candidates brought up to date, the pending members'
 whole rows are applied instead (the eager update, ``O(N)`` per member). Coverage picks its environment
 from the environments not yet in the batch, ordered once per batch, and rescans only the (at most ``n``)
-environments already in it. When scores separate (the paper preset; most steps) a batch costs ``O(N)``
+environments already in it. On pools small enough that every member's whole row is applied at its pick
+(:attr:`BatchSimilarity.eager`, up to about 260,000 tasks), every similarity is known at a pick, and a phase's
+shortlist is a heap of plain floats instead (lazy greedy: only the candidates that reach its top are scored again,
+each with the same three operations as the whole-array score). When scores separate (the paper preset; most steps) a batch costs ``O(N)``
 numpy work plus ``O(K B)`` similarity pairs for shortlists of ``K``; when almost every candidate scores
 the same (the adaptive scores of a pool that is mostly unobserved), the exact argmax needs every
 candidate's similarity and a pick costs one whole row, as before. The choices are exactly those of the
@@ -57,8 +60,11 @@ builder applies the same rules to either. Caps ``C1`` / ``C3`` are stated for ``
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -143,6 +149,9 @@ class SimilarityIndex:
     def members(self, envs: np.ndarray) -> np.ndarray:
         """Every task of the environments ``envs``, environment by environment (ascending positions in each)."""
         envs = np.asarray(envs, dtype=np.int64)
+        if envs.size == 1:
+            e = int(envs[0])
+            return self.order[self.starts[e]:self.starts[e + 1]]
         lo, hi = self.starts[envs], self.starts[envs + 1]
         sizes = hi - lo
         offs = np.repeat(lo - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes)
@@ -305,6 +314,12 @@ class BatchSimilarity:
         rows, sims = self.index.within(pos)
         self.max_within[rows] = np.maximum(self.max_within[rows], sims)
 
+    @property
+    def eager(self) -> bool:
+        """Whether :meth:`max_sim` applies a pending member's whole row to every task (a small pool: a row costs
+        less than the candidates' pairs); a pick then sees every task's largest similarity up to date."""
+        return self.index.n <= self.whole_rows_entries
+
     def pending(self) -> bool:
         """Whether some member's whole row is not applied to every task yet."""
         return self._all < len(self.members)
@@ -429,7 +444,7 @@ class _Batch:
         if len(self.picks) < self.n:  # the last pick penalises nobody
             self.sim.add(pick.pos)
 
-    def penalised(self, base: np.ndarray | LazyScores) -> tuple[Scorer, Scorer]:
+    def penalised(self, base: np.ndarray | LazyScores) -> Penalised:
         """``(exact, bound)`` for the penalised score ``base * (1 - lambda * max_sim)``: ``exact(cands)`` is
         ``(scores, max_sim)``; ``bound(cands)`` an upper bound from the similarities computed so far, free.
         ``base`` is read only at the candidates asked about (a :class:`LazyScores` computes no other task)."""
@@ -442,16 +457,32 @@ class _Batch:
             ms = self.sim.max_sim(cands)
             return base[cands] * (1.0 - lam * ms), ms
 
-        def bound(cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        def bounds(cands: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             ms = self.sim.partial(cands)
             bc = base[cands]
             ub = bc * (1.0 - lam * ms)
             below = negative if negative is not None else bool((bc < 0).any())
-            return (np.where(bc < 0, np.inf, ub) if below else ub), ms
-        return exact, bound
+            return (np.where(bc < 0, np.inf, ub) if below else ub), bc, ms
+
+        def bound(cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            ub, _, ms = bounds(cands)
+            return ub, ms
+        return Penalised(exact, bound, bounds, lam)
 
 
 Scorer = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+class Penalised(NamedTuple):
+    """A phase's penalised score ``base * (1 - lam * max_sim)`` (:meth:`_Batch.penalised`): the exact scores and
+    their upper bound, each ``(scores, max_sim)`` of an array of candidates; ``bounds(cands)``, the upper bound
+    with its two terms, ``(bound, base, max_sim so far)``; and ``lam``, with which a pick on a pool whose
+    similarities are applied eagerly scores one candidate in plain floats."""
+
+    exact: Scorer
+    bound: Scorer
+    bounds: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+    lam: float
 
 
 def _kth_highest(u: np.ndarray, k: int) -> float:
@@ -486,30 +517,44 @@ class _Ranked:
     """Exact lazy argmax over one phase's candidates, which only leave (picked, or their environment capped).
 
     The rule: fewest observations first (``obs``; ``None``: no such rule), then the highest exact score,
-    exact ties to the higher tiebreak draw. ``bound(cands)`` is an upper bound on each candidate's exact score
-    that only falls as the batch grows (the score with the similarities known so far). A shortlist of ``k``
-    candidates is kept in the order (obs, -bound, -tiebreak) of the bounds at build time; a walk stops where
-    no later candidate can beat the best found, and the result is certified against the first candidate
-    outside the shortlist (else the shortlist is rebuilt from ``pool()``, the candidates now, large enough to
-    hold every candidate whose bound reached the best found).
+    exact ties to the higher tiebreak draw. ``scorer``: ``(exact, bound)`` (a :class:`Penalised` score, or a pair
+    of scorers), the exact score and an upper bound on it that only falls as the batch grows (the score with the
+    similarities known so far). A shortlist of ``k`` candidates is kept in the order (obs, -bound, -tiebreak) of
+    the bounds at build time; a walk stops where no later candidate can beat the best found, and the result is
+    certified against the first candidate outside the shortlist (else the shortlist is rebuilt from ``pool()``,
+    the candidates now, large enough to hold every candidate whose bound reached the best found). With
+    ``valid_one`` (``valid`` of one candidate), a :class:`Penalised` score on a pool whose similarities are
+    applied eagerly is picked in plain floats instead (:meth:`_pick_eager`).
     """
 
-    def __init__(self, b: _Batch, pool: Callable[[], np.ndarray], bound: Callable[[np.ndarray], np.ndarray],
-                 obs: np.ndarray | None, k: int) -> None:
+    def __init__(self, b: _Batch, pool: Callable[[], np.ndarray], scorer: tuple[Scorer, Scorer] | Penalised,
+                 obs: np.ndarray | None, k: int, valid_one: Callable[[int], bool] | None = None) -> None:
         self.tiebreak, self.sim = b.ctx.tiebreak, b.sim
-        self.pool, self.bound_of, self.obs, self.k0 = pool, bound, obs, max(1, k)
+        self.pool, self.scorer, self.obs, self.k0 = pool, scorer, obs, max(1, k)
         self.k = self.k0
+        self.valid_one = valid_one
+        self._eager = valid_one is not None and isinstance(scorer, Penalised) and b.sim.eager
+        self._heap: list[tuple] | None = None  # the shortlist as a heap (_pick_eager), built on its first pick
         self._build()
 
-    def _build(self, pool: np.ndarray | None = None) -> None:
-        pool = self.pool() if pool is None else pool
+    def _build(self) -> None:
+        pool = self.pool()
+        scorer = self.scorer
+        if self._eager:  # every row applied first: the bounds are the exact scores of now
+            self.sim.apply_whole_rows()
+        self._built_at = len(self.sim.members)
         # bounds now, kept until the next build: bounds only fall, so a stale one still holds
-        self.pool_bound = pb = self.bound_of(pool)
+        if isinstance(scorer, Penalised):
+            pb, pbase, pms = scorer.bounds(pool)
+        else:
+            pb, pbase, pms = scorer[1](pool)[0], None, None
+        self.pool_bound = pb
         tb = self.tiebreak
         o = self.obs[pool] if self.obs is not None else None
         k = self.k
         if pool.size <= k:
-            sel = np.ones(pool.size, dtype=bool)
+            self.items, self.item_bound, self.item_base, self.item_ms = pool, pb, pbase, pms
+            self.rest = None
         else:
             sel = np.zeros(pool.size, dtype=bool)
             if o is not None:  # all of the fewest-observed, then the best of the boundary level
@@ -528,18 +573,35 @@ class _Ranked:
             need = k - int(sel.sum())
             t = tb[pool[eq]]
             sel[eq[np.argpartition(-t, need - 1)[:need]] if need < eq.size else eq] = True
-        items, ib = pool[sel], pb[sel]
-        keys = (-tb[items], -ib) + ((self.obs[items],) if self.obs is not None else ())
-        order = np.lexsort(keys)
-        self.items, self.item_bound = items[order], ib[order]
-        self.rest = _best_key(pool[~sel], self.obs, pb[~sel], tb) if items.size < pool.size else None
+            self.items, self.item_bound = pool[sel], pb[sel]
+            self.item_base = pbase[sel] if pbase is not None else None
+            self.item_ms = pms[sel] if pms is not None else None
+            self.rest = _best_key(pool[~sel], self.obs, pb[~sel], tb)
+        self._sorted = False
+        self._heap = None
 
-    def pick(self, valid: Callable[[np.ndarray], np.ndarray],
-             scorer: tuple[Scorer, Scorer]) -> tuple[int, float, float] | None:
-        """``(pos, exact score, max_sim)`` of the best valid candidate, or ``None`` when there is none.
-        ``scorer``: ``(exact, bound)``, the exact score and a cheaper upper bound on it (the similarities so
-        far); the walk computes the exact score only where the bound can still win."""
+    def _sort(self) -> None:
+        """The shortlist in its order (obs, -bound, -tiebreak), which the walk reads."""
+        if not self._sorted:
+            items, ib = self.items, self.item_bound
+            keys = (-self.tiebreak[items], -ib) + ((self.obs[items],) if self.obs is not None else ())
+            order = np.lexsort(keys)
+            self.items, self.item_bound = items[order], ib[order]
+            self.item_base = self.item_base[order] if self.item_base is not None else None
+            self.item_ms = self.item_ms[order] if self.item_ms is not None else None
+            self._sorted = True
+
+    def pick(self, valid: Callable[[np.ndarray], np.ndarray]) -> tuple[int, float, float] | None:
+        """``(pos, exact score, max_sim)`` of the best valid candidate, or ``None`` when there is none; the walk
+        computes the exact score only where the bound can still win."""
+        if self._eager and (self._heap is not None or self._bounded()):
+            return self._pick_eager(valid)
+        return self._pick_walk(valid)
+
+    def _pick_walk(self, valid: Callable[[np.ndarray], np.ndarray]) -> tuple[int, float, float] | None:
+        exact, bound = self.scorer[0], self.scorer[1]
         while True:
+            self._sort()
             ok = valid(self.items)
             items, ib = self.items[ok], self.item_bound[ok]
             if items.size:
@@ -547,7 +609,7 @@ class _Ranked:
                 if self.obs is not None:
                     run = self.obs[items] == o_min
                     items, ib = items[run], ib[run]
-                pos, top, ms, top_tb = self._walk(items, ib, *scorer)
+                pos, top, ms, top_tb = self._walk(items, ib, exact, bound)
                 r = self.rest
                 if r is None or r[0] > o_min or (r[0] == o_min and (r[1] < top or (r[1] == top and r[2] < top_tb))):
                     return pos, top, ms
@@ -565,6 +627,100 @@ class _Ranked:
             else:
                 self.k = max(2 * self.k, reach + self.k0)
             self._build()
+
+    def _bounded(self) -> bool:
+        """Whether every bound of the shortlist is finite (a negative base score has none: its penalty raises it)."""
+        return not self.item_bound.size or bool(self.item_bound.max() < np.inf)
+
+    def _pick_eager(self, valid: Callable[[np.ndarray], np.ndarray]) -> tuple[int, float, float] | None:
+        """:meth:`pick` where every member's whole row is applied before the pick (:attr:`BatchSimilarity.eager`),
+        so that a candidate's exact score is two reads and three float operations (those of
+        :meth:`_Batch.penalised`'s arrays, in the same order, hence the same bits). The shortlist is a heap keyed
+        by (observations, -score, -tiebreak), its score the one computed with the members of some earlier moment
+        (the build, or a pick that scored it); scores only fall as the batch grows (a non-negative base score;
+        the shortlist has no other, :meth:`_bounded`), so every key is at most the candidate's present one, and a
+        top whose key was scored with every member of now is the best of the shortlist (lazy greedy). It is
+        certified against the best bound outside the shortlist as the walk is."""
+        sim, valid_one, lam = self.sim, self.valid_one, self.scorer.lam
+        sim.apply_whole_rows()
+        now = len(sim.members)
+        within, cross = sim.max_within, sim._cross
+        heappop, heapreplace = heapq.heappop, heapq.heapreplace
+        while True:
+            heap = self._heap
+            if heap is None:
+                if not self._bounded():  # (a rebuilt shortlist)
+                    return self._pick_walk(valid)
+                if self._built_at == now and self.items.size:  # built at this pick: every bound is exact, every
+                    got = self._best_built()                    # candidate valid (pool() holds valid ones only)
+                    if got is not None:
+                        return got
+                    continue
+                heap = self._heap = self._heap_of()
+            while heap:
+                o, key, ntb, c, bc, at, ms = heap[0]
+                if not valid_one(c):
+                    heappop(heap)
+                elif at == now:
+                    break
+                else:
+                    a, x = within.item(c), cross.item(c)
+                    ms = x if x > a else a  # (np.maximum(within, cross): the first where equal)
+                    heapreplace(heap, (o, -(bc * (1.0 - lam * ms)), ntb, c, bc, now, ms))
+            if not heap:
+                if self.rest is None:
+                    return None
+                self.k *= 2
+                self._build()
+                continue
+            o, key, ntb, c, bc, at, ms = heap[0]
+            top, top_tb = -key, -ntb
+            r = self.rest
+            if r is None or r[0] > o or (r[0] == o and (r[1] < top or (r[1] == top and r[2] < top_tb))):
+                return c, top, ms
+            if r[0] < o:  # fewer-observed candidates outside: double
+                self.k *= 2
+            else:  # (every row applied: only a larger shortlist can certify)
+                self.k = max(2 * self.k, int(np.count_nonzero(self.pool_bound >= top)) + self.k0)
+            self._build()
+
+    def _best_built(self) -> tuple[int, float, float] | None:
+        """:meth:`_pick_eager` at the pick that built the shortlist, in a few whole-array steps: the best by
+        (observations, exact score, tiebreak), certified against the rest (else the shortlist grows: ``None``)."""
+        items, ib = self.items, self.item_bound
+        at = None
+        o = 0
+        if self.obs is not None:
+            oi = self.obs[items]
+            o = int(oi.min())
+            at = np.flatnonzero(oi == o)
+            ib = ib[at]
+        top = ib.max()
+        tied = np.flatnonzero(ib == top)
+        i = int(tied[int(np.argmax(self.tiebreak[items[tied if at is None else at[tied]]]))]) if tied.size > 1 \
+            else int(tied[0])
+        if at is not None:
+            i = int(at[i])
+        c, top, top_tb = int(items[i]), float(top), float(self.tiebreak[items[i]])
+        r = self.rest
+        if r is None or r[0] > o or (r[0] == o and (r[1] < top or (r[1] == top and r[2] < top_tb))):
+            return c, top, float(self.item_ms[i])
+        if r[0] < o:  # fewer-observed candidates outside: double
+            self.k *= 2
+        else:
+            self.k = max(2 * self.k, int(np.count_nonzero(self.pool_bound >= top)) + self.k0)
+        self._build()
+        return None
+
+    def _heap_of(self) -> list[tuple]:
+        """The shortlist's heap entries ``(observations, -bound, -tiebreak, candidate, base score, members the
+        bound was computed with, max_sim)``."""
+        items = self.items
+        obs = self.obs[items].tolist() if self.obs is not None else itertools.repeat(0)
+        heap = list(zip(obs, (-self.item_bound).tolist(), (-self.tiebreak[items]).tolist(), items.tolist(),
+                        self.item_base.tolist(), itertools.repeat(self._built_at), self.item_ms.tolist()))
+        heapq.heapify(heap)
+        return heap
 
     def _walk(self, run: np.ndarray, u_all: np.ndarray, exact: Scorer,
               bound: Scorer) -> tuple[int, float, float, float]:
@@ -658,9 +814,9 @@ def _cold_start(b: _Batch, n: int) -> None:
         return novelty(ms, c), ms
 
     scorer = (exact, bound)
-    ranked = _Ranked(b, pool, lambda c: bound(c)[0], b.task_obs, _shortlist(n - len(b.picks)))
+    ranked = _Ranked(b, pool, scorer, b.task_obs, _shortlist(n - len(b.picks)))
     while len(b.picks) < n:
-        got = ranked.pick(valid, scorer)
+        got = ranked.pick(valid)
         if got is None:  # nothing eligible: relax the consecutive cap first, then the per-environment cap
             if not allow_blocked and (~b.in_batch & (b.env_batch[env] < cap)).any():
                 allow_blocked = True
@@ -668,7 +824,7 @@ def _cold_start(b: _Batch, n: int) -> None:
             else:
                 cap += 1
                 relaxed.append(f"cold_start_max_per_env->{cap}")
-            ranked = _Ranked(b, pool, lambda c: bound(c)[0], b.task_obs, _shortlist(n - len(b.picks)))
+            ranked = _Ranked(b, pool, scorer, b.task_obs, _shortlist(n - len(b.picks)))
             continue
         best, top, ms = got
         b.add(Pick(pos=best, phase="cold_start", rank=0, score=top, base_score=top, max_similarity=ms,
@@ -706,6 +862,9 @@ def _coverage(b: _Batch, n_slots: int) -> None:
     def valid(c: np.ndarray) -> np.ndarray:
         return in_group[env[c]] & ok[c]
 
+    def valid_one(c: int) -> bool:
+        return bool(in_group[env[c]] and ok[c])
+
     def pool() -> np.ndarray:
         members = idx.members(group_envs)
         return members[valid(members)]
@@ -730,8 +889,8 @@ def _coverage(b: _Batch, n_slots: int) -> None:
             group, group_envs = (level, k), np.sort(envs[b.env_batch[envs] == level])
             in_group[group_envs] = True
             tied = group_envs.size
-            ranked = _Ranked(b, pool, lambda c: scorer[1](c)[0], obs, _shortlist(target - len(b.picks)))
-        got = ranked.pick(valid, scorer)
+            ranked = _Ranked(b, pool, scorer, obs, _shortlist(target - len(b.picks)), valid_one)
+        got = ranked.pick(valid)
         if got is None:  # cannot happen: every environment of the group has an available task
             return
         p, s, ms = got
@@ -757,14 +916,17 @@ def _exploitation(b: _Batch, n_slots: int, base: np.ndarray, exposure: np.ndarra
     def valid(c: np.ndarray) -> np.ndarray:
         return ~b.in_batch[c] & (b.env_batch[env[c]] < b.c3)
 
+    def valid_one(c: int) -> bool:
+        return not b.in_batch[c] and b.env_batch[env[c]] < b.c3
+
     def pool() -> np.ndarray:
         return np.flatnonzero(~excluded & ~b.in_batch & (b.env_batch[env] < b.c3))
 
     scorer = b.penalised(base)
-    ranked = _Ranked(b, pool, lambda c: scorer[1](c)[0], None, _shortlist(n_slots))
+    ranked = _Ranked(b, pool, scorer, None, _shortlist(n_slots), valid_one)
     target = len(b.picks) + n_slots
     while len(b.picks) < target:
-        best = ranked.pick(valid, scorer)
+        best = ranked.pick(valid)
         if best is None:
             return
         p, score, ms = best
@@ -779,11 +941,13 @@ def _fill(b: _Batch, n: int, base: np.ndarray) -> None:
     def valid(c: np.ndarray) -> np.ndarray:
         return ~b.in_batch[c]
 
+    def valid_one(c: int) -> bool:
+        return not b.in_batch[c]
+
     scorer = b.penalised(base)
-    ranked = _Ranked(b, lambda: np.flatnonzero(~b.in_batch), lambda c: scorer[1](c)[0], None,
-                     _shortlist(n - len(b.picks)))
+    ranked = _Ranked(b, lambda: np.flatnonzero(~b.in_batch), scorer, None, _shortlist(n - len(b.picks)), valid_one)
     while len(b.picks) < n:
-        best = ranked.pick(valid, scorer)
+        best = ranked.pick(valid)
         if best is None:
             return
         p, score, ms = best
