@@ -41,10 +41,10 @@ from the environments not yet in the batch, ordered once per batch, and rescans 
 environments already in it. On pools small enough that every member's whole row is applied at its pick
 (:attr:`BatchSimilarity.eager`, up to about 260,000 tasks), every similarity is known at a pick, and a phase's
 shortlist is a heap of plain floats instead (lazy greedy: only the candidates that reach its top are scored again,
-each with the same three operations as the whole-array score). When scores separate (the paper preset; most steps) a batch costs ``O(N)``
-numpy work plus ``O(K B)`` similarity pairs for shortlists of ``K``; when almost every candidate scores
-the same (the adaptive scores of a pool that is mostly unobserved), the exact argmax needs every
-candidate's similarity and a pick costs one whole row, as before. The choices are exactly those of the
+each with the same three operations as the whole-array score). When scores separate (the paper preset; most
+steps) a batch costs ``O(N)`` numpy work plus ``O(K B)`` similarity pairs for shortlists of ``K``; when almost
+every candidate scores the same (the adaptive scores of a pool that is mostly unobserved), the exact argmax
+needs every candidate's similarity and a pick costs one whole row, as before. The choices are exactly those of the
 plain ``O(N B)`` rules (``tests/method/scheduling/test_batch_reference.py`` compares both).
 
 **Policies.** After cold start, what the rules above rank by comes from the preset's scheduling policy
@@ -99,6 +99,8 @@ class SimilarityIndex:
         self._dense_abs: np.ndarray | None = None
         if graph.num_nodes <= self.dense_abstract_max_nodes:  # small pools: all S_abs rows at once
             self._dense_abs = (self.abstract @ self.abstract.T).toarray().astype(np.float32)
+            # 0 for the pairs in one environment (those use S_full), as cross and max_row_into write them
+            self._dense_abs[codes[:, None] == codes[None, :]] = 0.0
         # document frequency of each abstract feature: which summation order a pick's S_abs row uses, decided once
         # per task (candidate_order): the sum of its features' frequencies against the matrix's entries
         self._abs_df = np.bincount(self.abstract.indices, minlength=self.abstract.shape[1])
@@ -247,34 +249,34 @@ class SimilarityIndex:
         """``out = max(out, S_abs(s, .))`` over the tasks of *other* environments (``out`` >= 0): the eager
         update of one member, with the same values as :meth:`cross`. Cost: the sum of the document
         frequencies of ``s``'s features, plus one pass over ``N`` when they are common."""
+        if self._dense_abs is not None:  # (its pairs in one environment are 0 already; float32 to float64 exactly)
+            np.maximum(out, self._dense_abs[s], out=out)
+            return
         e = int(self.env[s])
         same = self.order[self.starts[e]:self.starts[e + 1]]
-        if self._dense_abs is not None:
-            sims = self._dense_abs[s].astype(np.float64)
+        m = self.abstract
+        if self._ac_indptr is None:
+            csc = m.tocsc()
+            self._ac_indptr, self._ac_indices, self._ac_data = csc.indptr, csc.indices, csc.data
+        cols = m.indices[m.indptr[s]:m.indptr[s + 1]]
+        vals = m.data[m.indptr[s]:m.indptr[s + 1]]
+        starts, lengths = self._ac_indptr[cols], self._ac_indptr[cols + 1] - self._ac_indptr[cols]
+        total = int(lengths.sum())
+        if total == 0:
+            return
+        if total * 8 > m.nnz:  # common features: one mat-vec over all rows is cheaper than the gather
+            sims = m @ self._dense_row(m, s)
         else:
-            m = self.abstract
-            if self._ac_indptr is None:
-                csc = m.tocsc()
-                self._ac_indptr, self._ac_indices, self._ac_data = csc.indptr, csc.indices, csc.data
-            cols = m.indices[m.indptr[s]:m.indptr[s + 1]]
-            vals = m.data[m.indptr[s]:m.indptr[s + 1]]
-            starts, lengths = self._ac_indptr[cols], self._ac_indptr[cols + 1] - self._ac_indptr[cols]
-            total = int(lengths.sum())
-            if total == 0:
+            flat = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths) + np.arange(total)
+            rows = self._ac_indices[flat]
+            contrib = self._ac_data[flat] * np.repeat(vals, lengths)
+            if total * 16 < self.n:  # few rows: sort them, touch only them
+                uniq, inv = np.unique(rows, return_inverse=True)
+                sims = np.bincount(inv, weights=contrib, minlength=uniq.size)
+                sims[self.env[uniq] == e] = 0.0
+                out[uniq] = np.maximum(out[uniq], sims)
                 return
-            if total * 8 > m.nnz:  # common features: one mat-vec over all rows is cheaper than the gather
-                sims = m @ self._dense_row(m, s)
-            else:
-                flat = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths) + np.arange(total)
-                rows = self._ac_indices[flat]
-                contrib = self._ac_data[flat] * np.repeat(vals, lengths)
-                if total * 16 < self.n:  # few rows: sort them, touch only them
-                    uniq, inv = np.unique(rows, return_inverse=True)
-                    sims = np.bincount(inv, weights=contrib, minlength=uniq.size)
-                    sims[self.env[uniq] == e] = 0.0
-                    out[uniq] = np.maximum(out[uniq], sims)
-                    return
-                sims = np.bincount(rows, weights=contrib, minlength=self.n)
+            sims = np.bincount(rows, weights=contrib, minlength=self.n)
         sims[same] = 0.0
         np.maximum(out, sims, out=out)
 
@@ -467,7 +469,11 @@ class _Batch:
         def bound(cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             ub, _, ms = bounds(cands)
             return ub, ms
-        return Penalised(exact, bound, bounds, lam)
+
+        def applied(cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            ms = self.sim.partial(cands)  # (max_sim's values where no member is pending)
+            return base[cands] * (1.0 - lam * ms), ms
+        return Penalised(exact, bound, bounds, applied, lam)
 
 
 Scorer = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -476,12 +482,14 @@ Scorer = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 class Penalised(NamedTuple):
     """A phase's penalised score ``base * (1 - lam * max_sim)`` (:meth:`_Batch.penalised`): the exact scores and
     their upper bound, each ``(scores, max_sim)`` of an array of candidates; ``bounds(cands)``, the upper bound
-    with its two terms, ``(bound, base, max_sim so far)``; and ``lam``, with which a pick on a pool whose
+    with its two terms, ``(bound, base, max_sim so far)``; ``applied``, the exact scores where every member's row
+    is applied (no call of :meth:`BatchSimilarity.max_sim` needed); and ``lam``, with which a pick on a pool whose
     similarities are applied eagerly scores one candidate in plain floats."""
 
     exact: Scorer
     bound: Scorer
     bounds: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+    applied: Scorer
     lam: float
 
 
@@ -848,6 +856,7 @@ def _coverage(b: _Batch, n_slots: int) -> None:
     score = inputs.coverage_score
     obs = b.task_obs if inputs.coverage_fewest_observed_first else None
     scorer = b.penalised(score)
+    eager = b.sim.eager
     fresh = np.flatnonzero((b.env_batch == 0) & (avail > 0)) if min(b.c1, b.c3) > 0 else np.zeros(0, np.int64)
     fresh = fresh[np.argsort(key[fresh], kind="stable")]
     fresh_key = key[fresh]
@@ -884,13 +893,22 @@ def _coverage(b: _Batch, n_slots: int) -> None:
             envs = envs[b.env_batch[envs] == level]
             k = key[envs].min()
             envs = envs[key[envs] == k]
+        got = None
         if group != (level, k):  # a group only loses environments until the next one
             in_group[group_envs] = False
             group, group_envs = (level, k), np.sort(envs[b.env_batch[envs] == level])
             in_group[group_envs] = True
             tied = group_envs.size
-            ranked = _Ranked(b, pool, scorer, obs, _shortlist(target - len(b.picks)), valid_one)
-        got = ranked.pick(valid)
+            ranked = None
+            if eager:  # its first pick: every candidate's exact score at once, where they are few
+                cands = idx.members(group_envs)
+                cands = cands[ok[cands]]
+                if cands.size <= _shortlist(target - len(b.picks)):
+                    got = _best_applied(b, cands, scorer, obs)
+        if got is None:
+            if ranked is None:
+                ranked = _Ranked(b, pool, scorer, obs, _shortlist(target - len(b.picks)), valid_one)
+            got = ranked.pick(valid)
         if got is None:  # cannot happen: every environment of the group has an available task
             return
         p, s, ms = got
@@ -902,6 +920,30 @@ def _coverage(b: _Batch, n_slots: int) -> None:
         touched.add(e)
         in_group[e] = False  # its coverage level went up
         tied -= 1
+
+
+def _best_applied(b: _Batch, cands: np.ndarray, scorer: Penalised,
+                  obs: np.ndarray | None) -> tuple[int, float, float] | None:
+    """``(pos, exact score, max_sim)`` of the best of ``cands`` (valid candidates, ascending) by (fewest observations
+    if ``obs``, highest exact score, highest tiebreak), every member's row applied first (a pool whose similarities
+    are applied eagerly); ``None`` when ``cands`` is empty."""
+    if not cands.size:
+        return None
+    b.sim.apply_whole_rows()
+    vals, ms = scorer.applied(cands)
+    at = None
+    if obs is not None:
+        o = obs[cands]
+        at = np.flatnonzero(o == o.min())
+        vals = vals[at]
+    top = vals.max()
+    tied = np.flatnonzero(vals == top)
+    i = int(tied[0])
+    if tied.size > 1:
+        i = int(tied[int(np.argmax(b.ctx.tiebreak[cands[tied if at is None else at[tied]]]))])
+    if at is not None:
+        i = int(at[i])
+    return int(cands[i]), float(top), float(ms[i])
 
 
 def _exploitation(b: _Batch, n_slots: int, base: np.ndarray, exposure: np.ndarray, discount: np.ndarray) -> None:
