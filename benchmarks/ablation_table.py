@@ -60,6 +60,8 @@ ADDED_BACK: dict[str, str] = {
                                  "adds it)",
     "envsched-with-decline": "the recent-decline term (paper; left out, variant adds it)",
     "envsched-former-default": "calibration and decline term on the paper's neighbour rule (variant adds them)",
+    "envsched-adaptive": "the online coverage share and the UCB coverage ranking (ours; left out, variant adds "
+                         "both: the round-4 default)",
 }
 
 #: Ablation sampler -> the component it removes (and whose rule that component is).

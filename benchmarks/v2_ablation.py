@@ -27,7 +27,7 @@ from envsched_lab.runner import BenchConfig, run_benchmark
 SAMPLERS = ("uniform", "envsched", "envsched-paper", "envsched-no-graph", "envsched-no-within", "envsched-no-cross",
             "envsched-reference-neighbours", "envsched-with-calibration", "envsched-with-decline",
             "envsched-coverage-only", "envsched-exploitation-only", "envsched-fixed-share", "envsched-paper-coverage",
-            "envsched-caps-always")
+            "envsched-caps-always", "envsched-adaptive")
 
 
 def seed_list(text: str) -> list[int]:

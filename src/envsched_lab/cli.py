@@ -525,8 +525,8 @@ def _run_protocol(console: Console, out: Path, learner: str, families: str | Non
                                    f"drop {', '.join(given)}" + ("" if round_ is not None else
                                                                " (or name an earlier round with --round)"))
         if chosen not in FIXED_ROUNDS and v2:
-            raise click.UsageError(f"the v2 pool is round {', '.join(map(str, FIXED_ROUNDS))}'s: drop --pool v2 or "
-                                   f"add --round {max(FIXED_ROUNDS)}")
+            raise click.UsageError(f"the v2 pool is that of rounds {', '.join(map(str, FIXED_ROUNDS))}: drop --pool "
+                                   f"v2 or add --round {max(FIXED_ROUNDS)}")
         options: dict[str, Any] = {} if chosen in FIXED_ROUNDS else \
             {"learner": learner, "families": families} if learner == "neural" else \
             {"learner": "model", "batch_size": 64}

@@ -17,16 +17,18 @@ Every finished run is a file under ``OUT/runs``, so an interrupted protocol resu
 ``--pilot`` runs a few samplers on development seeds and reports the minimum detectable effect at the
 protocol's number of seeds; its runs never enter the evaluation.
 
-A round may fix its whole configuration (:data:`FIXED_ROUNDS`: round 4, the v2 pool): ``ProtocolConfig.for_round``
-then returns it and refuses any other value, and :func:`protocol_plan` states its runs and their CPU cost without
-running anything. On the v2 pool the primary endpoint is the held-out score at an early step (``endpoint =
-"heldout@40"``), the held-out score at ``secondary_steps`` and the steps to reach uniform's best score within
-``target_step`` steps (same seed) are secondary, and the trivial baselines of each seed are reported beside them.
+A round may fix its whole configuration (:data:`FIXED_ROUNDS`: rounds 4 and 5, the v2 pool):
+``ProtocolConfig.for_round`` then returns it and refuses any other value, and :func:`protocol_plan` states its runs
+and their CPU cost without running anything. On the v2 pool the primary endpoint is the held-out score at an early
+step (``endpoint = "heldout@40"``), the held-out score at ``secondary_steps`` and the steps to reach uniform's best
+score within ``target_step`` steps (same seed) are secondary, and the trivial baselines of each seed are reported
+beside them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import math
@@ -48,6 +50,7 @@ from envsched_lab.stats import compare, describe, minimum_detectable_effect, pai
 
 __all__ = ["DEV_SEEDS", "EVALUATION_ROUNDS", "EVAL_SEEDS", "FIXED_ROUNDS", "ROUND4_TUNING_SEEDS", "TUNING_SEEDS",
            "ProtocolConfig", "check_fixed_round", "load_config", "protocol_plan", "protocol_report", "round4_config",
+           "round5_config",
            "round_of", "run_pilot", "run_protocol"]
 
 #: Disjoint seed ranges (docs/evaluation-protocol.md, section 5).
@@ -56,7 +59,8 @@ TUNING_SEEDS = (1000, 1001)
 #: Each evaluation round's seeds (docs/evaluation-protocol.md, "Evaluation rounds"): a round evaluates the default
 #: of its date on seeds no earlier round used, so no evaluation seed is seen twice.
 EVALUATION_ROUNDS: dict[int, tuple[int, ...]] = {1: tuple(range(5000, 5040)), 2: tuple(range(5040, 5080)),
-                                                 3: tuple(range(5080, 5120)), 4: tuple(range(5120, 5160))}
+                                                 3: tuple(range(5080, 5120)), 4: tuple(range(5120, 5160)),
+                                                 5: tuple(range(5160, 5200))}
 #: Round 4's tuning seeds (docs/evaluation-protocol.md, "Round 4 (v2)"): four seeds per trial, so that a trial's
 #: objective has a standard error below the equivalence margin.
 ROUND4_TUNING_SEEDS = (1000, 1001, 1002, 1003)
@@ -212,8 +216,20 @@ def round4_config() -> ProtocolConfig:
         secondary_steps=(120,), target_step=120)
 
 
+def round5_config() -> ProtocolConfig:
+    """Round 5 as committed (docs/evaluation-protocol.md, "Round 5 (v2)"): the default with the paper's fixed split
+    and coverage ranking, on round 4's pool, learner, endpoints, margin and statistics, on fresh seeds, untuned
+    only. Against uniform, PLR, MoPPS, DPS and SEC (the primary family; GRESO, worse than the default in round 4,
+    is left out); its no-graph ablation and the former default with both adaptive rules (``envsched-adaptive``,
+    round 4's default) as the second family; the gate's two oracles reported beside them."""
+    return dataclasses.replace(
+        round4_config(), primary=("uniform", "plr", "mopps", "dps", "sec"),
+        controls=("envsched-no-graph", "envsched-adaptive"), descriptive=("oracle-variance", "oracle-coverage"),
+        eval_seeds=EVALUATION_ROUNDS[5], tune=False)
+
+
 #: Rounds whose whole configuration is fixed: ``round -> its configuration``.
-FIXED_ROUNDS: dict[int, Callable[[], ProtocolConfig]] = {4: round4_config}
+FIXED_ROUNDS: dict[int, Callable[[], ProtocolConfig]] = {4: round4_config, 5: round5_config}
 
 
 def load_config(out_dir: str | os.PathLike[str]) -> ProtocolConfig | None:
@@ -400,7 +416,7 @@ def check_fixed_round(config: ProtocolConfig) -> None:
 V2_RUN_CPU_S: dict[str, float] = {
     "envsched": 16.6, "uniform": 14.0, "plr": 15.3, "mopps": 15.3, "dps": 15.7, "sec": 12.9, "greso": 14.2,
     "envsched-no-graph": 17.3, "envsched-shuffled-graph": 17.1, "envsched-noise-features": 17.5,
-    "envsched-paper": 17.5, "oracle-variance": 23.3, "oracle-coverage": 12.9}
+    "envsched-paper": 17.5, "oracle-variance": 23.3, "oracle-coverage": 12.9, "envsched-adaptive": 16.6}
 #: CPU seconds of one seed's pre-training on the v2 pool (once per seed, cached for every sampler of that seed).
 V2_PRETRAIN_CPU_S = 90.0
 #: CPU seconds of one run on the task families at 200 steps x 32 x 8 (section 7: 11.5 s measured in round 1).

@@ -49,10 +49,15 @@ ENVSCHED_LAB_VARIANTS: tuple[SamplerVariant, ...] = (
     SamplerVariant("envsched-signal-score", "EnvSched variant: exploitation by the probability that a group has "
                    "signal (Beta posterior) instead of the predicted variance",
                    {"exploitation_score": "signal_probability"}),
-    SamplerVariant("envsched-fixed-share", "EnvSched ablation: the fixed coverage share instead of the online one",
-                   {"adaptive_share": False}),
-    SamplerVariant("envsched-paper-coverage", "EnvSched ablation: the paper's coverage ranking instead of the UCB "
-                   "one", {"adaptive_coverage": False}),
+    SamplerVariant("envsched-adaptive", "EnvSched variant: both adaptive coverage rules of ours on, the online "
+                   "coverage share and the UCB coverage ranking (the default judged in round 4)",
+                   {"adaptive_share": True, "adaptive_coverage": True}),
+    SamplerVariant("envsched-fixed-share", "EnvSched variant: the UCB coverage ranking with the fixed share "
+                   "(envsched-adaptive without its online share)", {"adaptive_share": False,
+                                                                     "adaptive_coverage": True}),
+    SamplerVariant("envsched-paper-coverage", "EnvSched variant: the online share with the paper's coverage "
+                   "ranking (envsched-adaptive without its UCB ranking)", {"adaptive_share": True,
+                                                                           "adaptive_coverage": False}),
     SamplerVariant("envsched-caps-always", "EnvSched ablation: concentration caps at every step, not only on "
                    "decline", {"caps_on_decline_only": False}),
 )

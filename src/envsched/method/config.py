@@ -85,20 +85,21 @@ with the reference (B.1)               ``neighbours``                           
                                                                                 ``"reference"``)
 =====================================  =======================================  ==========================
 
-Adaptive mode (not in the paper: "ours"; the default of ``SchedulerConfig()``; ``SchedulerConfig.paper()``
-switches every one of these off, see :data:`PAPER_PRESET`)
+Adaptive rules (not in the paper: "ours"). ``SchedulerConfig()`` keeps the paper's fixed split and coverage
+ranking (``adaptive_share`` and ``adaptive_coverage`` off) and the caps on declining tasks only;
+``SchedulerConfig.paper()`` switches every one of these off, see :data:`PAPER_PRESET`)
 
 =====================================  =======================================  ==========================
 rule                                   parameter                                default (search ranges:
                                                                                 :data:`ADAPTIVE_TUNING_SPACE`)
 =====================================  =======================================  ==========================
-coverage share sized online from the   ``adaptive_share``; the share is         True; cap 0.5
+coverage share sized online from the   ``adaptive_share``; the share is         False (on: cap 0.5)
 phases' realised signal yield          ``y_cov / (y_cov + y_exp)`` clipped to
                                        [``coverage_share_floor``,
                                        ``coverage_share``]
 yield smoothing                        ``yield_half_life`` (steps)              8.0
 floor of the coverage share            ``coverage_share_floor``                 0.0625 (4 of 64)
-coverage env by UCB x size, task by    ``adaptive_coverage``                    True
+coverage env by UCB x size, task by    ``adaptive_coverage``                    False
 the posterior's upper quantile
 quantile of both upper bounds          ``ucb_quantile``                         0.9
 env size weight                        ``env_size_power``                       0.5
@@ -603,7 +604,7 @@ _INFO = {"read_when": _informativeness_read,
          "reader": "the calibrated informativeness of the paper's pipeline, which decides batches only with "
                    "exploitation_score='variance' or adaptive_coverage=False"}
 _SHARE = {"read_when": lambda c: c.adaptive_share,
-          "reader": "the online coverage share (adaptive_share=True, the default preset SchedulerConfig())"}
+          "reader": "the online coverage share (adaptive_share=True; off in both presets)"}
 _BOTH = ("paper", "default")
 _DEFAULT_ONLY = ("default",)
 
@@ -618,10 +619,12 @@ class SchedulerConfig:
     defaults where the paper gives one. The symbol table in this module's docstring maps each paper
     symbol to its field; fields marked "not in the paper" are this implementation's choices.
 
-    ``SchedulerConfig()`` is the **adaptive** mode (the default of :class:`EnvSchedSampler`): the paper's
-    batches (coverage and exploitation phases, quotas, caps, filters, similarity penalty) with exploitation
-    ranked by each task's predicted variance, plus three rules of ours that act through those mechanisms: the
-    online coverage share, the UCB coverage ranking and the caps on declining tasks only. Its prediction is the
+    ``SchedulerConfig()`` is the default of :class:`EnvSchedSampler`: the paper's batches (the fixed 50/50
+    split, coverage of the least observed environments first, quotas, caps, filters, similarity penalty) with
+    exploitation ranked by each task's predicted variance, and one rule of ours that acts through those
+    mechanisms: the caps on declining tasks only. Two more rules of ours are options, off in both presets: the
+    online coverage share (``adaptive_share``) and the UCB coverage ranking (``adaptive_coverage``); they raise
+    batch variance but cover fewer environments per batch than uniform (docs/envsched-sampler.md). Its prediction is the
     paper's graph prior (propagation along both relations, equal-weight fusion, fusion with the task's own
     history), with one rule of ours: a neighbour without history counts with its environment's estimate instead
     of the global reference (``unobserved_neighbours="environment"``). It leaves out the paper's calibration
@@ -635,9 +638,10 @@ class SchedulerConfig:
 
     No inert knob: a field that the configuration's switches leave unread (:meth:`unread_fields`,
     :data:`KNOB_READERS`) must keep its default; any other value is refused with a ``ValueError`` naming the
-    mechanism that reads it (:class:`UnreadKnobError`, an ``InvalidValueError``). The default reads every field
-    but ``exploitation_rule`` (read only by the
-    signal-probability score); the paper preset reads none of the adaptive rules' knobs.
+    mechanism that reads it (:class:`UnreadKnobError`, an ``InvalidValueError``). The default leaves unread
+    ``exploitation_rule`` (read only by the signal-probability score) and the knobs of the online share
+    (``yield_half_life``, ``coverage_share_floor``) and of the UCB coverage (``ucb_quantile``,
+    ``env_size_power``, ``signal_prior_ess``); the paper preset reads none of the adaptive rules' knobs.
 
     Attributes:
         batch_size: ``B``, pairs per batch (64): the batch the caps ``C1`` / ``C3`` are stated for.
@@ -720,7 +724,7 @@ class SchedulerConfig:
             ``(1 - a) v + a d m (1 - m)`` of the two variance estimates themselves.
         explain_max_neighbors: neighbours listed per relation in an explanation record (``None``: all).
 
-    Adaptive mode (ours; all off in :data:`PAPER_PRESET`):
+    Rules of ours (all off in :data:`PAPER_PRESET`; ``adaptive_share`` and ``adaptive_coverage`` also in the default):
         adaptive_share: size coverage online. Each phase's realised yield (signal groups per scored group:
             at least 2 scored rewards, not all equal) is a Beta(1, 1) posterior over its recency-weighted
             groups (``yield_half_life``); the share is ``y_cov / (y_cov + y_exp)`` (posterior means), clipped
@@ -820,19 +824,19 @@ class SchedulerConfig:
     use_identifier_filter: bool = _knob(True, _FLAG)
     use_calibration: bool = _knob(False, _FLAG, **_INFO)
     explain_max_neighbors: int | None = _knob(None, _OptionalInt(0))
-    adaptive_share: bool = _knob(True, _FLAG, **_tuned(("choice", [True, False]), 18))
+    adaptive_share: bool = _knob(False, _FLAG, **_tuned(("choice", [True, False]), 18))
     yield_half_life: float = _knob(8.0, _POSITIVE, **_SHARE, **_tuned(("float", 2.0, 32.0, True), 12))
     coverage_share_floor: float = _knob(0.0625, _UNIT, **_SHARE, **_tuned(("float", 0.0, 0.5, False), 11))
-    adaptive_coverage: bool = _knob(True, _FLAG, **_tuned(("choice", [True, False]), 19))
+    adaptive_coverage: bool = _knob(False, _FLAG, **_tuned(("choice", [True, False]), 19))
     ucb_quantile: float = _knob(
         0.9, _Number(0.5, 1.0, high_open=True, high_reason="the 1-quantile of a Beta posterior is 1 for every task"),
         read_when=lambda c: c.adaptive_coverage or (_signal_score(c) and c.exploitation_rule == "upper_quantile"),
-        reader="adaptive coverage (adaptive_coverage=True, the default preset SchedulerConfig()) or "
+        reader="adaptive coverage (adaptive_coverage=True; off in both presets) or "
                "exploitation_rule='upper_quantile' with exploitation_score='signal_probability'",
         **_tuned(("float", 0.6, 0.99, False), 13))
     env_size_power: float = _knob(
         0.5, _Number(0.0, 4.0), read_when=lambda c: c.adaptive_coverage,
-        reader="adaptive coverage (adaptive_coverage=True, the default preset SchedulerConfig())",
+        reader="adaptive coverage (adaptive_coverage=True; off in both presets)",
         **_tuned(("float", 0.0, 1.0, False), 14))
     exploitation_score: str = _knob("variance", _Choice(EXPLOITATION_SCORES))
     exploitation_rule: str = _knob(
@@ -841,7 +845,7 @@ class SchedulerConfig:
         **_tuned(("choice", list(EXPLOITATION_RULES)), 16))
     signal_prior_ess: float = _knob(
         4.0, _POSITIVE, read_when=lambda c: _signal_score(c) or c.adaptive_coverage,
-        reader="the signal posterior (adaptive_coverage=True, the default preset SchedulerConfig(), or "
+        reader="the signal posterior (adaptive_coverage=True, off in both presets, or "
                "exploitation_score='signal_probability')",
         **_tuned(("float", 1.0, 16.0, True), 15))
     caps_on_decline_only: bool = _knob(True, _FLAG, **_tuned(("choice", [True, False]), 17))
