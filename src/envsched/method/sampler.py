@@ -165,6 +165,7 @@ class EnvSchedSampler(BaseSampler):
         self._anchor: _Anchor | None = None
         self._incremental: tuple[IncrementalPrediction, IncrementalExploitation] | None = None
         self._relation_rows: tuple[RelationRows, RelationRows] | None = None
+        self._tiebreak_reader: np.random.Generator | None = None  # (_tiebreak_of: set to a state, never seeded)
 
     # ------------------------------------------------------------------ construction helpers
     def _build_graph(self, tasks: Any) -> DualRelationGraph:
@@ -380,11 +381,21 @@ class EnvSchedSampler(BaseSampler):
 
     def _tiebreak_of(self, state: dict[str, Any], positions: np.ndarray) -> np.ndarray:
         """The tiebreak draws of ``positions`` (ascending) that ``rng.random(N)`` from the generator ``state`` would
-        give, read without drawing the others when they are few (the generator jumps ahead)."""
-        bg = np.random.PCG64()
+        give, read without drawing the others when they are few (the generator jumps ahead): the draws from the first
+        position to the last at once where they are many or close together (an environment's tasks), else one by
+        one."""
+        if not positions.size:
+            return np.zeros(0)
+        gen = self._tiebreak_reader
+        if gen is None:  # (one generator reused: a fresh PCG64() gathers entropy, several times a read's cost)
+            gen = self._tiebreak_reader = np.random.Generator(np.random.PCG64(0))
+        bg = gen.bit_generator
         bg.state = state
-        if positions.size > 64:
-            return np.random.Generator(bg).random(len(self.tasks))[positions]
+        first = int(positions[0])
+        span = int(positions[-1]) - first + 1
+        if positions.size > 64 or span <= max(self.tiebreak_span, 8 * positions.size):
+            bg.advance(first)
+            return gen.random(span)[positions - first]
         out = np.empty(positions.size)
         at = 0
         for i, p in enumerate(positions.tolist()):
@@ -392,6 +403,9 @@ class EnvSchedSampler(BaseSampler):
             out[i] = (int(bg.random_raw()) >> 11) * (1.0 / 9007199254740992.0)  # numpy's next_double
             at = p + 1
         return out
+
+    #: Tiebreak draws of positions at most this far apart (or eight per position read) are drawn as one run.
+    tiebreak_span: int = 1_024
 
     def _select_few(self, n: int) -> list[int] | None:
         """``sample(n)`` from the maintained prediction, for a batch whose every task comes from another environment
@@ -523,7 +537,7 @@ class EnvSchedSampler(BaseSampler):
             alpha, beta = signal.signal_posterior(h, engine.prediction.long.prior[cands, 0], c.signal_prior_ess,
                                                   c.long_half_life, cands)
             tiebreak = self._tiebreak_of(state, cands)
-            score = policy.coverage_score(alpha, beta, None, tiebreak)
+            score = policy.coverage_score(alpha, beta, None, tiebreak, cands)
             best = np.arange(cands.size)
         else:  # the informativeness, the fewest observed first
             at = np.minimum(np.searchsorted(clocked, cands), max(clocked.size - 1, 0))

@@ -192,10 +192,15 @@ def test_small_batches_equal_the_whole_computation(config):
     assert max(similar) > 0.1 and sum(x > 0 for x in similar) >= 20  # the penalty acted
 
 
-def test_coverage_draws_among_environments_never_selected_equal_the_whole_computation():
+@pytest.mark.parametrize("keep", [False, True])
+def test_coverage_draws_among_environments_never_selected_equal_the_whole_computation(keep):
     # 40 environments, 16 tasks drawn before: the environments never selected tie first in the coverage order, and a
-    # coverage draw ranks every task of all of them (with their tiebreak draws, read from the generator)
+    # coverage draw ranks every task of all of them (with their tiebreak draws, read from the generator); ``keep``:
+    # the one-task draws' sampler keeps the coverage scores between draws (AdaptivePolicy.coverage_keep_min, from
+    # 4,096 candidates otherwise), the whole computation's does not
     a, b = _pair(n=600, envs=40)
+    if keep:
+        a.policy.coverage_keep_min = 8
     rng = np.random.default_rng(14)
     p = rng.beta(0.6, 0.6, size=len(a.tasks))
     for _ in range(2):
@@ -211,6 +216,7 @@ def test_coverage_draws_among_environments_never_selected_equal_the_whole_comput
     _spy(a, "_coverage_pick", lambda out: out is not None and tied.append(out[0].tied_envs))
     assert _drive(a, b, 40, rng, p, []) >= 35
     assert max(tied) >= never - 1 and min(tied) >= 1  # the never-selected ones, tied, then fewer of them
+    assert (a.policy._coverage_kept is not None) == keep and b.policy._coverage_kept is None
 
 
 def test_the_rows_left_for_later_never_change_a_draw():
@@ -290,3 +296,22 @@ def test_a_state_with_a_bad_anchor_is_refused_by_name():
         with pytest.raises(StateError, match=message):
             fresh.load_state_dict(bad)
         assert fresh.history.step == 0 and fresh._anchor is None  # nothing changed
+
+
+@pytest.mark.parametrize("span", [0, 1_024])
+def test_tiebreak_draws_read_ahead_equal_the_whole_array(monkeypatch, span):
+    """The tiebreak draws a draw from the maintained prediction reads (one by one, or as a run from the first
+    position to the last) are those of ``rng.random(N)`` at those positions, bit for bit."""
+    monkeypatch.setattr(EnvSchedSampler, "tiebreak_span", span)
+    a, _ = _pair(n=3_000, envs=60)
+    rng = np.random.default_rng(3)
+    state = np.random.default_rng(12).bit_generator.state
+    bg = np.random.PCG64()
+    bg.state = state
+    whole = np.random.Generator(bg).random(3_000)
+    for positions in (np.zeros(0, dtype=np.int64), np.array([0]), np.array([2_999]), np.arange(950, 1_000),
+                      np.array([5, 700, 2_998]), np.sort(rng.choice(3_000, 64, replace=False)),
+                      np.sort(rng.choice(3_000, 65, replace=False)), np.arange(100, 1_300, 7)):
+        got = a._tiebreak_of(state, positions)
+        assert got.shape == positions.shape and np.array_equal(got, whole[positions])
+    assert a._tiebreak_of(state, np.array([1]))[0] != whole[0]  # (a read one position off would show)

@@ -12,6 +12,7 @@ import pytest
 
 from envsched.method.config import SchedulerConfig
 from envsched.method.graph.synthetic import synthetic_graph, synthetic_tasks
+from envsched.method.history import signal
 from envsched.method.sampler import EnvSchedSampler
 from envsched.method.scheduling.batch import SchedulingContext, build_batch
 from envsched.method.scheduling.policy import (
@@ -193,3 +194,23 @@ def test_the_adaptive_coverage_score_is_computed_only_where_read_and_equals_the_
     picks = [build_batch(SchedulingContext(**ctx, inputs=dataclasses.replace(fresh, coverage_score=score)), 4)
              for score in (fresh.coverage_score, eager)]
     assert [p.pos for p in picks[0]] == [p.pos for p in picks[1]] and picks[0][0].phase == "coverage"
+
+
+def test_coverage_scores_kept_between_calls_are_the_scores_of_now():
+    """AdaptivePolicy.coverage_score of many positions keeps each task's score before its tiebreak term with the
+    posterior it is of: a later call gives the scores computed anew, bit for bit, where a posterior moved in
+    either parameter as where it did not."""
+    n = 600
+    kept = AdaptivePolicy(SchedulerConfig(), np.arange(n) % 12, 12)
+    kept.coverage_keep_min = 16
+    rng = np.random.default_rng(5)
+    alpha, beta = rng.uniform(0.2, 6.0, n), rng.uniform(0.2, 6.0, n)
+    for step in range(5):
+        some = np.sort(rng.choice(n, 300, replace=False))
+        tiebreak = rng.random(some.size)
+        mixed = signal.mixed_probability(alpha[some], beta[some], 8) if step % 2 else None
+        got = kept.coverage_score(alpha[some], beta[some], mixed, tiebreak, some)
+        assert np.array_equal(got, kept.coverage_score(alpha[some], beta[some], mixed, tiebreak))
+        alpha[rng.choice(n, 40, replace=False)] += 0.5  # one parameter moves for some tasks, the other for others
+        beta[rng.choice(n, 40, replace=False)] *= 1.5
+    assert np.isfinite(kept._coverage_kept[0]).sum() > 300  # (kept, and read back)

@@ -285,6 +285,15 @@ class AdaptivePolicy:
         sizes = np.bincount(env_codes, minlength=num_envs).astype(float)
         #: ``(E,)`` environment size relative to the mean, to the power ``env_size_power`` (the UCB's weight)
         self.env_size_weight = np.power(sizes / sizes.mean(), config.env_size_power)
+        self._n = int(np.asarray(env_codes).size)
+        #: each task's coverage score before its tiebreak term and the posterior it is of (:meth:`coverage_score` of
+        #: many tasks at once; allocated on the first such call)
+        self._coverage_kept: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    #: :meth:`coverage_score` of at least this many positions keeps each task's score before its tiebreak term for
+    #: the next call whose posterior of the task is the same (the tasks of environments never selected, whose
+    #: posterior moves only with their prior, are most of a large pool and tie first in the coverage order)
+    coverage_keep_min: int = 4_096
 
     def inputs(self, n: int, history: History, prediction: Prediction, tiebreak: np.ndarray,
                rng: np.random.Generator, coverage_debt: float = 0.0) -> tuple[BatchInputs, PolicyTrace]:
@@ -315,7 +324,7 @@ class AdaptivePolicy:
             # reads about one environment per slot, a small share of the pool where n environments are
             if n * LazyScores.eager_fraction <= self.env_size_weight.size:
                 coverage = LazyScores(info.shape[0], lambda p, a=alpha, b=beta, m=mixed: self.coverage_score(
-                    a[p], b[p], None if m is None else m[p], tiebreak[p]))
+                    a[p], b[p], None if m is None else m[p], tiebreak[p], p))
             else:
                 coverage = self.coverage_score(alpha, beta, mixed, tiebreak)
             trace["coverage_score"] = coverage
@@ -331,14 +340,31 @@ class AdaptivePolicy:
         return inputs, PolicyTrace(explained=True, coverage_slots=slots, coverage_debt=debt, **trace)
 
     def coverage_score(self, alpha: np.ndarray, beta: np.ndarray, mixed: np.ndarray | None,
-                       tiebreak: np.ndarray) -> np.ndarray:
+                       tiebreak: np.ndarray, positions: np.ndarray | None = None) -> np.ndarray:
         """The coverage task score (``adaptive_coverage``) of tasks with posterior ``alpha``, ``beta``: the optimistic
-        signal probability, the predictive mean ``mixed`` (computed here when ``None``) breaking the ties of wide
-        posteriors, ``1e-12 * tiebreak`` the exact ones. Elementwise."""
+        signal probability, the predictive mean ``mixed`` (computed here when ``None``; when given, it must be
+        ``mixed_probability(alpha, beta)``) breaking the ties of wide posteriors, ``1e-12 * tiebreak`` the exact
+        ones. Elementwise. ``positions``: the tasks' positions (distinct); of at least :attr:`coverage_keep_min` of
+        them, the score before the tiebreak term is kept per task with its posterior and reused while the
+        posterior is the same bit for bit (the same values: each is an elementwise function of it)."""
+        if positions is None or positions.size < self.coverage_keep_min:
+            return self._coverage_base(alpha, beta, mixed) + 1e-12 * tiebreak
+        if self._coverage_kept is None:
+            self._coverage_kept = (np.full(self._n, np.nan), np.full(self._n, np.nan), np.zeros(self._n))
+        kept_alpha, kept_beta, kept = self._coverage_kept
+        new = np.flatnonzero((kept_alpha[positions] != alpha) | (kept_beta[positions] != beta))
+        if new.size:
+            at = positions[new]
+            kept[at] = self._coverage_base(alpha[new], beta[new], None if mixed is None else mixed[new])
+            kept_alpha[at], kept_beta[at] = alpha[new], beta[new]
+        return kept[positions] + 1e-12 * tiebreak
+
+    def _coverage_base(self, alpha: np.ndarray, beta: np.ndarray, mixed: np.ndarray | None) -> np.ndarray:
+        """:meth:`coverage_score` without its tiebreak term (the score is this plus ``1e-12 * tiebreak``)."""
         c = self.config
         g = c.rollouts_per_task
         m = signal.mixed_probability(alpha, beta, g) if mixed is None else mixed
-        return signal.optimistic_signal(alpha, beta, g, c.ucb_quantile) + 1e-3 * m + 1e-12 * tiebreak
+        return signal.optimistic_signal(alpha, beta, g, c.ucb_quantile) + 1e-3 * m
 
     def env_order(self, history: History, env_counts: np.ndarray) -> np.ndarray:
         """``(E,)`` coverage order of the environments (``adaptive_coverage``), the smaller first: environments
