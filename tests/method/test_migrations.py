@@ -23,8 +23,9 @@ def test_the_flat_format_is_unchanged_and_old_configs_load():
     # within_relation with the K_within neighbours; the former defaults that such a config stored unread
     # (decline_penalty=0.25 and that calibration, which the signal score never read) load as today's defaults;
     # before unobserved_neighbours, a neighbour without history counted with the global reference
+    # (and with the online share and the UCB coverage, which a stored config names, as every config stores all fields)
     former = SchedulerConfig(use_within_edges=True, use_cross_edges=True, exploitation_score="signal_probability",
-                             unobserved_neighbours="reference")
+                             unobserved_neighbours="reference", adaptive_share=True, adaptive_coverage=True)
     for name, config, reset in (("adaptive", former, {"decline_penalty": 0.0, "use_calibration": False}),
                                 ("paper", SchedulerConfig.paper(), {"use_calibration": True})):
         stored = saved[name]["state"]["extra"]["config"]

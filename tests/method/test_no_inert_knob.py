@@ -33,6 +33,10 @@ from envsched_lab.learner import LearnerConfig, LearnerModel
 from envsched_lab.pools import reasoning_gym_pool
 
 BATCH = 24
+#: Knobs whose effect needs a larger batch in a preset. The default's exposure discount acts on declining tasks only
+#: (``caps_on_decline_only``); under its fixed split a batch of 24 on this pool leaves exploitation 12 slots that no
+#: declining task reaches in 120 steps (0.0 and 2.0 draw the same batches), while at 64 they differ from step 53.
+LARGER_BATCH: dict[tuple[str, str], int] = {("default", "exposure_power"): 64}
 #: On the pinned graph the slowest knob, the default's use_identifier_filter, first changes a batch at step 89
 #: (the next: the paper preset's history_tolerance at 56, use_progress_filter and min_scored_rollouts at 49)
 MAX_STEPS = 120
@@ -67,7 +71,8 @@ class _FlagAll:
         return IdentifierVerdict(flagged=True, reward=trajectory.reward, suspicious=[], reason="test hook")
 
 
-def _runs(pool: TaskPool, graph: Any, configs: list[SchedulerConfig], steps: int, *, seed: int = 7):
+def _runs(pool: TaskPool, graph: Any, configs: list[SchedulerConfig], steps: int, *, seed: int = 7,
+          batch: int = BATCH):
     """Yield each step's batches (positions) of samplers run side by side on the same reward stream."""
     samplers = [EnvSchedSampler(pool, graph, c, seed=seed, identifier_filter=_FlagAll()) for c in configs]
     models = [LearnerModel(pool, LearnerConfig(), seed=seed) for _ in configs]
@@ -75,12 +80,12 @@ def _runs(pool: TaskPool, graph: Any, configs: list[SchedulerConfig], steps: int
     for step in range(steps):
         out = []
         for s, model, rng in zip(samplers, models, rngs, strict=True):
-            batch = s.sample(BATCH)
-            pos = [s.position_of(t) for t in batch]
+            drawn = s.sample(batch)
+            pos = [s.position_of(t) for t in drawn]
             out.append(pos)
             rewards, _ = model.rollout(pos, s.config.rollouts_per_task)
             model.train(pos, np.nan_to_num(rewards))
-            for k, (t, row) in enumerate(zip(batch, rewards, strict=True)):
+            for k, (t, row) in enumerate(zip(drawn, rewards, strict=True)):
                 if step % 3 == 2 and k == 0:
                     s.discard(t)
                     continue
@@ -88,7 +93,7 @@ def _runs(pool: TaskPool, graph: Any, configs: list[SchedulerConfig], steps: int
                 if step == 3 and k < 2:
                     s.submit_trajectory(t, Trajectory([["act()"]], float(np.nanmean(row))))
             if step == 3:
-                s.flag_task(batch[-1], "flagged by the test")
+                s.flag_task(drawn[-1], "flagged by the test")
         yield out
 
 
@@ -131,7 +136,7 @@ def test_every_knob_a_preset_reads_changes_its_batches(bench, preset, field):
     pool, graph = bench
     a, b = VALUES[field]
     configs = [PRESETS[preset](**{field: a}), PRESETS[preset](**{field: b})]
-    for x, y in _runs(pool, graph, configs, MAX_STEPS):
+    for x, y in _runs(pool, graph, configs, MAX_STEPS, batch=LARGER_BATCH.get((preset, field), BATCH)):
         if x != y:
             return
     pytest.fail(f"{preset}: {field}={a!r} and {field}={b!r} drew identical batches for {MAX_STEPS} steps")
@@ -154,16 +159,21 @@ def test_the_read_lists_are_what_the_issue_measured():
     # measured on main before this change: these knobs of the former default (signal-probability score) changed
     # no batch (bit-identical runs); the default now decides exploitation by the paper's calibrated
     # informativeness, which reads them all, and leaves only the signal score's rule unread
-    former = SchedulerConfig(use_within_edges=True, use_cross_edges=True, exploitation_score="signal_probability")
+    former = SchedulerConfig(use_within_edges=True, use_cross_edges=True, exploitation_score="signal_probability",
+                             adaptive_share=True, adaptive_coverage=True)
     assert set(former.unread_fields()) == set(INFORMATIVENESS_FIELDS)
     assert set(INFORMATIVENESS_FIELDS) == {"prior_strength", "reconstruction_weight", "decline_penalty",
                                            "use_calibration", "variance_clip", "dispersion_clip"}
     # the default reads the graph prior (both relations): the relations' fusion weight, the within relation's kind
     # and the substitute of a neighbour without history are unread only with the relations switched off
-    assert set(SchedulerConfig().unread_fields()) == {"exploitation_rule"}
+    # the default's fixed split and the paper's coverage ranking leave the knobs of the online share and of the UCB
+    # coverage unread, as in the paper preset
+    adaptive_knobs = {"yield_half_life", "coverage_share_floor", "ucb_quantile", "env_size_power", "signal_prior_ess"}
+    assert set(SchedulerConfig().unread_fields()) == {"exploitation_rule", *adaptive_knobs}
+    assert set(SchedulerConfig(adaptive_share=True, adaptive_coverage=True).unread_fields()) == {"exploitation_rule"}
     no_graph = SchedulerConfig(use_within_edges=False, use_cross_edges=False)
     assert set(no_graph.unread_fields()) == {"exploitation_rule", "within_fusion_weight", "within_relation",
-                                             "unobserved_neighbours"}
+                                             "unobserved_neighbours", *adaptive_knobs}
     assert "within_relation" in SchedulerConfig(use_within_edges=False).unread_fields()
     assert "within_fusion_weight" in SchedulerConfig(use_cross_edges=False).unread_fields()
     assert "unobserved_neighbours" not in SchedulerConfig(use_within_edges=False).unread_fields()
@@ -173,8 +183,8 @@ def test_the_read_lists_are_what_the_issue_measured():
     # the switches bring them back: the paper's exploitation score makes the default read the informativeness
     assert SchedulerConfig(exploitation_score="variance").unread_fields().keys() >= {"exploitation_rule"}
     assert not set(INFORMATIVENESS_FIELDS) & set(SchedulerConfig(adaptive_coverage=False).unread_fields())
-    assert "short_half_life" in SchedulerConfig(caps_on_decline_only=False,
-                                                exploitation_score="signal_probability").unread_fields()
+    assert "short_half_life" in SchedulerConfig(caps_on_decline_only=False, exploitation_score="signal_probability",
+                                                adaptive_coverage=True).unread_fields()
     assert "short_half_life" not in SchedulerConfig(caps_on_decline_only=False).unread_fields()  # the decline term
     assert "ucb_quantile" not in SchedulerConfig(adaptive_coverage=False, exploitation_score="signal_probability",
                                                  exploitation_rule="upper_quantile").unread_fields()
@@ -204,10 +214,13 @@ def test_a_state_with_an_unread_knob_is_refused_by_name(bench):
 
 def test_without_unread_resets_only_what_the_switches_leave_unread():
     c = SchedulerConfig.without_unread({"decline_penalty": 0.46, "prior_strength": 2.6, "adaptive_share": False,
-                                        "coverage_share_floor": 0.24, "yield_half_life": 2.5,
-                                        "exposure_power": 0.24, "ucb_quantile": 0.86, "exploitation_rule": "thompson"})
+                                        "adaptive_coverage": True, "coverage_share_floor": 0.24,
+                                        "yield_half_life": 2.5, "exposure_power": 0.24, "ucb_quantile": 0.86,
+                                        "exploitation_rule": "thompson"})
     assert (c.coverage_share_floor, c.yield_half_life, c.exploitation_rule) == (0.0625, 8.0, "mean")
     assert (c.adaptive_share, c.exposure_power, c.ucb_quantile) == (False, 0.24, 0.86)
+    # the default's paper coverage ranking leaves the UCB's quantile unread
+    assert SchedulerConfig.without_unread({"ucb_quantile": 0.86, "exposure_power": 0.24}).ucb_quantile == 0.9
     assert (c.decline_penalty, c.prior_strength) == (0.46, 2.6)  # read by the default's calibrated informativeness
     p = SchedulerConfig.without_unread({**SchedulerConfig.paper().to_dict(), "decline_penalty": 0.46,
                                         "signal_prior_ess": 9.0})
@@ -222,9 +235,10 @@ def test_tuned_envsched_space_tunes_only_what_the_default_reads():
     unread = SchedulerConfig().unread_fields()
     assert not set(tuning_space("envsched")) & set(unread)
     assert {"decline_penalty", "prior_strength"} <= set(tuning_space("envsched-paper"))
-    # the default reads the paper's knobs, so they are tuned for it too; the signal score's rule is not
-    assert {"decline_penalty", "prior_strength", "ucb_quantile"} <= set(tuning_space("envsched"))
-    assert "exploitation_rule" not in tuning_space("envsched")
+    # the default reads the paper's knobs, so they are tuned for it too; the signal score's rule is not, nor the
+    # knobs of the two adaptive rules it leaves off (their switches are)
+    assert {"decline_penalty", "prior_strength", "adaptive_share", "adaptive_coverage"} <= set(tuning_space("envsched"))
+    assert not {"exploitation_rule", "ucb_quantile", "coverage_share_floor"} & set(tuning_space("envsched"))
 
 
 # ---------------------------------------------------------------------------------------------- pinned batches
@@ -248,7 +262,8 @@ MAIN_DREW = {
 _MAKE = {"paper": SchedulerConfig.paper,
          "signal-score": lambda: SchedulerConfig(use_within_edges=True, use_cross_edges=True,
                                                  unobserved_neighbours="reference",
-                                                 exploitation_score="signal_probability")}
+                                                 exploitation_score="signal_probability",
+                                                 adaptive_share=True, adaptive_coverage=True)}
 
 
 def _drawn(pool: TaskPool, graph: Any, config: SchedulerConfig) -> list:

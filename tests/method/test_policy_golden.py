@@ -35,12 +35,18 @@ STEPS, BATCH = 15, 16
 #: history (``unobserved_neighbours="environment"``); the former entries name the global reference they ran with,
 #: so each still pins the batches it pinned, and ``"default"`` pins the current default (recorded from the code that
 #: made that change).
-_GRAPH = {"use_within_edges": True, "use_cross_edges": True, "unobserved_neighbours": "reference"}
+#: The default then took the paper's fixed split and coverage ranking (``adaptive_share=False``,
+#: ``adaptive_coverage=False``); every entry recorded before names the online share and the UCB coverage it ran
+#: with (``_ADAPTIVE``), ``"adaptive-environment"`` pins the default before that change (round 4's default, the lab's
+#: ``envsched-adaptive``) under its former name's batches, and ``"default"`` was re-pinned from the code that made it.
+_ADAPTIVE = {"adaptive_share": True, "adaptive_coverage": True}
+_GRAPH = {**_ADAPTIVE, "use_within_edges": True, "use_cross_edges": True, "unobserved_neighbours": "reference"}
 _SIGNAL = {**_GRAPH, "exploitation_score": "signal_probability"}
 CONFIGS = {
     "default": {},
+    "adaptive-environment": dict(_ADAPTIVE),
     "adaptive": _SIGNAL, "paper": {"preset": "paper"},
-    "variance-score": dict(FORMER_PIPELINE_DEFAULTS),
+    "variance-score": {**FORMER_PIPELINE_DEFAULTS, **_ADAPTIVE},
     "fixed-share": {**_SIGNAL, "adaptive_share": False},
     "paper-coverage": {**_SIGNAL, **FORMER_PIPELINE_DEFAULTS, "adaptive_coverage": False},  # reads them all
     "caps-always": {**_SIGNAL, "caps_on_decline_only": False},

@@ -18,6 +18,10 @@ from envsched.method.history import signal
 from envsched.method.sampler import EnvSchedSampler
 from envsched.samplers.registry import available_samplers, make_sampler
 
+#: The online coverage share and the UCB coverage ranking: rules of ours that both presets leave off; the tests of
+#: those rules switch them on.
+ADAPTIVE = {"adaptive_share": True, "adaptive_coverage": True}
+
 # ---------------------------------------------------------------------------------------------- the split
 
 
@@ -27,7 +31,8 @@ from envsched.samplers.registry import available_samplers, make_sampler
 ])
 def test_coverage_slots_are_a_share_of_any_n(share, n, slots):
     assert SchedulerConfig.paper(coverage_share=share).coverage_slots_for(n) == slots
-    assert SchedulerConfig(coverage_share=share, coverage_share_floor=0.0).coverage_slots_for(n) == slots
+    assert SchedulerConfig(coverage_share=share, coverage_share_floor=0.0,
+                           adaptive_share=True).coverage_slots_for(n) == slots
 
 
 def _pool(n_envs: int, per_env: int):
@@ -181,7 +186,7 @@ def test_signal_probability_formulas():
 def test_signal_score_exploitation_prefers_mixed_tasks_over_uniform_ones():
     tasks, envs = _pool(2, 3)
     g = _ring_graph(tasks, envs)
-    s = EnvSchedSampler(tasks, g, SchedulerConfig(mode="exploitation_only", batch_size=2,
+    s = EnvSchedSampler(tasks, g, SchedulerConfig(mode="exploitation_only", batch_size=2, **ADAPTIVE,
                                                   exploitation_score="signal_probability"), require_dispatch=False)
     s.update("e0t0", [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
     s.update("e0t1", [0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0])
@@ -222,7 +227,7 @@ def test_default_exploitation_ranks_by_the_predicted_variance():
 def _share_run(coverage_signal: bool, steps: int = 8):
     g = synthetic_graph(160, 8, seed=3)
     tasks = synthetic_tasks(g)
-    s = EnvSchedSampler(tasks, g, SchedulerConfig(coverage_share=0.75, batch_size=16), seed=1)
+    s = EnvSchedSampler(tasks, g, SchedulerConfig(coverage_share=0.75, batch_size=16, **ADAPTIVE), seed=1)
     rng = np.random.default_rng(7)
     slots = []
     for _ in range(steps):
@@ -289,7 +294,8 @@ def test_caps_apply_only_on_decline_in_the_adaptive_mode():
 def test_adaptive_state_round_trips_and_resumes_the_same_draws(rule):
     g = synthetic_graph(200, 10, seed=6)
     tasks = synthetic_tasks(g)
-    cfg = SchedulerConfig(exploitation_rule=rule, batch_size=16, exploitation_score="signal_probability")
+    cfg = SchedulerConfig(exploitation_rule=rule, batch_size=16, exploitation_score="signal_probability",
+                          **ADAPTIVE)
     p = np.random.default_rng(2).random(200)
 
     def run(s, steps, start):
@@ -336,7 +342,8 @@ def test_tuning_space_names_real_fields_and_holds_the_defaults():
         if isinstance(space, tuple):
             assert space[0] <= value <= space[1], name
             for end in space:  # both ends are valid configurations
-                assert getattr(SchedulerConfig(**{name: end}), name) == end
+                assert getattr(SchedulerConfig(**{**ADAPTIVE, name: end}), name) == end
         else:
             assert value in space, name
-    assert SchedulerConfig(coverage_share=0.125, coverage_share_floor=0.125).coverage_slots_for(64) == 8
+    assert SchedulerConfig(coverage_share=0.125, coverage_share_floor=0.125,
+                           adaptive_share=True).coverage_slots_for(64) == 8

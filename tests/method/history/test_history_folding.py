@@ -224,7 +224,7 @@ def test_malformed_folded_state_is_refused_and_changes_nothing():
 
 def test_history_horizon_is_the_smallest_with_a_tail_below_the_tolerance():
     for tol, h in ((1e-9, 8.0), (1e-3, 8.0), (1e-6, 32.0)):
-        c = SchedulerConfig(history_tolerance=tol, long_half_life=h, yield_half_life=h)
+        c = SchedulerConfig(history_tolerance=tol, long_half_life=h, yield_half_life=h, adaptive_share=True)
         H = c.history_horizon
         tail = 2.0 ** (-H / h) / (1.0 - 2.0 ** (-1.0 / h))
         assert tail <= tol < 2.0 ** (-(H - 1) / h) / (1.0 - 2.0 ** (-1.0 / h))

@@ -109,7 +109,9 @@ def test_rows_left_for_later_are_bounded_and_then_exact():
     {"use_cross_edges": False},
     {"use_within_edges": False},
     {"use_within_edges": False, "use_cross_edges": False},
-    {"caps_on_decline_only": False},  # the caps on every task: the drawn ones are clocked (their exposure)
+    # the caps on every task: the drawn ones are clocked (their exposure); with the UCB coverage on, since the
+    # default's other rules with caps on every task are the paper's rules, which keep no prediction between draws
+    {"caps_on_decline_only": False, "adaptive_coverage": True},
     {"history_tolerance": 0.0},  # the full log (no decayed statistics)
 ])
 def test_every_supported_configuration_is_maintained_exactly(config):

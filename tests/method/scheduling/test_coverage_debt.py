@@ -89,11 +89,10 @@ def test_sample1_gets_the_coverage_share_a_batch_of_64_gets(pool):
 
 @pytest.mark.parametrize("preset", ["paper", "fixed"])
 def test_a_fixed_share_is_the_share_of_sample1_and_sample2_draws(pool, preset):
-    # the paper preset's 0.5 (sample(1): 0 slots rounded, so every other draw is coverage's), and a default with the
-    # share fixed at 0.2 (floor = cap), where sample(2) rounds to no slot either
+    # the paper preset's 0.5 (sample(1): 0 slots rounded, so every other draw is coverage's), and the default (a
+    # fixed share) at 0.2, where sample(2) rounds to no slot either
     _, _, p = pool
-    config = SchedulerConfig.paper() if preset == "paper" else SchedulerConfig(coverage_share=0.2,
-                                                                              coverage_share_floor=0.2)
+    config = SchedulerConfig.paper() if preset == "paper" else SchedulerConfig(coverage_share=0.2)
     share = config.coverage_share
     for n, draws in ((1, 200), (2, 100)):
         if round(share * n):
