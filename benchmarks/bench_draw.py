@@ -22,7 +22,9 @@ machine the CPU time is the steadier one. Every (version, size, repetition) runs
 two versions of the code in one session, give each a source tree with ``--version NAME=SRC_DIR`` (for instance a
 ``git archive`` of an earlier commit's ``src/``); the runs alternate between versions, size by size, and the
 table gives each version's medians and their ratio, so that the load of a shared machine falls on both alike. The
-load average (``os.getloadavg``) is recorded at the start and end of every run. Commands::
+load average (``os.getloadavg``) is recorded at the start and end of every run. ``--config`` times another
+configuration than ``SchedulerConfig()``: ``adaptive`` (the default with the online coverage share and the UCB
+coverage order, the default before it took the paper's fixed split) or ``paper``. Commands::
 
     python benchmarks/bench_draw.py --sizes 2550 100000 1000000 --json draw.json
     git archive 7f914f4 src | tar -x -C /tmp/before   # the code before one-task draws
@@ -66,7 +68,13 @@ def _median_ms(xs: list[float]) -> float:
     return statistics.median(xs) * 1e3
 
 
-def run_one(n: int, warmup: int, draws: int, batches: int, seed: int, pairs: int = 100) -> dict[str, Any]:
+#: ``--config``: the configurations a run can time (``adaptive``: the default before it took the paper's fixed split
+#: and coverage ranking, the lab's ``envsched-adaptive``)
+CONFIGS = {"default": {}, "adaptive": {"adaptive_share": True, "adaptive_coverage": True}, "paper": None}
+
+
+def run_one(n: int, warmup: int, draws: int, batches: int, seed: int, pairs: int = 100,
+            config: str = "default") -> dict[str, Any]:
     """One run at ``n`` tasks with the code importable as ``envsched`` (see the module docstring)."""
     import envsched
     from envsched.method.config import SchedulerConfig
@@ -79,7 +87,9 @@ def run_one(n: int, warmup: int, draws: int, batches: int, seed: int, pairs: int
     tasks = synthetic_tasks(graph)
     built = time.perf_counter() - t0
     t0 = time.perf_counter()
-    sampler = EnvSchedSampler(tasks, graph, SchedulerConfig(), seed=seed)
+    knobs = CONFIGS[config]
+    sampler = EnvSchedSampler(tasks, graph, SchedulerConfig.paper() if knobs is None else SchedulerConfig(**knobs),
+                              seed=seed)
     init = time.perf_counter() - t0
     rng = np.random.default_rng(seed + 1)
     p = rng.beta(0.6, 0.6, size=n)
@@ -135,6 +145,7 @@ def run_one(n: int, warmup: int, draws: int, batches: int, seed: int, pairs: int
                 for ph in ("coverage", "exploitation")}
     return {
         "tasks": n, "environments": len(sampler.envs), "envsched": str(Path(envsched.__file__).parent),
+        "config": config,
         "warmup": warmup, "draws": draws, "batches": batches, "seed": seed,
         "graph_build_s": built, "init_s": init, "warmup_s": warm,
         "draw_ms": _median_ms(draw_wall), "draw_cpu_ms": _median_ms(draw_cpu),
@@ -159,7 +170,8 @@ def _subprocess(src: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     cmd = [sys.executable, __file__, "--one", str(n), "--warmup", str(args.warmup), "--draws", str(args.draws),
-           "--batches", str(args.batches), "--pairs", str(args.pairs), "--seed", str(args.seed)]
+           "--batches", str(args.batches), "--pairs", str(args.pairs), "--seed", str(args.seed),
+           "--config", args.config]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"run at {n:,} tasks with {src} failed:\n{out.stderr[-4000:]}")
@@ -223,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=100, help="timed calls of sample(2) + its two updates")
     ap.add_argument("--repeat", type=int, default=1, help="runs per version and size")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="default",
+                    help="SchedulerConfig() (default), the former default's online share and UCB coverage "
+                         "(adaptive), or SchedulerConfig.paper() (paper)")
     ap.add_argument("--version", action="append", default=[], metavar="NAME=SRC_DIR",
                     help="a source tree to time (its envsched package); repeat to compare; default: this checkout")
     ap.add_argument("--json", dest="json_out", help="write the rows here")
@@ -230,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a subprocess's single run
     args = ap.parse_args(argv)
     if args.one is not None:
-        print(json.dumps(run_one(args.one, args.warmup, args.draws, args.batches, args.seed, args.pairs)))
+        print(json.dumps(run_one(args.one, args.warmup, args.draws, args.batches, args.seed, args.pairs,
+                                 args.config)))
         return 0
     if args.markdown:
         rows = [r for path in args.markdown for r in json.loads(Path(path).read_text())["rows"]]

@@ -33,6 +33,7 @@ from envsched.method.graph.dual_graph import DualRelationGraph
 from envsched.method.history import signal
 from envsched.method.history.incremental import IncrementalPrediction, RelationRows
 from envsched.method.history.prediction import Prediction, RelationOperator, predict, relation_operators
+from envsched.method.history.sets import union
 from envsched.method.history.statistics import PHASES, History
 from envsched.method.migrations import read_config
 from envsched.method.scheduling.batch import (
@@ -529,35 +530,48 @@ class EnvSchedSampler(BaseSampler):
             if cands.size:
                 break
             live[envs] = False
-        cleaned = engine.clean(cands)  # (the prior and informativeness of rows left for later made exact)
-        if more and cleaned.size:  # (a later exploitation pick of this draw reads them; else the next sync)
-            self._incremental[1].update(cleaned, self._flags)
         tiebreak: np.ndarray | None = None
+        lam = c.similarity_penalty
+        ms = None
         if c.adaptive_coverage:
+            cleaned = engine.clean(cands)  # (the prior of rows left for later, which the posterior reads, made exact)
             alpha, beta = signal.signal_posterior(h, engine.prediction.long.prior[cands, 0], c.signal_prior_ess,
                                                   c.long_half_life, cands)
             tiebreak = self._tiebreak_of(state, cands)
             score = policy.coverage_score(alpha, beta, None, tiebreak, cands)
-            best = np.arange(cands.size)
-        else:  # the informativeness, the fewest observed first
-            at = np.minimum(np.searchsorted(clocked, cands), max(clocked.size - 1, 0))
-            is_clocked = clocked[at] == cands if clocked.size else np.zeros(cands.size, dtype=bool)
-            score = np.where(is_clocked, info[at] if clocked.size else 0.0, engine.prediction.informativeness[cands])
+            low = cands
+            if similarity is not None:  # base x (1 - lambda x max_sim)
+                ms = similarity.max_sim(low)
+            penalised = score if ms is None else score * (1.0 - lam * ms)
+        else:  # the informativeness, the fewest observed first: a row left for later (dirty) has an upper bound on
+            # it, and only those whose bound reaches the best exact score are made exact
             obs = h.task_observation_counts()[cands]
-            best = np.flatnonzero(obs == obs.min())
-        ms = None
-        penalised = score
-        if similarity is not None:  # base x (1 - lambda x max_sim), for the candidates that can be chosen
-            ms = np.zeros(cands.size)
-            ms[best] = similarity.max_sim(cands[best])
-            penalised = score * (1.0 - c.similarity_penalty * ms)
-        best = best[penalised[best] == penalised[best].max()]
+            low = cands[obs == obs.min()]
+            at = np.minimum(np.searchsorted(clocked, low), max(clocked.size - 1, 0))
+            is_clocked = clocked[at] == low if clocked.size else np.zeros(low.size, dtype=bool)
+            now = info[at] if clocked.size else 0.0
+            if similarity is not None:
+                ms = similarity.max_sim(low)
+            done: list[np.ndarray] = []
+            while True:
+                score = np.where(is_clocked, now, engine.static_value(low))
+                penalised = score if ms is None else score * (1.0 - lam * ms)
+                bounded = ~is_clocked & engine.dirty[low]
+                top = penalised[~bounded].max() if not bounded.all() else -np.inf
+                reach = np.flatnonzero(bounded & (penalised >= top))
+                if not reach.size:
+                    break
+                done.append(engine.clean(low[reach]))
+            cleaned = union(*done) if done else low[:0]
+        if more and cleaned.size:  # (a later exploitation pick of this draw reads them; else the next sync)
+            self._incremental[1].update(cleaned, self._flags)
+        best = np.flatnonzero(penalised == penalised.max())
         if best.size > 1:
-            draws = tiebreak[best] if tiebreak is not None else self._tiebreak_of(state, cands[best])
+            draws = tiebreak[best] if tiebreak is not None else self._tiebreak_of(state, low[best])
             best = best[[int(np.argmax(draws))]]
         i = int(best[0])
         value = float(score[i])
-        pick = Pick(pos=int(cands[i]), phase="coverage", rank=1, score=float(penalised[i]), base_score=value,
+        pick = Pick(pos=int(low[i]), phase="coverage", rank=1, score=float(penalised[i]), base_score=value,
                     max_similarity=0.0 if ms is None else float(ms[i]),
                     tied_envs=int(np.count_nonzero(np.bincount(self.env_codes[cands], minlength=len(self.envs)))))
         return pick, value

@@ -129,7 +129,11 @@ def _warm(a: EnvSchedSampler, b: EnvSchedSampler, rng: np.random.Generator, p: n
             b.update(t, r)
 
 
-@pytest.mark.parametrize("config", [{}, {"unobserved_neighbours": "reference"}, {"caps_on_decline_only": False}])
+_ADAPTIVE = {"adaptive_share": True, "adaptive_coverage": True}  # (the former default's online share and UCB coverage)
+
+
+@pytest.mark.parametrize("config", [{}, _ADAPTIVE, {"unobserved_neighbours": "reference"},
+                                    {"caps_on_decline_only": False, **_ADAPTIVE}])
 def test_one_task_draws_equal_the_whole_computation(config):
     # bit for bit against the whole computation with the maintained prediction's anchor
     a, b = _pair(**config)
@@ -144,8 +148,9 @@ def test_one_task_draws_equal_the_whole_computation(config):
     assert _drive(a, b, 20, rng, p, late) >= 15
 
 
-@pytest.mark.parametrize("config", [{}, {"adaptive_coverage": False}, {"adaptive_share": False, "coverage_share": 0.3},
-                                    {"caps_on_decline_only": False}])
+@pytest.mark.parametrize("config", [{}, _ADAPTIVE, {"adaptive_share": True},
+                                    {"adaptive_coverage": True, "coverage_share": 0.3},
+                                    {"caps_on_decline_only": False, **_ADAPTIVE}])
 def test_coverage_draws_of_the_debt_equal_the_whole_computation(config):
     # the draws the coverage debt gives a coverage slot are picked from the maintained prediction too (the
     # environments first in the policy's order, then the task's coverage score; with adaptive_coverage off the
@@ -160,8 +165,9 @@ def test_coverage_draws_of_the_debt_equal_the_whole_computation(config):
     assert len(phases) >= 80 and 20 <= phases.count("coverage") <= 50  # (share 0.3-0.5 of the draws)
 
 
-@pytest.mark.parametrize("config", [{}, {"adaptive_coverage": False}, {"caps_on_decline_only": False},
-                                    {"adaptive_share": False, "coverage_share": 0.4}])
+@pytest.mark.parametrize("config", [{}, _ADAPTIVE, {"adaptive_share": True},
+                                    {"caps_on_decline_only": False, **_ADAPTIVE},
+                                    {"adaptive_coverage": True, "coverage_share": 0.4}])
 def test_small_batches_equal_the_whole_computation(config):
     # sample(2) (TRL's trainer), sample(3), sample(5) and sample(8) are drawn from the maintained prediction too,
     # their coverage slots first, every pick after the first penalised by its similarity to the picks before it:
@@ -192,13 +198,13 @@ def test_small_batches_equal_the_whole_computation(config):
     assert max(similar) > 0.1 and sum(x > 0 for x in similar) >= 20  # the penalty acted
 
 
-@pytest.mark.parametrize("keep", [False, True])
-def test_coverage_draws_among_environments_never_selected_equal_the_whole_computation(keep):
+@pytest.mark.parametrize("config, keep", [({}, False), (_ADAPTIVE, False), (_ADAPTIVE, True)])
+def test_coverage_draws_among_environments_never_selected_equal_the_whole_computation(config, keep):
     # 40 environments, 16 tasks drawn before: the environments never selected tie first in the coverage order, and a
     # coverage draw ranks every task of all of them (with their tiebreak draws, read from the generator); ``keep``:
-    # the one-task draws' sampler keeps the coverage scores between draws (AdaptivePolicy.coverage_keep_min, from
-    # 4,096 candidates otherwise), the whole computation's does not
-    a, b = _pair(n=600, envs=40)
+    # the one-task draws' sampler keeps the UCB coverage scores between draws (AdaptivePolicy.coverage_keep_min,
+    # from 4,096 candidates otherwise), the whole computation's does not
+    a, b = _pair(n=600, envs=40, **config)
     if keep:
         a.policy.coverage_keep_min = 8
     rng = np.random.default_rng(14)

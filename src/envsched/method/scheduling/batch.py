@@ -538,12 +538,17 @@ class _Ranked:
     def __init__(self, b: _Batch, pool: Callable[[], np.ndarray], scorer: tuple[Scorer, Scorer] | Penalised,
                  obs: np.ndarray | None, k: int, valid_one: Callable[[int], bool] | None = None) -> None:
         self.tiebreak, self.sim = b.ctx.tiebreak, b.sim
-        self.pool, self.scorer, self.obs, self.k0 = pool, scorer, obs, max(1, k)
-        self.k = self.k0
         self.valid_one = valid_one
         self._eager = valid_one is not None and isinstance(scorer, Penalised) and b.sim.eager
+        if self._eager:  # (a heap entry costs more than an array element; a pick rarely looks past a few)
+            k = -(-k // self.eager_divisor)
+        self.pool, self.scorer, self.obs, self.k0 = pool, scorer, obs, max(1, k)
+        self.k = self.k0
         self._heap: list[tuple] | None = None  # the shortlist as a heap (_pick_eager), built on its first pick
         self._build()
+
+    #: A shortlist picked in plain floats starts at this fraction of the walk's.
+    eager_divisor: int = 4
 
     def _build(self) -> None:
         pool = self.pool()
