@@ -237,8 +237,9 @@ register_sampler("sec", "SEC: Boltzmann bandit over environments, TD(0) values o
                                           "(the usual bandit rule) instead of decaying the others",
                                           {"zero_fill_unplayed": False}),))
 register_sampler(
-    "envsched", "EnvSched, adaptive default: environment-aware coverage (online share, UCB environment order, "
-    "quotas) and exploitation by each task's predicted reward variance; caps on decline",
+    "envsched", "EnvSched, the default: 50/50 batches of coverage (least-selected environments first, quotas) and "
+    "exploitation by each task's predicted reward variance (every task predicted from its graph neighbours and "
+    "its own history); caps on decline",
     "envsched.method.sampler:make_envsched_sampler",
     sampler_class=_ENVSCHED, restore=_ENVSCHED_RESTORE)
 register_sampler("envsched-paper", "EnvSched, the paper preset: variance prediction, 50/50 coverage-aware batches",

@@ -1,4 +1,4 @@
-"""Stage 2 of EnvSched, adaptive mode (ours, not in the paper): signal rates and the per-task Beta posterior.
+"""Stage 2 of EnvSched, the rules of ours (not in the paper): signal rates and the per-task Beta posterior.
 
 A *signal group* is a group with at least two scored rewards that are not all equal: the only groups from which
 GRPO gets a gradient (defined once, :func:`envsched.samplers.base.is_signal_group`, for every sampler's
@@ -11,10 +11,11 @@ observations absorbed out of it are added from :meth:`History.decayed_signal
 <envsched.method.history.statistics.History.decayed_signal>` (exact: these sums are linear in the weights):
 
 * :func:`phase_yields`: signal groups per scored group of the coverage and of the exploitation picks (the
-  adaptive coverage share);
-* :func:`env_signal`: the same per environment (the coverage environment's upper confidence bound);
+  online coverage share, ``adaptive_share``);
+* :func:`env_signal`: the same per environment (the coverage environment's upper confidence bound,
+  ``adaptive_coverage``);
 * :func:`declining`: tasks whose short-half-life signal rate is below their long-half-life one (where the
-  adaptive mode applies the task cap and the exposure discount);
+  default applies the task cap and the exposure discount, ``caps_on_decline_only``);
 * :func:`signal_posterior`: a Beta posterior per task on its mean reward mapped to [0, 1], prior
   ``Beta(ess * mu, ess * (1 - mu))`` from the prior mean ``mu`` (graph-propagated, or the global reference
   when the graph prior is off, as in the default), the task's own scored
