@@ -2,10 +2,10 @@
 policies (``envsched.method.scheduling.policy``) replaced the adaptive inputs' nullable fields.
 
 ``data/policy_golden.json`` holds, for the default, the former (adaptive) defaults, the paper preset and each
-ablation of the default's rules, the positions drawn at each of 15 steps with seeded rewards and the phase of each explanation record; and
-a ``state_dict`` saved by that code after 8 steps, with the batches drawn after loading it (states written before
-the refactor must still resume, to the same batches). It was computed once, from the code at commit 75d658b.
-The paper preset's entries must never change (the paper preset stays bit for bit); the other entries
+ablation of the default's rules, the positions drawn at each of 15 steps with seeded rewards and the phase of each
+explanation record; and a ``state_dict`` saved by that code after 8 steps, with the batches drawn after loading it
+(states written before the refactor must still resume, to the same batches). It was computed once, from the code at
+commit 75d658b. The paper preset's entries must never change (the paper preset stays bit for bit); the other entries
 change only with a deliberate change of the default's rules, in the commit that makes it and says so.
 """
 
