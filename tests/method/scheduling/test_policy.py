@@ -23,6 +23,10 @@ from envsched.method.scheduling.policy import (
     make_policy,
 )
 
+#: the former default's online share and UCB coverage order (the default now takes the paper's): the tests of
+#: those rules name them
+_ADAPTIVE = {"adaptive_share": True, "adaptive_coverage": True}
+
 
 def _warm(config: SchedulerConfig, steps: int = 3) -> EnvSchedSampler:
     g = synthetic_graph(160, 8, seed=2)
@@ -66,7 +70,7 @@ def test_the_paper_policy_supplies_the_papers_rules_and_traces_nothing():
 
 
 def test_the_adaptive_policy_supplies_the_defaults_rules():
-    s = _warm(SchedulerConfig())
+    s = _warm(SchedulerConfig(**_ADAPTIVE))
     inputs, trace = _inputs(s, 16)
     info = s.predict().informativeness
     assert not inputs.coverage_fewest_observed_first
@@ -94,7 +98,7 @@ def test_the_adaptive_policy_supplies_the_defaults_rules():
 def test_a_rule_switched_off_gets_the_papers_part(switch):
     off = {"adaptive_coverage": False, "exploitation_score": "variance", "caps_on_decline_only": False,
            "adaptive_share": False}
-    s = _warm(SchedulerConfig(**{switch: off[switch]}))
+    s = _warm(SchedulerConfig(**{**_ADAPTIVE, switch: off[switch]}))
     inputs, trace = _inputs(s, 16)
     info = s.predict().informativeness
     paper, _ = PaperPolicy(s.config).inputs(16, s.history, s.predict(), np.zeros(160), np.random.default_rng(0))
@@ -111,7 +115,7 @@ def test_a_rule_switched_off_gets_the_papers_part(switch):
 
 
 def test_the_trace_summary_is_the_state_format_and_survives_a_round_trip():
-    s = _warm(SchedulerConfig())
+    s = _warm(SchedulerConfig(**_ADAPTIVE))
     state = s.state_dict()
     assert state["extra"]["last_adaptive"] == s._last_trace.summary() and "share" in state["extra"]["last_adaptive"]
     t = PolicyTrace.from_summary(state["extra"]["last_adaptive"])
@@ -157,7 +161,7 @@ def test_the_adaptive_coverage_score_is_computed_only_where_read_and_equals_the_
     from envsched.method.scheduling.policy import LazyScores
 
     g = synthetic_graph(160, 40, seed=2)  # 40 environments: a batch of 4 reads a small share (4 * 8 <= 40)
-    s = EnvSchedSampler(synthetic_tasks(g), g, SchedulerConfig(batch_size=4), seed=1)
+    s = EnvSchedSampler(synthetic_tasks(g), g, SchedulerConfig(batch_size=4, **_ADAPTIVE), seed=1)
     rng = np.random.default_rng(0)
     for _ in range(6):
         for t in s.sample(4):
