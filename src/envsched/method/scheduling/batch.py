@@ -623,8 +623,7 @@ class _Ranked:
                     run = self.obs[items] == o_min
                     items, ib = items[run], ib[run]
                 pos, top, ms, top_tb = self._walk(items, ib, exact, bound)
-                r = self.rest
-                if r is None or r[0] > o_min or (r[0] == o_min and (r[1] < top or (r[1] == top and r[2] < top_tb))):
+                if self._certified(o_min, top, top_tb):
                     return pos, top, ms
             elif self.rest is None:
                 return None
@@ -688,42 +687,38 @@ class _Ranked:
                 continue
             o, key, ntb, c, bc, at, ms = heap[0]
             top, top_tb = -key, -ntb
-            r = self.rest
-            if r is None or r[0] > o or (r[0] == o and (r[1] < top or (r[1] == top and r[2] < top_tb))):
+            if self._certified(o, top, top_tb):
                 return c, top, ms
-            if r[0] < o:  # fewer-observed candidates outside: double
-                self.k *= 2
-            else:  # (every row applied: only a larger shortlist can certify)
-                self.k = max(2 * self.k, int(np.count_nonzero(self.pool_bound >= top)) + self.k0)
-            self._build()
+            self._grow_applied(o, top)
 
     def _best_built(self) -> tuple[int, float, float] | None:
         """:meth:`_pick_eager` at the pick that built the shortlist, in a few whole-array steps: the best by
         (observations, exact score, tiebreak), certified against the rest (else the shortlist grows: ``None``)."""
-        items, ib = self.items, self.item_bound
-        at = None
-        o = 0
-        if self.obs is not None:
-            oi = self.obs[items]
-            o = int(oi.min())
-            at = np.flatnonzero(oi == o)
-            ib = ib[at]
-        top = ib.max()
-        tied = np.flatnonzero(ib == top)
-        i = int(tied[int(np.argmax(self.tiebreak[items[tied if at is None else at[tied]]]))]) if tied.size > 1 \
-            else int(tied[0])
-        if at is not None:
-            i = int(at[i])
-        c, top, top_tb = int(items[i]), float(top), float(self.tiebreak[items[i]])
-        r = self.rest
-        if r is None or r[0] > o or (r[0] == o and (r[1] < top or (r[1] == top and r[2] < top_tb))):
+        items = self.items
+        i = _best_index(items, self.item_bound, self.obs, self.tiebreak)
+        c = int(items[i])
+        o = int(self.obs[c]) if self.obs is not None else 0
+        top, top_tb = float(self.item_bound[i]), float(self.tiebreak[c])
+        if self._certified(o, top, top_tb):
             return c, top, float(self.item_ms[i])
-        if r[0] < o:  # fewer-observed candidates outside: double
+        self._grow_applied(o, top)
+        return None
+
+    def _certified(self, o: int, top: float, top_tb: float) -> bool:
+        """Whether no candidate outside the shortlist can beat the best found, ``o`` observations, exact score
+        ``top``, tiebreak ``top_tb``: the best key outside (``rest``: observations, bound, tiebreak) is behind it."""
+        r = self.rest
+        return r is None or r[0] > o or (r[0] == o and (r[1] < top or (r[1] == top and r[2] < top_tb)))
+
+    def _grow_applied(self, o: int, top: float) -> None:
+        """Rebuild a larger shortlist where the best found (``o`` observations, exact score ``top``) is not certified
+        and every member's row is applied: doubled where fewer-observed candidates are outside, else large enough to
+        hold every candidate whose bound at the build reached ``top`` (only a larger shortlist can certify)."""
+        if self.rest[0] < o:
             self.k *= 2
         else:
             self.k = max(2 * self.k, int(np.count_nonzero(self.pool_bound >= top)) + self.k0)
         self._build()
-        return None
 
     def _heap_of(self) -> list[tuple]:
         """The shortlist's heap entries ``(observations, -bound, -tiebreak, candidate, base score, members the
@@ -936,19 +931,23 @@ def _best_applied(b: _Batch, cands: np.ndarray, scorer: Penalised,
         return None
     b.sim.apply_whole_rows()
     vals, ms = scorer.applied(cands)
+    i = _best_index(cands, vals, obs, b.ctx.tiebreak)
+    return int(cands[i]), float(vals[i]), float(ms[i])
+
+
+def _best_index(items: np.ndarray, scores: np.ndarray, obs: np.ndarray | None, tiebreak: np.ndarray) -> int:
+    """The index in ``items`` (non-empty) of the best by fewest observations (``obs``; ``None``: no such rule), then
+    the highest of ``scores`` (aligned with ``items``), then the highest tiebreak draw (the first where equal)."""
     at = None
     if obs is not None:
-        o = obs[cands]
+        o = obs[items]
         at = np.flatnonzero(o == o.min())
-        vals = vals[at]
-    top = vals.max()
-    tied = np.flatnonzero(vals == top)
+        scores = scores[at]
+    tied = np.flatnonzero(scores == scores.max())
     i = int(tied[0])
     if tied.size > 1:
-        i = int(tied[int(np.argmax(b.ctx.tiebreak[cands[tied if at is None else at[tied]]]))])
-    if at is not None:
-        i = int(at[i])
-    return int(cands[i]), float(top), float(ms[i])
+        i = int(tied[int(np.argmax(tiebreak[items[tied if at is None else at[tied]]]))])
+    return int(at[i]) if at is not None else i
 
 
 def _exploitation(b: _Batch, n_slots: int, base: np.ndarray, exposure: np.ndarray, discount: np.ndarray) -> None:
