@@ -28,7 +28,6 @@ beside them.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import math
@@ -39,7 +38,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -222,7 +221,7 @@ def round5_config() -> ProtocolConfig:
     only. Against uniform, PLR, MoPPS, DPS and SEC (the primary family; GRESO, worse than the default in round 4,
     is left out); its no-graph ablation and the former default with both adaptive rules (``envsched-adaptive``,
     round 4's default) as the second family; the gate's two oracles reported beside them."""
-    return dataclasses.replace(
+    return replace(
         round4_config(), primary=("uniform", "plr", "mopps", "dps", "sec"),
         controls=("envsched-no-graph", "envsched-adaptive"), descriptive=("oracle-variance", "oracle-coverage"),
         eval_seeds=EVALUATION_ROUNDS[5], tune=False)
