@@ -11,7 +11,7 @@ and 12 cross neighbours, L2-normalised sparse features -- without building featu
 tasks per environment. Rewards: Bernoulli(p) per rollout with a fixed per-task p.
 
 Each size: ``--warmup`` steps first (so the history holds ``warmup * 64`` groups), then ``--steps`` timed
-steps; the median is reported. ``--preset`` times the adaptive default (``SchedulerConfig()``), the paper
+steps; the median is reported. ``--preset`` times the default (``SchedulerConfig()``), the paper
 preset (``SchedulerConfig.paper()``) or both. Run with nice on a shared machine::
 
     nice .venv/bin/python benchmarks/bench_scheduler_step.py --real --json bench-scheduler.json
@@ -54,7 +54,7 @@ def _time_steps(sampler: EnvSchedSampler, n_tasks: int, warmup: int, steps: int,
     return times
 
 
-def _one(label: str, tasks, graph, warmup: int, steps: int, seed: int, preset: str = "adaptive") -> dict:
+def _one(label: str, tasks, graph, warmup: int, steps: int, seed: int, preset: str = "default") -> dict:
     t0 = time.perf_counter()
     config = SchedulerConfig.paper() if preset == "paper" else SchedulerConfig()
     sampler = EnvSchedSampler(tasks, graph, config, seed=seed)
@@ -80,10 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--real", action="store_true", help="also time the real graph of the bundled 2,550-task pool")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", dest="json_out", default=None, help="write the rows to this JSON file")
-    ap.add_argument("--preset", choices=("adaptive", "paper", "both"), default="adaptive",
-                    help="EnvSched preset to time (default: the adaptive default)")
+    ap.add_argument("--preset", choices=("default", "paper", "both"), default="default",
+                    help="EnvSched preset to time: default (SchedulerConfig()), paper, or both")
     args = ap.parse_args(argv)
-    presets = ("adaptive", "paper") if args.preset == "both" else (args.preset,)
+    presets = ("default", "paper") if args.preset == "both" else (args.preset,)
     rows = []
     if args.real:
         from envsched.envs.default_pool import benchmark_pool

@@ -152,6 +152,28 @@ def test_graph_is_built_when_not_given_and_registry_factory():
     assert f.config.rollouts_per_task == 4 and f.config.mode == "coverage_only" and f.graph is s.graph
 
 
+def test_presets_by_name_in_the_factory_and_the_repr():
+    from envsched.method.sampler import make_envsched_sampler
+    from envsched.pool.pool import TaskPool
+
+    pool = TaskPool([{"id": f"{e}-{i}", "env": e, "instruction": f"{verb} the {obj} record {i}",
+                      "tools": [{"name": f"{verb}_{obj}", "description": f"{verb} a {obj}"}]}
+                     for e, verb, obj in (("shop", "refund", "order"), ("clinic", "book", "slot"))
+                     for i in range(4)])
+    graph = EnvSchedSampler(pool, seed=0).graph
+    default = make_envsched_sampler(pool, graph=graph)
+    assert default.config == SchedulerConfig() and ", default, " in repr(default)
+    paper = make_envsched_sampler(pool, preset="paper", graph=graph)
+    assert paper.config == SchedulerConfig.paper() and ", paper, " in repr(paper)
+    custom = make_envsched_sampler(pool, graph=graph, adaptive_share=True, adaptive_coverage=True)
+    assert ", custom, " in repr(custom) and "coverage share <= 0.5" in repr(custom)
+    with pytest.warns(FutureWarning, match="preset='default'"):  # the default's former name
+        former = make_envsched_sampler(pool, preset="adaptive", graph=graph)
+    assert former.config == SchedulerConfig()
+    with pytest.raises(ValueError, match="preset must be 'default' or 'paper', got 'fast'"):
+        make_envsched_sampler(pool, preset="fast", graph=graph)
+
+
 def test_explain_cli_prints_task_ids_with_brackets_verbatim(tmp_path):
     task_id = "tau2/telecom/[mms_issue]break_app_storage_permission[PERSONA:Easy]"
     tasks = [{"id": task_id, "env": "tau2/telecom"}, {"id": "other", "env": "tau2/telecom"}]

@@ -225,7 +225,7 @@ class EnvSchedSampler(BaseSampler):
 
     def __repr__(self) -> str:
         c = self.config
-        preset = "paper" if c.is_paper else "adaptive"
+        preset = "default" if c == SchedulerConfig() else "paper" if c.is_paper else "custom"
         return (f"EnvSchedSampler({len(self.tasks)} tasks in {len(self.envs)} environments, seed={self.seed}, "
                 f"{preset}, mode={c.mode!r}, coverage share {'<= ' if c.adaptive_share else ''}"
                 f"{c.coverage_share:g})")
@@ -835,15 +835,22 @@ class EnvSchedSampler(BaseSampler):
         self._anchor = anchor if self._incremental_supported() else None
 
 
-def make_envsched_sampler(pool: TaskPool, *, seed: int = 0, group_size: int = 8, preset: str = "adaptive",
+def make_envsched_sampler(pool: TaskPool, *, seed: int = 0, group_size: int = 8, preset: str = "default",
                           **options: Any) -> EnvSchedSampler:
     """Registry factory (``envsched.samplers.registry``): an :class:`EnvSchedSampler` over ``pool`` with its
-    graph built by ``graph_build.build_graph``. ``preset``: ``"adaptive"`` (``SchedulerConfig()``, registry
-    name ``envsched``) or ``"paper"`` (``SchedulerConfig.paper()``, ``envsched-paper``). ``options`` are
+    graph built by ``graph_build.build_graph``. ``preset``: ``"default"`` (``SchedulerConfig()``, registry
+    name ``envsched``) or ``"paper"`` (``SchedulerConfig.paper()``, ``envsched-paper``); ``"adaptive"``, the
+    default's former name, is still read as ``"default"`` with a ``FutureWarning`` (the lab's ``envsched-adaptive``
+    is another configuration: the online coverage share and the UCB coverage order). ``options`` are
     :class:`SchedulerConfig` fields (they override the preset) plus ``graph``, ``run_file`` and
     ``identifier_filter``."""
-    if preset not in ("adaptive", "paper"):
-        raise ValueError(f"preset must be 'adaptive' or 'paper', got {preset!r}")
+    if preset == "adaptive":
+        warnings.warn("make_envsched_sampler(preset='adaptive') is the default's former name: pass "
+                      "preset='default' (SchedulerConfig(), the paper's fixed coverage share); the online share is "
+                      "SchedulerConfig(adaptive_share=True, adaptive_coverage=True)", FutureWarning, stacklevel=2)
+        preset = "default"
+    if preset not in ("default", "paper"):
+        raise ValueError(f"preset must be 'default' or 'paper', got {preset!r}")
     extra = {k: options.pop(k) for k in ("graph", "run_file", "identifier_filter") if k in options}
     fields = {"rollouts_per_task": group_size, **options}
     config = SchedulerConfig.paper(**fields) if preset == "paper" else SchedulerConfig(**fields)
