@@ -515,6 +515,14 @@ class EnvSchedSampler(BaseSampler):
         assert isinstance(policy, AdaptivePolicy)  # (_incremental_supported)
         key = policy.env_order(h, env_counts) if c.adaptive_coverage else env_counts
         live = ~in_batch_env
+        if not c.adaptive_coverage and similarity is None:  # (the fewest observed first, no pick yet: kept per env)
+            got = self._incremental[1].coverage_pick(h, key, live, clocked, info,
+                                                     lambda pos: self._tiebreak_of(state, pos))
+            if got is None:
+                return None
+            pos, value, tied_envs = got
+            return Pick(pos=pos, phase="coverage", rank=1, score=value, base_score=value, max_similarity=0.0,
+                        tied_envs=tied_envs), value
         while True:  # the first environments in the order; one whose every task is capped is skipped
             if not live.any():
                 return None

@@ -321,3 +321,33 @@ def test_tiebreak_draws_read_ahead_equal_the_whole_array(monkeypatch, span):
         got = a._tiebreak_of(state, positions)
         assert got.shape == positions.shape and np.array_equal(got, whole[positions])
     assert a._tiebreak_of(state, np.array([1]))[0] != whole[0]  # (a read one position off would show)
+
+
+def test_the_coverage_index_equals_a_recomputation():
+    # the coverage picks under the fewest-observed rule read each environment's kept (fewest observations of an
+    # unclocked task, best informativeness or bound among them) and every task's observation count; after every
+    # draw (with discards, late groups and flags) they equal the ones built from scratch, where not marked stale
+    a, b = _pair(n=600, envs=40)
+    rng = np.random.default_rng(15)
+    p = rng.beta(0.6, 0.6, size=len(a.tasks))
+    _warm(a, b, rng, p, steps=1)
+    checked = []
+
+    def check(_):
+        if a._incremental is None or a._incremental[1].cov is None:
+            return
+        engine, chooser = a._incremental
+        chooser._coverage_counts(a.history)
+        assert np.array_equal(chooser.tobs, a.history.task_observation_counts())
+        assert np.array_equal(chooser.cov, np.where(engine.clocked, -np.inf, engine.static_value(np.arange(600))))
+        kept = chooser.env_fewest.copy(), chooser.env_best.copy(), chooser.env_stale.copy()
+        chooser._coverage_envs(np.arange(40))
+        fresh = ~kept[2]
+        assert np.array_equal(kept[0][fresh], chooser.env_fewest[fresh])
+        assert np.array_equal(kept[1][fresh], chooser.env_best[fresh])
+        chooser.env_fewest[:], chooser.env_best[:], chooser.env_stale[:] = kept  # (as it was: the next check sees it)
+        checked.append(int(kept[2].sum()))
+
+    _spy(a, "_select_few", check)
+    assert _drive(a, b, 80, rng, p, [], flag_every=13, explain_every=20) >= 70
+    assert len(checked) >= 60

@@ -215,6 +215,9 @@ class IncrementalPrediction:
         self._ticked: tuple[np.ndarray, ...] | None = None  # the clocked rows, prior, means and W of the last tick
         history.journal = []
         self._step_refs = self._step_references(history)
+        #: tasks whose observation count (in flight included) may have changed since a reader set it to a list: the
+        #: tasks :meth:`sync` brought up to date (an observation, a discard) and those :meth:`drawn`
+        self.counted: list[np.ndarray] | None = None
 
     # ------------------------------------------------------------------ configuration and staleness
     @staticmethod
@@ -273,6 +276,8 @@ class IncrementalPrediction:
         tasks)."""
         self.dispatched[pos] = True
         at = np.array([pos], dtype=np.int64)
+        if self.counted is not None:
+            self.counted.append(at)
         self.clean(at)
         self._set_clocked(history, at)
 
@@ -297,6 +302,8 @@ class IncrementalPrediction:
             g = history.logged_groups()
             changed.append(g.task[member(g.step, np.array(sorted(moved), dtype=np.int64))])
         tasks = union(*changed) if changed else np.zeros(0, dtype=np.int64)
+        if self.counted is not None and tasks.size:
+            self.counted.append(tasks)
         cleaned = union(*self._cleaned) if self._cleaned else tasks[:0]
         self._cleaned.clear()
         if not tasks.size:

@@ -544,8 +544,9 @@ class History:
         self._folded_reference: np.ndarray | None = None  # the latest step-level reference of a folded step
         self._first_reference: np.ndarray | None = None  # the first observed step's reference, once folded
         self._cache: dict[Any, Any] = {}
-        #: positions whose logged or absorbed observations changed since the list was last taken (an
-        #: observation, a fold); kept only while a reader set it to a list (the incremental prediction)
+        #: positions whose logged or absorbed observations, or whose dispatches in flight, changed since the list was
+        #: last taken (an observation, a fold, a discard); kept only while a reader set it to a list (the
+        #: incremental prediction)
         self.journal: list[Any] | None = None
 
     # ------------------------------------------------------------------ recording
@@ -581,7 +582,8 @@ class History:
 
     def record_discard(self, pos: int) -> None:
         """A dispatched group was dropped: release its oldest dispatch (it never becomes an observation)."""
-        self._pop_dispatch(pos, _DISCARDED)
+        if self._pop_dispatch(pos, _DISCARDED) is not None and self.journal is not None:
+            self.journal.append(pos)  # (its observation count changed)
 
     def record_observation(self, pos: int, scored01: np.ndarray, n_rollouts: int, raw_var: float,
                            mean_variance: tuple[float, float] | None = None) -> dict[str, Any]:

@@ -57,6 +57,12 @@ class IncrementalExploitation:
         self.static = np.full(nb * self.block, -np.inf)
         self.static[:n] = self._static_scores(np.arange(n))
         self.block_max = self.static.reshape(nb, self.block).max(axis=1)
+        # the coverage picks' per-environment index (:meth:`coverage_pick`), built on its first use
+        self.cov: np.ndarray | None = None  # (N,) an unclocked task's informativeness or bound, -inf for a clocked one
+        self.tobs = np.zeros(0, dtype=np.int64)  # (N,) each task's observation count (observed and in flight)
+        self.env_fewest = np.zeros(0, dtype=np.int64)  # (E,) the fewest observations of an unclocked task
+        self.env_best = np.zeros(0)  # (E,) the best cov of the unclocked tasks with env_fewest observations
+        self.env_stale = np.zeros(0, dtype=bool)  # (E,) environments whose two values above are to be recomputed
 
     def _flagged(self, rows: np.ndarray) -> np.ndarray:
         if not (self.flags and self.config.use_identifier_filter):
@@ -76,6 +82,8 @@ class IncrementalExploitation:
         self.static[rows] = self._static_scores(rows)
         blocks = distinct(rows // self.block)
         self.block_max[blocks] = self.static.reshape(-1, self.block)[blocks].max(axis=1)
+        if self.cov is not None:
+            self._refresh_coverage(rows)
 
     def _rows_of(self, blocks: np.ndarray) -> np.ndarray:
         rows = (blocks[:, None] * self.block + np.arange(self.block)[None, :]).ravel()
@@ -215,3 +223,129 @@ class IncrementalExploitation:
                 self._refresh_blocks(hidden)
         b, exposure, d = self._result(history, rows, base, discount, pos)
         return pos, float(score[i]), b, float(ms[i]), exposure, d
+
+    # ------------------------------------------------------------------ coverage picks, the fewest observed first
+    #: ``env_fewest`` of an environment whose every task is clocked
+    _NO_UNCLOCKED = np.iinfo(np.int64).max
+
+    def _coverage_start(self, history: History) -> None:
+        """Build the per-environment index of the coverage picks (one pass over the pool) and start collecting the
+        tasks whose observation count may change (:attr:`IncrementalPrediction.counted`)."""
+        e = self.engine
+        self.tobs = np.asarray(history.task_observation_counts(), dtype=np.int64).copy()
+        self.cov = np.where(e.clocked, -np.inf, e.static_value(np.arange(e.n)))
+        num_envs = e.env_starts.size - 1
+        self.env_fewest = np.zeros(num_envs, dtype=np.int64)
+        self.env_best = np.zeros(num_envs)
+        self.env_stale = np.zeros(num_envs, dtype=bool)
+        self._coverage_envs(np.arange(num_envs))
+        e.counted = []
+
+    def _coverage_envs(self, envs: np.ndarray) -> None:
+        """Recompute ``env_fewest`` and ``env_best`` of ``envs`` (distinct) from their tasks."""
+        if not envs.size:
+            return
+        e = self.engine
+        members = e.members(envs)
+        sizes = e.env_starts[envs + 1] - e.env_starts[envs]
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        cov = self.cov[members]
+        counts = np.where(e.clocked[members], self._NO_UNCLOCKED, self.tobs[members])
+        fewest = np.minimum.reduceat(counts, starts)
+        self.env_fewest[envs] = fewest
+        self.env_best[envs] = np.maximum.reduceat(np.where(counts == np.repeat(fewest, sizes), cov, -np.inf),
+                                                  starts)
+        self.env_stale[envs] = False
+
+    def _refresh_coverage(self, rows: np.ndarray) -> None:
+        """``rows``' informativeness (or bound), or whether they are clocked, changed: a value that rose at its
+        environment's fewest observations raises that environment's best; any other change of a value at or below
+        them makes the environment stale (recomputed before the next coverage pick reads it)."""
+        e = self.engine
+        new = np.where(e.clocked[rows], -np.inf, e.static_value(rows))
+        old = self.cov[rows]
+        self.cov[rows] = new
+        envs = e.env_codes[rows]
+        count = np.where(np.isneginf(new), self._NO_UNCLOCKED, self.tobs[rows])
+        was = np.where(np.isneginf(old), self._NO_UNCLOCKED, self.tobs[rows])
+        fewest = self.env_fewest[envs]
+        up = new >= old
+        self.env_stale[envs[(~up & (was <= fewest)) | (count < fewest)]] = True
+        at = up & (count == fewest)
+        np.maximum.at(self.env_best, envs[at], new[at])
+
+    def _coverage_counts(self, history: History) -> None:
+        """Bring the observation counts of the tasks drawn, observed or discarded since the last pick up to date."""
+        e = self.engine
+        if e.counted:
+            tasks = union(*e.counted)
+            e.counted.clear()
+            counts = np.array([history.task_observation_count(int(p)) for p in tasks], dtype=np.int64)
+            moved = tasks[counts != self.tobs[tasks]]
+            self.tobs[tasks] = counts
+            self.env_stale[e.env_codes[moved]] = True
+
+    def coverage_pick(self, history: History, key: np.ndarray, live: np.ndarray, clocked: np.ndarray,
+                      info: np.ndarray, tiebreak_of: Callable[[np.ndarray], np.ndarray],
+                      ) -> tuple[int, float, int] | None:
+        """The first coverage pick of a draw under the fewest-observed rule (``adaptive_coverage`` off), by the rule
+        of :func:`~envsched.method.scheduling.batch.build_batch`'s coverage phase with no batch member yet: of the
+        ``live`` environments first in ``key`` (ties included) with a task the consecutive cap leaves eligible, the
+        task with the fewest observations (in flight included) and then the highest informativeness, exact ties to
+        the higher tiebreak draw. Reads the environments' kept ``(fewest observations, best informativeness or
+        bound)`` and the tasks of the environments at the best only, not every task of the tied environments (the
+        environments never selected, most of a large pool). ``clocked``, ``info``: :meth:`IncrementalPrediction.tick
+        <envsched.method.history.incremental.IncrementalPrediction.tick>`'s (the caps bind clocked tasks only: a
+        task drawn where the caps apply is clocked). Returns ``(position, coverage score, environments with a
+        candidate)``, or ``None`` when no task is eligible."""
+        e, cfg = self.engine, self.config
+        if self.cov is None:
+            self._coverage_start(history)
+        self._coverage_counts(history)
+        sizes = np.diff(e.env_starts)
+        capped = clocked[(history.last_selected[clocked] == history.step - 1)
+                         & (history.run_length[clocked] >= cfg.max_consecutive_selections) & e.caps[clocked]]
+        full = np.bincount(e.env_codes[capped], minlength=sizes.size) == sizes if capped.size else None
+        live = live.copy()
+        while True:  # the first environments in the order; one whose every task is capped is skipped
+            if not live.any():
+                return None
+            first = live & (key == key[live].min())
+            if full is not None:
+                first &= ~full
+                if not first.any():
+                    live &= ~(live & (key == key[live].min()))
+                    continue
+            break
+        self._coverage_envs(np.flatnonzero(self.env_stale & first))
+        # clocked candidates: their score is the tick's
+        c_in = first[e.env_codes[clocked]]
+        if capped.size:
+            c_in &= ~member(clocked, capped)
+        c_rows, c_info = clocked[c_in], info[c_in]
+        u_fewest = self.env_fewest[first].min() if first.any() else self._NO_UNCLOCKED
+        fewest = min(int(u_fewest), int(self.tobs[c_rows].min()) if c_rows.size else self._NO_UNCLOCKED)
+        at = self.tobs[c_rows] == fewest
+        c_rows, c_info = c_rows[at], c_info[at]
+        top_c = c_info.max() if c_rows.size else -np.inf
+        envs_u = first & (self.env_fewest == fewest)
+        tied_u = np.zeros(0, dtype=np.int64)
+        top = top_c
+        while envs_u.any():
+            top_u = self.env_best[envs_u].max()
+            top = max(top_c, top_u)
+            if top_u < top:
+                break
+            rows = e.members(np.flatnonzero(envs_u & (self.env_best == top)))
+            rows = rows[(self.cov[rows] >= top) & ~e.clocked[rows] & (self.tobs[rows] == fewest)]
+            dirty = rows[e.dirty[rows]]
+            if not dirty.size:  # every row at the top is exact
+                tied_u = rows
+                break
+            cleaned = e.clean(dirty)
+            self._refresh_blocks(cleaned)
+            self._coverage_envs(distinct(e.env_codes[cleaned][self.env_stale[e.env_codes[cleaned]]]))
+        tied = np.sort(np.concatenate([c_rows[c_info == top], tied_u]))
+        pos = int(tied[0]) if tied.size == 1 else int(tied[int(np.argmax(tiebreak_of(tied)))])
+        return pos, float(top), int(np.count_nonzero(first))
+
