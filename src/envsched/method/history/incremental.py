@@ -261,15 +261,36 @@ class IncrementalPrediction:
     def _set_clocked(self, history: History, rows: np.ndarray) -> None:
         """Recompute which of ``rows`` are clocked; the compact copies follow."""
         now = self._clocked(history, rows)
-        if np.array_equal(now, self.clocked[rows]):
+        was = self.clocked[rows]
+        if np.array_equal(now, was):
             return
         self.clocked[rows] = now
-        gone = rows[~now & member(rows, self.clocked_rows)]
+        gone = rows[~now & was]
         if gone.size:
             self.stale_rows[gone] = True  # (its written values are from before it left)
-        self.clocked_rows = np.flatnonzero(self.clocked) if rows.size * 8 > self.n else \
-            union(self.clocked_rows[self.clocked[self.clocked_rows]], rows[now])
-        self._compact()
+        old = self.clocked_rows
+        kept = self.clocked[old]
+        added = rows[now & ~was]
+        self.clocked_rows = new = np.flatnonzero(self.clocked) if rows.size * 8 > self.n else union(old[kept], added)
+        # the compact copies: the rows that stay keep theirs (kept up to date by every update), the rows that join
+        # are read from the arrays
+        at = np.searchsorted(new, added)
+        stay = np.ones(new.size, dtype=bool)
+        stay[at] = False
+        long_h, short_h = self.histories
+        pr = self.prediction
+        for name, parts in (("c_prior", (pr.long.prior, pr.short.prior)),
+                            ("c_values", (long_h.values, short_h.values))):
+            out = np.empty((new.size, 6))
+            out[stay] = getattr(self, name)[kept]
+            out[at, :3] = parts[0][added]
+            out[at, 3:] = parts[1][added]
+            setattr(self, name, out)
+        out = np.empty((new.size, 2))
+        out[stay] = self.c_anchored[kept]
+        out[at, 0] = self.anchored[0][added]
+        out[at, 1] = self.anchored[1][added]
+        self.c_anchored = out
 
     def drawn(self, history: History, pos: int) -> None:
         """``pos`` was drawn: where the caps apply, its exposure now moves with the clock (it may join the clocked
