@@ -268,29 +268,29 @@ class IncrementalPrediction:
         gone = rows[~now & was]
         if gone.size:
             self.stale_rows[gone] = True  # (its written values are from before it left)
+        if rows.size * 8 > self.n:
+            self.clocked_rows = np.flatnonzero(self.clocked)
+            self._compact()
+            return
+        # the compact copies: the rows that stay keep theirs (kept up to date by every update), the rows that leave
+        # are deleted, the rows that join are read from the arrays and inserted in order
         old = self.clocked_rows
-        kept = self.clocked[old]
+        out = np.searchsorted(old, gone)
         added = rows[now & ~was]
-        self.clocked_rows = new = np.flatnonzero(self.clocked) if rows.size * 8 > self.n else union(old[kept], added)
-        # the compact copies: the rows that stay keep theirs (kept up to date by every update), the rows that join
-        # are read from the arrays
-        at = np.searchsorted(new, added)
-        stay = np.ones(new.size, dtype=bool)
-        stay[at] = False
+        if out.size:
+            old = np.delete(old, out)
+        at = np.searchsorted(old, added)
+        self.clocked_rows = np.insert(old, at, added)
         long_h, short_h = self.histories
         pr = self.prediction
-        for name, parts in (("c_prior", (pr.long.prior, pr.short.prior)),
-                            ("c_values", (long_h.values, short_h.values))):
-            out = np.empty((new.size, 6))
-            out[stay] = getattr(self, name)[kept]
-            out[at, :3] = parts[0][added]
-            out[at, 3:] = parts[1][added]
-            setattr(self, name, out)
-        out = np.empty((new.size, 2))
-        out[stay] = self.c_anchored[kept]
-        out[at, 0] = self.anchored[0][added]
-        out[at, 1] = self.anchored[1][added]
-        self.c_anchored = out
+        joined = (np.concatenate([pr.long.prior[added], pr.short.prior[added]], axis=1),
+                  np.concatenate([long_h.values[added], short_h.values[added]], axis=1),
+                  np.stack([self.anchored[0][added], self.anchored[1][added]], axis=1))
+        for name, rows_in in zip(("c_prior", "c_values", "c_anchored"), joined, strict=True):
+            kept = getattr(self, name)
+            if out.size:
+                kept = np.delete(kept, out, axis=0)
+            setattr(self, name, np.insert(kept, at, rows_in, axis=0))
 
     def drawn(self, history: History, pos: int) -> None:
         """``pos`` was drawn: where the caps apply, its exposure now moves with the clock (it may join the clocked

@@ -69,21 +69,26 @@ class IncrementalExploitation:
             return np.zeros(rows.size, dtype=bool)
         return member(rows, np.array(sorted(self.flags), dtype=np.int64))
 
-    def _static_scores(self, rows: np.ndarray) -> np.ndarray:
-        """Scores of ``rows`` in the blocks: the informativeness of an unclocked task (its discount is 1) not
-        flagged (where the identifier filter applies), or an upper bound on it
-        (:meth:`IncrementalPrediction.static_value`); ``-inf`` for the others."""
+    def _values(self, rows: np.ndarray) -> np.ndarray:
+        """The informativeness of unclocked ``rows``, or an upper bound on it
+        (:meth:`IncrementalPrediction.static_value`); ``-inf`` for a clocked one."""
         e = self.engine
-        score = np.where(e.clocked[rows], -np.inf, e.static_value(rows))
+        return np.where(e.clocked[rows], -np.inf, e.static_value(rows))
+
+    def _static_scores(self, rows: np.ndarray, value: np.ndarray | None = None) -> np.ndarray:
+        """Scores of ``rows`` in the blocks: :meth:`_values` (``value`` where given), ``-inf`` for a flagged task
+        (where the identifier filter applies): an unclocked task's discount is 1."""
+        score = self._values(rows) if value is None else value.copy()
         score[self._flagged(rows)] = -np.inf
         return score
 
     def _refresh_blocks(self, rows: np.ndarray) -> None:
-        self.static[rows] = self._static_scores(rows)
+        value = self._values(rows)
+        self.static[rows] = self._static_scores(rows, value)
         blocks = distinct(rows // self.block)
         self.block_max[blocks] = self.static.reshape(-1, self.block)[blocks].max(axis=1)
         if self.cov is not None:
-            self._refresh_coverage(rows)
+            self._refresh_coverage(rows, value)
 
     def _rows_of(self, blocks: np.ndarray) -> np.ndarray:
         rows = (blocks[:, None] * self.block + np.arange(self.block)[None, :]).ravel()
@@ -233,7 +238,7 @@ class IncrementalExploitation:
         tasks whose observation count may change (:attr:`IncrementalPrediction.counted`)."""
         e = self.engine
         self.tobs = np.asarray(history.task_observation_counts(), dtype=np.int64).copy()
-        self.cov = np.where(e.clocked, -np.inf, e.static_value(np.arange(e.n)))
+        self.cov = self._values(np.arange(e.n))
         num_envs = e.env_starts.size - 1
         self.env_fewest = np.zeros(num_envs, dtype=np.int64)
         self.env_best = np.zeros(num_envs)
@@ -257,12 +262,12 @@ class IncrementalExploitation:
                                                   starts)
         self.env_stale[envs] = False
 
-    def _refresh_coverage(self, rows: np.ndarray) -> None:
-        """``rows``' informativeness (or bound), or whether they are clocked, changed: a value that rose at its
-        environment's fewest observations raises that environment's best; any other change of a value at or below
-        them makes the environment stale (recomputed before the next coverage pick reads it)."""
+    def _refresh_coverage(self, rows: np.ndarray, new: np.ndarray) -> None:
+        """``rows``' informativeness (or bound), or whether they are clocked, changed (``new``: their values, -inf for
+        a clocked one): a value that rose at its environment's fewest observations raises that environment's best;
+        any other change of a value at or below them makes the environment stale (recomputed before the next
+        coverage pick reads it)."""
         e = self.engine
-        new = np.where(e.clocked[rows], -np.inf, e.static_value(rows))
         old = self.cov[rows]
         self.cov[rows] = new
         envs = e.env_codes[rows]
