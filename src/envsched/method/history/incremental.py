@@ -94,10 +94,15 @@ class RelationRows:
         """The tasks that have one of ``tasks`` as a neighbour (distinct, ascending)."""
         return distinct(self.col_indices[_ranges(self.col_indptr[tasks], self.col_indptr[tasks + 1])])
 
-    def share_of(self, tasks: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def entries(self, tasks: np.ndarray) -> np.ndarray:
+        """The entries of the columns ``tasks`` (column by column, in the order given)."""
+        return _ranges(self.col_indptr[tasks], self.col_indptr[tasks + 1])
+
+    def share_of(self, tasks: np.ndarray, rows: np.ndarray, entries: np.ndarray | None = None) -> np.ndarray:
         """For each of ``rows`` (distinct, ascending): the share of its neighbour weight on ``tasks``,
-        ``sum_{j in tasks} w_ij / sum_j w_ij``."""
-        entries = _ranges(self.col_indptr[tasks], self.col_indptr[tasks + 1])
+        ``sum_{j in tasks} w_ij / sum_j w_ij`` (``entries``: ``entries(tasks)``, where already at hand)."""
+        if entries is None:
+            entries = self.entries(tasks)
         having = self.col_indices[entries]
         mine = member(having, rows)
         weight = np.bincount(np.searchsorted(rows, having[mine]), weights=self.col_data[entries][mine],
@@ -359,7 +364,9 @@ class IncrementalPrediction:
             # the others read only unobserved neighbours' environment estimates that moved (an observed one's
             # substitute cancels): a clocked one, or one whose prior is recomputed anyway, now; an unclocked one
             # when it could be the pick or is read (:meth:`clean`)
-            indirect = self.relations[1].having(members)
+            rel = self.relations[1]
+            entries = rel.entries(members)
+            indirect = distinct(rel.col_indices[entries])  # (rel.having(members))
             indirect = indirect[~member(indirect, direct)]
             now = self.clocked[indirect] | member(indirect, within)
             lazy = indirect[~now]
@@ -385,8 +392,9 @@ class IncrementalPrediction:
         self._static_informativeness(static)
         if lazy.size:
             # each moves with its weight on the moved estimates: those of the unobserved tasks of the environments
-            unobserved = members[~self.observed[members]]
-            share = np.minimum(self.relations[1].share_of(unobserved, lazy), 1.0)
+            unseen = ~self.observed[members]
+            unseen_entries = entries[np.repeat(unseen, rel.col_indptr[members + 1] - rel.col_indptr[members])]
+            share = np.minimum(rel.share_of(members[unseen], lazy, unseen_entries), 1.0)
             bound = np.where(self.dirty[lazy], self.upper[lazy], self.prediction.informativeness[lazy])
             self.upper[lazy] = bound + share * moved * (1.0 + 1e-9) + 1e-12
             self.dirty[lazy] = True

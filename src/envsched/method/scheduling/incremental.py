@@ -83,10 +83,17 @@ class IncrementalExploitation:
         return score
 
     def _refresh_blocks(self, rows: np.ndarray) -> None:
+        """``rows`` changed: their scores in the blocks, and the blocks' maxima (a block where a score fell read
+        again; where scores only rose, its maximum raised to them)."""
         value = self._values(rows)
-        self.static[rows] = self._static_scores(rows, value)
-        blocks = distinct(rows // self.block)
-        self.block_max[blocks] = self.static.reshape(-1, self.block)[blocks].max(axis=1)
+        score = self._static_scores(rows, value)
+        fell = score < self.static[rows]
+        self.static[rows] = score
+        if fell.any():
+            blocks = distinct(rows[fell] // self.block)
+            self.block_max[blocks] = self.static.reshape(-1, self.block)[blocks].max(axis=1)
+        rose = ~fell
+        np.maximum.at(self.block_max, rows[rose] // self.block, score[rose])
         if self.cov is not None:
             self._refresh_coverage(rows, value)
 
