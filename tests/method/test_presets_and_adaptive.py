@@ -330,7 +330,7 @@ def test_registry_builds_both_presets_through_one_factory():
     assert abl.config.is_paper and abl.config.mode == "coverage_only" and not abl.config.use_cross_edges
     abl_a = make_sampler("envsched", tasks, graph=g, mode="exploitation_only")
     assert not abl_a.config.is_paper and abl_a.config.coverage_slots_for(16) == 0
-    assert "paper" in repr(p) and "adaptive" in repr(a)
+    assert ", paper, " in repr(p) and ", default, " in repr(a) and ", custom, " in repr(abl_a)
 
 
 def test_tuning_space_names_real_fields_and_holds_the_defaults():

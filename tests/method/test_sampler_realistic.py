@@ -161,8 +161,8 @@ def test_presets_by_name_in_the_factory_and_the_repr():
                      for e, verb, obj in (("shop", "refund", "order"), ("clinic", "book", "slot"))
                      for i in range(4)])
     graph = EnvSchedSampler(pool, seed=0).graph
-    default = make_envsched_sampler(pool, graph=graph)
-    assert default.config == SchedulerConfig() and ", default, " in repr(default)
+    default = make_envsched_sampler(pool, graph=graph, group_size=4)  # (the group size is not a rule)
+    assert default.config == SchedulerConfig(rollouts_per_task=4) and ", default, " in repr(default)
     paper = make_envsched_sampler(pool, preset="paper", graph=graph)
     assert paper.config == SchedulerConfig.paper() and ", paper, " in repr(paper)
     custom = make_envsched_sampler(pool, graph=graph, adaptive_share=True, adaptive_coverage=True)

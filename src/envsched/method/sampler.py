@@ -225,7 +225,8 @@ class EnvSchedSampler(BaseSampler):
 
     def __repr__(self) -> str:
         c = self.config
-        preset = "default" if c == SchedulerConfig() else "paper" if c.is_paper else "custom"
+        preset = ("default" if c == SchedulerConfig(rollouts_per_task=c.rollouts_per_task) else "paper" if c.is_paper
+                  else "custom")
         return (f"EnvSchedSampler({len(self.tasks)} tasks in {len(self.envs)} environments, seed={self.seed}, "
                 f"{preset}, mode={c.mode!r}, coverage share {'<= ' if c.adaptive_share else ''}"
                 f"{c.coverage_share:g})")
