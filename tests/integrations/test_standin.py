@@ -28,7 +28,7 @@ def _reset_mid_request(server_cls: type[ThreadingHTTPServer]) -> None:
     """A client sends half a request line and resets the connection (SO_LINGER 0)."""
     httpd = server_cls(("127.0.0.1", 0), _Echo)
     httpd.daemon_threads = True
-    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)  # a quick shutdown()
     t.start()
     try:
         c = socket.create_connection(httpd.server_address[:2])
