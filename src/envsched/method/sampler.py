@@ -516,9 +516,10 @@ class EnvSchedSampler(BaseSampler):
         assert isinstance(policy, AdaptivePolicy)  # (_incremental_supported)
         key = policy.env_order(h, env_counts) if c.adaptive_coverage else env_counts
         live = ~in_batch_env
-        if not c.adaptive_coverage and similarity is None:  # (the fewest observed first, no pick yet: kept per env)
-            got = self._incremental[1].coverage_pick(h, key, live, clocked, info,
-                                                     lambda pos: self._tiebreak_of(state, pos))
+        chooser = self._incremental[1]
+        if (not c.adaptive_coverage and similarity is None  # (the fewest observed first, no pick yet: kept per env)
+                and len(self.tasks) >= chooser.coverage_index_min_tasks):
+            got = chooser.coverage_pick(h, key, live, clocked, info, lambda pos: self._tiebreak_of(state, pos))
             if got is None:
                 return None
             pos, value, tied_envs = got

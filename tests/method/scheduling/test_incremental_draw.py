@@ -15,6 +15,7 @@ from envsched.errors import StateError
 from envsched.method.config import SchedulerConfig
 from envsched.method.graph.synthetic import synthetic_graph, synthetic_tasks
 from envsched.method.sampler import EnvSchedSampler
+from envsched.method.scheduling.incremental import IncrementalExploitation
 
 
 def _pair(n: int = 600, envs: int = 12, *, anchored: bool = True, patterns: int = 200,
@@ -198,14 +199,17 @@ def test_small_batches_equal_the_whole_computation(config):
     assert max(similar) > 0.1 and sum(x > 0 for x in similar) >= 20  # the penalty acted
 
 
-@pytest.mark.parametrize("config, keep", [({}, False), (_ADAPTIVE, False), (_ADAPTIVE, True)])
-def test_coverage_draws_among_environments_never_selected_equal_the_whole_computation(config, keep):
+@pytest.mark.parametrize("config, keep", [({}, False), ({}, True), (_ADAPTIVE, False), (_ADAPTIVE, True)])
+def test_coverage_draws_among_environments_never_selected_equal_the_whole_computation(monkeypatch, config, keep):
     # 40 environments, 16 tasks drawn before: the environments never selected tie first in the coverage order, and a
     # coverage draw ranks every task of all of them (with their tiebreak draws, read from the generator); ``keep``:
     # the one-task draws' sampler keeps the UCB coverage scores between draws (AdaptivePolicy.coverage_keep_min,
-    # from 4,096 candidates otherwise), the whole computation's does not
+    # from 4,096 candidates otherwise), or under the fewest-observed rule its per-environment coverage index
+    # (IncrementalExploitation.coverage_index_min_tasks, from 5,000 tasks otherwise); the whole computation's neither
+    if keep and not config:
+        monkeypatch.setattr(IncrementalExploitation, "coverage_index_min_tasks", 0)
     a, b = _pair(n=600, envs=40, **config)
-    if keep:
+    if keep and config:
         a.policy.coverage_keep_min = 8
     rng = np.random.default_rng(14)
     p = rng.beta(0.6, 0.6, size=len(a.tasks))
@@ -222,7 +226,8 @@ def test_coverage_draws_among_environments_never_selected_equal_the_whole_comput
     _spy(a, "_coverage_pick", lambda out: out is not None and tied.append(out[0].tied_envs))
     assert _drive(a, b, 40, rng, p, []) >= 35
     assert max(tied) >= never - 1 and min(tied) >= 1  # the never-selected ones, tied, then fewer of them
-    assert (a.policy._coverage_kept is not None) == keep and b.policy._coverage_kept is None
+    assert (a.policy._coverage_kept is not None) == (keep and bool(config)) and b.policy._coverage_kept is None
+    assert (a._incremental is not None and a._incremental[1].cov is not None) == (keep and not config)
 
 
 def test_the_rows_left_for_later_never_change_a_draw():
@@ -323,10 +328,11 @@ def test_tiebreak_draws_read_ahead_equal_the_whole_array(monkeypatch, span):
     assert a._tiebreak_of(state, np.array([1]))[0] != whole[0]  # (a read one position off would show)
 
 
-def test_the_coverage_index_equals_a_recomputation():
+def test_the_coverage_index_equals_a_recomputation(monkeypatch):
     # the coverage picks under the fewest-observed rule read each environment's kept (fewest observations of an
     # unclocked task, best informativeness or bound among them) and every task's observation count; after every
     # draw (with discards, late groups and flags) they equal the ones built from scratch, where not marked stale
+    monkeypatch.setattr(IncrementalExploitation, "coverage_index_min_tasks", 0)  # (from 5,000 tasks otherwise)
     a, b = _pair(n=600, envs=40)
     rng = np.random.default_rng(15)
     p = rng.beta(0.6, 0.6, size=len(a.tasks))

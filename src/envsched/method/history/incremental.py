@@ -78,14 +78,15 @@ class RelationRows:
         n = csr.shape[0]
         length = np.diff(csr.indptr)
         k = int(length.max()) if n else 0
-        slot = np.arange(csr.indices.size) - np.repeat(csr.indptr[:-1], length)
-        rows = np.repeat(np.arange(n), length)
+        # entry j of row i goes to the flat slot i * k + (j - indptr[i])
+        flat = np.arange(csr.indices.size, dtype=np.int64)
+        flat += np.repeat(np.arange(n, dtype=np.int64) * k - csr.indptr[:-1], length)
         index = np.zeros((n, k), dtype=np.int32)
         weight = np.zeros((n, k))
-        index[rows, slot] = csr.indices
-        weight[rows, slot] = csr.data
+        index.ravel()[flat] = csr.indices
+        weight.ravel()[flat] = csr.data
         valid = np.zeros((n, k), dtype=bool)
-        valid[rows, slot] = True
+        valid.ravel()[flat] = True
         return cls(index=index, weight=weight, env=np.asarray(env_codes, dtype=np.int32)[index], valid=valid,
                    row_total=operator.row_total, col_indptr=csc.indptr, col_indices=csc.indices,
                    col_data=csc.data)
