@@ -23,14 +23,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.feature_extraction.text import CountVectorizer, TfidfTransformer
-from sklearn.preprocessing import normalize
 
 from envsched.method.config import ABSTRACT_VIEWS, FULL_VIEWS, GraphConfig
+
+if TYPE_CHECKING:  # scikit-learn is imported where a view is vectorised: reading a saved graph does not need it
+    from sklearn.feature_extraction.text import CountVectorizer
 
 __all__ = ["FeatureSpace", "Features", "build_features", "task_views"]
 
@@ -100,6 +101,8 @@ class _View:
     idf: np.ndarray | None = None
 
     def counter(self, config: GraphConfig, *, abstract: bool) -> CountVectorizer:
+        from sklearn.feature_extraction.text import CountVectorizer
+
         kw: dict[str, Any] = {"dtype": np.float32}
         if abstract:
             kw.update(analyzer=_split, lowercase=False)
@@ -115,6 +118,8 @@ class _View:
         Identical documents are tokenised once (the operation views repeat across an environment's
         tasks); the result equals scikit-learn's ``TfidfVectorizer`` on the full list.
         """
+        from sklearn.feature_extraction.text import TfidfTransformer
+
         uniq: dict[Any, int] = {}
         inverse = np.empty(len(docs), dtype=np.int64)
         for i, d in enumerate(docs):
@@ -198,6 +203,8 @@ class FeatureSpace:
             col += x.shape[1]
         if not blocks:
             return sp.csr_matrix((n, 0), dtype=np.float32), spans
+        from sklearn.preprocessing import normalize
+
         mat = sp.hstack(blocks, format="csr", dtype=np.float32)
         del blocks
         mat = normalize(mat, norm="l2", copy=False)
