@@ -89,8 +89,13 @@ class StandInVLLMServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
 
+    #: seconds between the serving loop's checks for :meth:`stop` (``serve_forever``'s default, 0.5 s, is what every
+    #: ``stop`` would wait)
+    poll_interval: float = 0.05
+
     def start(self) -> StandInVLLMServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="vllm-standin", daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": self.poll_interval},
+                                        name="vllm-standin", daemon=True)
         self._thread.start()
         return self
 
