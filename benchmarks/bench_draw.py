@@ -29,7 +29,7 @@ coverage order, the default before it took the paper's fixed split) or ``paper``
     python benchmarks/bench_draw.py --sizes 2550 100000 1000000 --json draw.json
     git archive 7f914f4 src | tar -x -C /tmp/before   # the code before one-task draws
     python benchmarks/bench_draw.py --version before=/tmp/before/src --version after=src --json draw.json
-    python benchmarks/bench_draw.py --markdown draw.json      # docs/performance.md's table
+    python benchmarks/bench_draw.py --markdown draw.json      # docs/performance.md's tables (the draws by phase)
 """
 
 from __future__ import annotations
@@ -226,6 +226,29 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def phase_markdown(rows: list[dict[str, Any]]) -> str:
+    """The one-task draws by phase, one line per size and version (medians over its repetitions): how many of the
+    timed ``sample(1)`` draws were coverage picks, each phase's median CPU time and the mean CPU time of all of
+    them (the median of a run whose draws are about half coverage picks lies between the two phases' figures)."""
+    rows = [r for r in rows if r.get("draw_cpu_mean_ms") is not None]  # (rows of earlier runs have none)
+    versions = list(dict.fromkeys(r["version"] for r in rows))
+    lines = ["| tasks | version | coverage draws | `sample(1)` + `update`, CPU: coverage draws | exploitation draws "
+             "| mean |", "|---:|---|---:|---:|---:|---:|"]
+
+    def med(rs: list[dict[str, Any]], key: str) -> str:
+        xs = [r[key] for r in rs if r.get(key) is not None]
+        return _fmt_ms(statistics.median(xs)) if xs else "-"
+
+    for n in sorted({r["tasks"] for r in rows}):
+        for v in versions:
+            rs = [r for r in rows if r["tasks"] == n and r["version"] == v]
+            if rs:
+                lines.append(f"| {n:,} | {v} | {statistics.median(r['draw_coverage'] for r in rs):.0f} / "
+                             f"{rs[0]['draws']} | {med(rs, 'draw_cpu_coverage_ms')} | "
+                             f"{med(rs, 'draw_cpu_exploitation_ms')} | {med(rs, 'draw_cpu_mean_ms')} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[2_550, 100_000, 1_000_000])
@@ -251,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         rows = [r for path in args.markdown for r in json.loads(Path(path).read_text())["rows"]]
         print(markdown(rows))
+        print()
+        print(phase_markdown(rows))
         return 0
     here = str(Path(__file__).resolve().parents[1] / "src")
     versions = [v.split("=", 1) for v in args.version] or [["current", here]]
@@ -274,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
                                                            "machine": platform.platform(),
                                                            "cpus": os.cpu_count()}, indent=1))
     print(markdown(rows))
+    print()
+    print(phase_markdown(rows))
     return 0
 
 
