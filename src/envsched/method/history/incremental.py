@@ -91,9 +91,10 @@ class RelationRows:
                    row_total=operator.row_total, col_indptr=csc.indptr, col_indices=csc.indices,
                    col_data=csc.data)
 
-    def having(self, tasks: np.ndarray) -> np.ndarray:
-        """The tasks that have one of ``tasks`` as a neighbour (distinct, ascending)."""
-        return distinct(self.col_indices[_ranges(self.col_indptr[tasks], self.col_indptr[tasks + 1])])
+    def having(self, tasks: np.ndarray, entries: np.ndarray | None = None) -> np.ndarray:
+        """The tasks that have one of ``tasks`` as a neighbour (distinct, ascending; ``entries``: ``entries(tasks)``,
+        where already at hand)."""
+        return distinct(self.col_indices[self.entries(tasks) if entries is None else entries])
 
     def entries(self, tasks: np.ndarray) -> np.ndarray:
         """The entries of the columns ``tasks`` (column by column, in the order given)."""
@@ -254,15 +255,22 @@ class IncrementalPrediction:
     def _clocked(self, history: History, rows: np.ndarray) -> np.ndarray:
         return self.observed[rows] | (history.transitions[rows] > 0) | (self.caps[rows] & self.dispatched[rows])
 
-    def _compact(self) -> None:
-        """Contiguous copies of what the clocked tasks' scores read: prior and own means (long then short) and the
-        anchored weights."""
-        rows = self.clocked_rows
+    #: the compact copies (:meth:`_compact_rows`), in its order
+    _COMPACT = ("c_prior", "c_values", "c_anchored")
+
+    def _compact_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What the scores of the clocked ``rows`` read, as contiguous copies: prior and own means (long then short)
+        and the anchored weights."""
         long_h, short_h = self.histories
         pr = self.prediction
-        self.c_prior = np.concatenate([pr.long.prior[rows], pr.short.prior[rows]], axis=1)
-        self.c_values = np.concatenate([long_h.values[rows], short_h.values[rows]], axis=1)
-        self.c_anchored = np.stack([self.anchored[0][rows], self.anchored[1][rows]], axis=1)
+        return (np.concatenate([pr.long.prior[rows], pr.short.prior[rows]], axis=1),
+                np.concatenate([long_h.values[rows], short_h.values[rows]], axis=1),
+                np.stack([self.anchored[0][rows], self.anchored[1][rows]], axis=1))
+
+    def _compact(self) -> None:
+        """The compact copies of every clocked task (:meth:`_compact_rows`)."""
+        for name, rows_of in zip(self._COMPACT, self._compact_rows(self.clocked_rows), strict=True):
+            setattr(self, name, rows_of)
 
     def _set_clocked(self, history: History, rows: np.ndarray) -> None:
         """Recompute which of ``rows`` are clocked; the compact copies follow."""
@@ -287,12 +295,7 @@ class IncrementalPrediction:
             old = np.delete(old, out)
         at = np.searchsorted(old, added)
         self.clocked_rows = np.insert(old, at, added)
-        long_h, short_h = self.histories
-        pr = self.prediction
-        joined = (np.concatenate([pr.long.prior[added], pr.short.prior[added]], axis=1),
-                  np.concatenate([long_h.values[added], short_h.values[added]], axis=1),
-                  np.stack([self.anchored[0][added], self.anchored[1][added]], axis=1))
-        for name, rows_in in zip(("c_prior", "c_values", "c_anchored"), joined, strict=True):
+        for name, rows_in in zip(self._COMPACT, self._compact_rows(added), strict=True):
             kept = getattr(self, name)
             if out.size:
                 kept = np.delete(kept, out, axis=0)
@@ -367,7 +370,7 @@ class IncrementalPrediction:
             # when it could be the pick or is read (:meth:`clean`)
             rel = self.relations[1]
             entries = rel.entries(members)
-            indirect = distinct(rel.col_indices[entries])  # (rel.having(members))
+            indirect = rel.having(members, entries)
             indirect = indirect[~member(indirect, direct)]
             now = self.clocked[indirect] | member(indirect, within)
             lazy = indirect[~now]
@@ -384,11 +387,9 @@ class IncrementalPrediction:
         inside = at < c.size
         inside[inside] = c[at[inside]] == rows[inside]
         if inside.any():  # clocked rows: their compact copies
-            pr, (long_h, short_h) = self.prediction, self.histories
-            r, i = rows[inside], at[inside]
-            self.c_prior[i] = np.concatenate([pr.long.prior[r], pr.short.prior[r]], axis=1)
-            self.c_values[i] = np.concatenate([long_h.values[r], short_h.values[r]], axis=1)
-            self.c_anchored[i] = np.stack([self.anchored[0][r], self.anchored[1][r]], axis=1)
+            i = at[inside]
+            for name, rows_of in zip(self._COMPACT, self._compact_rows(rows[inside]), strict=True):
+                getattr(self, name)[i] = rows_of
         static = rows[~inside]
         self._static_informativeness(static)
         if lazy.size:
