@@ -534,8 +534,7 @@ class EnvSchedSampler(BaseSampler):
                 members = np.sort(self._similarity.members(envs))
             else:  # (many environments tied, as those never selected are: a pass over the pool beats a sort)
                 members = np.flatnonzero(first[self.env_codes])
-            capped = ((h.last_selected[members] == h.step - 1)
-                      & (h.run_length[members] >= c.max_consecutive_selections) & engine.caps[members])
+            capped = h.consecutive_blocked(members) & engine.caps[members]
             cands = members[~capped]
             if cands.size:
                 break

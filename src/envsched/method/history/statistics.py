@@ -1034,9 +1034,12 @@ class History:
             out += self.decayed.exposure(half_life, self.step - 1, None if positions is None else only)
         return out
 
-    def consecutive_blocked(self) -> np.ndarray:
-        """Tasks selected in the last ``max_consecutive_selections`` batches in a row (not eligible now)."""
-        return (self.last_selected == self.step - 1) & (self.run_length >= self.config.max_consecutive_selections)
+    def consecutive_blocked(self, positions: np.ndarray | None = None) -> np.ndarray:
+        """Tasks selected in the last ``max_consecutive_selections`` batches in a row (not eligible now): all N, or
+        only ``positions`` (in their order; ``O(len(positions))``)."""
+        last = self.last_selected if positions is None else self.last_selected[positions]
+        run = self.run_length if positions is None else self.run_length[positions]
+        return (last == self.step - 1) & (run >= self.config.max_consecutive_selections)
 
     def progress_filtered(self, positions: np.ndarray | None = None) -> np.ndarray:
         """Tasks the progress filter keeps out of exploitation now: all N, or only ``positions`` (in their

@@ -149,8 +149,7 @@ class IncrementalExploitation:
         ok = ~self._flagged(rows)
         if cfg.use_progress_filter:
             ok &= ~history.progress_filtered(rows)
-        ok &= ~((history.last_selected[rows] == history.step - 1)
-                & (history.run_length[rows] >= cfg.max_consecutive_selections) & caps)
+        ok &= ~(history.consecutive_blocked(rows) & caps)
         return base, discount, ok
 
     def _result(self, history: History, rows: np.ndarray, base: np.ndarray, discount: np.ndarray,
@@ -319,13 +318,12 @@ class IncrementalExploitation:
         <envsched.method.history.incremental.IncrementalPrediction.tick>`'s (the caps bind clocked tasks only: a
         task drawn where the caps apply is clocked). Returns ``(position, coverage score, environments with a
         candidate)``, or ``None`` when no task is eligible."""
-        e, cfg = self.engine, self.config
+        e = self.engine
         if self.cov is None:
             self._coverage_start(history)
         self._coverage_counts(history)
         sizes = np.diff(e.env_starts)
-        capped = clocked[(history.last_selected[clocked] == history.step - 1)
-                         & (history.run_length[clocked] >= cfg.max_consecutive_selections) & e.caps[clocked]]
+        capped = clocked[history.consecutive_blocked(clocked) & e.caps[clocked]]
         full = np.bincount(e.env_codes[capped], minlength=sizes.size) == sizes if capped.size else None
         live = live.copy()
         while True:  # the first environments in the order; one whose every task is capped is skipped
