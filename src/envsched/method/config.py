@@ -87,7 +87,7 @@ with the reference (B.1)               ``neighbours``                           
 
 Adaptive rules (not in the paper: "ours"). ``SchedulerConfig()`` keeps the paper's fixed split and coverage
 ranking (``adaptive_share`` and ``adaptive_coverage`` off) and the caps on declining tasks only;
-``SchedulerConfig.paper()`` switches every one of these off, see :data:`PAPER_PRESET`)
+``SchedulerConfig.paper()`` switches every one of these off, see :data:`PAPER_PRESET`.
 
 =====================================  =======================================  ==========================
 rule                                   parameter                                default (search ranges:
